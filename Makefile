@@ -1,0 +1,53 @@
+# pg_outbox: PGXS build of the extension, plus entry points for the whole
+# project (tests, demo, benchmarks). The relay is built by CMakeLists.txt.
+
+EXTENSION = pg_outbox
+EXTVERSION = $(shell sed -n "s/^default_version[[:space:]]*=[[:space:]]*'\([^']*\)'.*/\1/p" $(EXTENSION).control)
+
+MODULE_big = pg_outbox
+OBJS = \
+	extension/pg_outbox.o \
+	extension/emit.o \
+	extension/lead.o
+
+DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql
+DATA = $(wildcard sql/$(EXTENSION)--*--*.sql)
+
+REGRESS = install emit emit_errors groups feed privileges explain drop
+REGRESS_OPTS = --inputdir=test --outputdir=test/results --load-extension=$(EXTENSION)
+ISOLATION = xid_order abort_savepoint open_tx prepared two_relays
+ISOLATION_OPTS = --inputdir=test --outputdir=test/results/isolation --load-extension=$(EXTENSION)
+
+EXTRA_CLEAN = test/results
+
+PG_CPPFLAGS = -Wall -Wmissing-prototypes -Wpointer-arith -Wendif-labels
+
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
+ifneq ($(PGXS),)
+include $(PGXS)
+else
+# PGXS is not installed yet: scripts/test.sh and scripts/demo.sh install it.
+all:
+	@echo "pg_config not found: run scripts/test.sh (installs postgresql-server-dev-15)" >&2
+	@exit 1
+endif
+
+# The install script has one source; the versioned file is built from it.
+sql/$(EXTENSION)--$(EXTVERSION).sql: sql/$(EXTENSION).sql
+	cp $< $@
+
+.PHONY: test demo bench soak checkver
+
+# Everything on a fresh Debian 12 machine: packages, build, throwaway servers, tests.
+test:
+	./scripts/test.sh
+
+demo:
+	./scripts/demo.sh
+
+# The version lives in the control file; META.json must agree.
+checkver:
+	@grep -q '"version": "$(EXTVERSION)"' META.json || \
+		{ echo "META.json version does not match $(EXTENSION).control ($(EXTVERSION))" >&2; exit 1; }
+	@echo "version $(EXTVERSION) consistent"

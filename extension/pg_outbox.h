@@ -1,0 +1,33 @@
+/*-------------------------------------------------------------------------
+ *
+ * pg_outbox.h
+ *	  Shared declarations of the pg_outbox extension.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef PG_OUTBOX_H
+#define PG_OUTBOX_H
+
+/* Limits of an event's identity fields, in bytes. */
+#define OUTBOX_MAX_TOPIC_LEN	255
+#define OUTBOX_MAX_KEY_LEN		1024
+
+/* pg_outbox.max_payload_size, in bytes */
+#define OUTBOX_DEFAULT_MAX_PAYLOAD_SIZE (1024 * 1024)
+#define OUTBOX_MIN_MAX_PAYLOAD_SIZE		1024
+#define OUTBOX_MAX_MAX_PAYLOAD_SIZE		(256 * 1024 * 1024)
+
+/* Channel that relays LISTEN on; one notification per committing transaction. */
+#define OUTBOX_NOTIFY_CHANNEL	"pg_outbox"
+
+/* Schema of the extension's storage. */
+#define OUTBOX_SCHEMA			"outbox"
+
+/* GUCs */
+extern int	pg_outbox_max_payload_size;
+extern bool pg_outbox_notify;
+
+/* emit.c */
+extern void OutboxEmitInit(void);
+
+#endif							/* PG_OUTBOX_H */

@@ -1,0 +1,573 @@
+-- pg_outbox install script (single source; the build copies it to
+-- pg_outbox--<version>.sql).
+--
+-- Layout: storage and internals live in schema "outbox"; the functions that
+-- applications and relays call live in the extension's schema (by default
+-- the first schema of search_path, usually "public"), so that
+-- outbox_emit() works with the default search_path.
+
+\echo Use "CREATE EXTENSION pg_outbox" to load this file. \quit
+
+CREATE SCHEMA outbox;
+COMMENT ON SCHEMA outbox IS 'pg_outbox storage and internals';
+REVOKE ALL ON SCHEMA outbox FROM PUBLIC;
+
+--
+-- Roles. Roles are cluster-wide: the first database to install the
+-- extension creates them, later ones reuse them. DROP EXTENSION leaves them.
+--
+DO $roles$
+DECLARE
+	r text;
+BEGIN
+	FOREACH r IN ARRAY ARRAY['outbox_writer', 'outbox_relay', 'outbox_admin']
+	LOOP
+		IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = r) THEN
+			EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', r);
+		END IF;
+	END LOOP;
+END
+$roles$;
+
+--
+-- Settings, one row. Registered for pg_dump.
+--
+CREATE TABLE outbox.config (
+	only_row boolean NOT NULL DEFAULT true,
+	partition_width bigint NOT NULL DEFAULT 10000000,
+	premake integer NOT NULL DEFAULT 4,
+	CONSTRAINT config_pkey PRIMARY KEY (only_row),
+	CONSTRAINT config_only_row CHECK (only_row),
+	CONSTRAINT config_partition_width_range CHECK (partition_width BETWEEN 1000 AND 1000000000000),
+	CONSTRAINT config_premake_range CHECK (premake BETWEEN 1 AND 1000)
+);
+COMMENT ON TABLE outbox.config IS 'pg_outbox settings (one row)';
+COMMENT ON COLUMN outbox.config.partition_width IS 'transaction ids covered by one event partition';
+COMMENT ON COLUMN outbox.config.premake IS 'partitions kept ready ahead of the current transaction id';
+INSERT INTO outbox.config DEFAULT VALUES;
+SELECT pg_catalog.pg_extension_config_dump('outbox.config', '');
+
+--
+-- The event table: insert-only, range-partitioned on the emitting
+-- transaction's top-level id. (txid, seq) is the feed position: txid orders
+-- transactions, seq orders the events within one transaction.
+--
+CREATE TABLE outbox.event (
+	txid xid8 NOT NULL,
+	seq bigint NOT NULL,
+	event_id uuid NOT NULL,
+	topic text NOT NULL,
+	key text,
+	payload jsonb NOT NULL,
+	headers jsonb,
+	created_at timestamptz NOT NULL,
+	CONSTRAINT event_pkey PRIMARY KEY (txid, seq)
+) PARTITION BY RANGE (txid);
+COMMENT ON TABLE outbox.event IS 'pg_outbox events: insert-only, partitioned by transaction id; write with outbox_emit()';
+COMMENT ON COLUMN outbox.event.txid IS 'top-level transaction id of the emitting transaction';
+COMMENT ON COLUMN outbox.event.seq IS 'order of the event within its transaction';
+
+-- Catches any row beyond the premade partitions, so that emission never
+-- fails for want of a partition.
+CREATE TABLE outbox.event_default PARTITION OF outbox.event DEFAULT;
+
+-- Name of the partition that starts at "lower".
+CREATE FUNCTION outbox.partition_name(lower xid8)
+RETURNS name
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT pg_catalog.format('event_%s', lower)::name $$;
+COMMENT ON FUNCTION outbox.partition_name(xid8) IS 'pg_outbox: name of the event partition starting at a transaction id';
+
+-- Lower bound of the partition that holds transaction id "x".
+CREATE FUNCTION outbox.partition_lower(x xid8)
+RETURNS xid8
+LANGUAGE sql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT (pg_catalog.div(x::text::numeric, c.partition_width) * c.partition_width)::text::xid8
+	  FROM outbox.config c
+$$;
+COMMENT ON FUNCTION outbox.partition_lower(xid8) IS 'pg_outbox: lower bound of the event partition that holds a transaction id';
+
+-- Creates the partitions from the one holding the current transaction id to
+-- "premake" partitions ahead. Returns how many it created.
+CREATE FUNCTION outbox.premake_partitions()
+RETURNS integer
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	width bigint;
+	ahead integer;
+	lower numeric;
+	created integer := 0;
+BEGIN
+	SELECT c.partition_width, c.premake INTO width, ahead FROM outbox.config c;
+	lower := outbox.partition_lower(pg_snapshot_xmax(pg_current_snapshot()))::text::numeric;
+	FOR i IN 0 .. ahead LOOP
+		IF NOT EXISTS (SELECT 1
+						 FROM pg_class c
+						 JOIN pg_namespace n ON n.oid = c.relnamespace
+						WHERE n.nspname = 'outbox'
+						  AND c.relname = outbox.partition_name(lower::text::xid8)) THEN
+			EXECUTE format('CREATE TABLE outbox.%I PARTITION OF outbox.event FOR VALUES FROM (%L) TO (%L)',
+						   outbox.partition_name(lower::text::xid8), lower, lower + width);
+			created := created + 1;
+		END IF;
+		lower := lower + width;
+	END LOOP;
+	RETURN created;
+END
+$$;
+COMMENT ON FUNCTION outbox.premake_partitions() IS 'pg_outbox: creates the event partitions from the current transaction id to the configured headroom';
+
+SELECT outbox.premake_partitions();
+
+--
+-- The feed horizon: every transaction id below it has finished, so the
+-- committed events below it are final and no event can still appear there.
+-- This is the single definition of the xid8 feed's horizon; the view and the
+-- fetch function inline it.
+--
+CREATE FUNCTION outbox.horizon()
+RETURNS xid8
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$ SELECT pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot()) $$;
+COMMENT ON FUNCTION outbox.horizon() IS 'pg_outbox: xid8 feed horizon; all events of transactions below it are final';
+
+CREATE VIEW outbox.feed AS
+	SELECT e.txid, e.seq, e.event_id, e.topic, e.key, e.payload, e.headers, e.created_at
+	  FROM outbox.event e
+	 WHERE e.txid < outbox.horizon()
+	 ORDER BY e.txid, e.seq;
+COMMENT ON VIEW outbox.feed IS 'pg_outbox: committed events below the horizon, in feed order';
+
+--
+-- Groups: one cursor over the feed each. Only the cursor functions change
+-- a cursor.
+--
+CREATE TABLE outbox.groups (
+	id integer GENERATED ALWAYS AS IDENTITY,
+	name text NOT NULL,
+	topics text[],
+	cursor_txid xid8 NOT NULL,
+	cursor_seq bigint NOT NULL,
+	created_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+	advanced_at timestamptz,
+	CONSTRAINT groups_pkey PRIMARY KEY (id),
+	CONSTRAINT groups_name_key UNIQUE (name),
+	CONSTRAINT groups_name_check CHECK (name ~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$'),
+	CONSTRAINT groups_topics_check CHECK (topics IS NULL OR pg_catalog.cardinality(topics) > 0)
+);
+COMMENT ON TABLE outbox.groups IS 'pg_outbox groups: one cursor over the feed each';
+SELECT pg_catalog.pg_extension_config_dump('outbox.groups', '');
+
+--
+-- Emission (C).
+--
+CREATE FUNCTION @extschema@.outbox_emit(topic text, key text, payload jsonb,
+										headers jsonb DEFAULT NULL, event_id uuid DEFAULT NULL)
+RETURNS uuid
+AS 'MODULE_PATHNAME', 'outbox_emit'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.outbox_emit(text, text, jsonb, jsonb, uuid) IS
+	'pg_outbox: writes one event in the current transaction and returns its event id';
+
+CREATE FUNCTION @extschema@.outbox_emit_many(topic text, keys text[], payloads jsonb[],
+											 headers jsonb[] DEFAULT NULL, event_ids uuid[] DEFAULT NULL)
+RETURNS SETOF uuid
+AS 'MODULE_PATHNAME', 'outbox_emit_many'
+LANGUAGE C VOLATILE PARALLEL UNSAFE ROWS 1000;
+COMMENT ON FUNCTION @extschema@.outbox_emit_many(text, text[], jsonb[], jsonb[], uuid[]) IS
+	'pg_outbox: writes one event per array element in the current transaction and returns their event ids in order';
+
+--
+-- Leadership (C): a session-level advisory lock per group, so that a relay
+-- leads without holding a transaction open across its broker round trip.
+--
+CREATE FUNCTION outbox.lead(group_id integer)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'outbox_lead'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+COMMENT ON FUNCTION outbox.lead(integer) IS 'pg_outbox: takes the leadership of a group for this session if free; true when held';
+
+CREATE FUNCTION outbox.is_leader(group_id integer)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'outbox_is_leader'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+COMMENT ON FUNCTION outbox.is_leader(integer) IS 'pg_outbox: true when this session leads the group';
+
+CREATE FUNCTION outbox.resign(group_id integer)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'outbox_resign'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+COMMENT ON FUNCTION outbox.resign(integer) IS 'pg_outbox: gives up the leadership of a group; true when it was held';
+
+CREATE FUNCTION outbox.lock_class()
+RETURNS oid
+AS 'MODULE_PATHNAME', 'outbox_lock_class'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION outbox.lock_class() IS 'pg_outbox: advisory lock classid of group leadership locks (pg_locks.classid)';
+
+--
+-- Positions: "<txid>-<seq>", the same text as the Redis stream entry id a
+-- relay gives the event.
+--
+CREATE FUNCTION outbox.parse_position(pos text, OUT txid xid8, OUT seq bigint)
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	IF pos IS NULL THEN
+		RAISE EXCEPTION 'position must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF pos !~ '^[0-9]{1,20}-[0-9]{1,19}$' THEN
+		RAISE EXCEPTION 'invalid feed position "%"', pos
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'A position is written "<transaction id>-<sequence>", for example "1042-3".';
+	END IF;
+	BEGIN
+		txid := split_part(pos, '-', 1)::xid8;
+		seq := split_part(pos, '-', 2)::bigint;
+	EXCEPTION WHEN numeric_value_out_of_range OR invalid_text_representation THEN
+		RAISE EXCEPTION 'invalid feed position "%"', pos
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = 'A part of the position is out of range.';
+	END;
+END
+$$;
+COMMENT ON FUNCTION outbox.parse_position(text) IS 'pg_outbox: splits a feed position "<txid>-<seq>"';
+
+-- Looks up a group by name, locking its row when asked; raises 42704 when
+-- it does not exist.
+CREATE FUNCTION outbox.get_group(group_name text, for_update boolean DEFAULT false)
+RETURNS outbox.groups
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	g outbox.groups;
+BEGIN
+	IF group_name IS NULL THEN
+		RAISE EXCEPTION 'group name must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF for_update THEN
+		SELECT * INTO g FROM outbox.groups WHERE name = group_name FOR NO KEY UPDATE;
+	ELSE
+		SELECT * INTO g FROM outbox.groups WHERE name = group_name;
+	END IF;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'group "%" does not exist', group_name
+			USING ERRCODE = 'undefined_object',
+				  HINT = 'Create it with outbox_group_create().';
+	END IF;
+	RETURN g;
+END
+$$;
+COMMENT ON FUNCTION outbox.get_group(text, boolean) IS 'pg_outbox: a group by name, or error 42704';
+
+--
+-- Group management (admin).
+--
+CREATE FUNCTION @extschema@.outbox_group_create(group_name text, topics text[] DEFAULT NULL,
+												start_at text DEFAULT 'now')
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	c_txid xid8;
+BEGIN
+	IF group_name IS NULL THEN
+		RAISE EXCEPTION 'group name must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF group_name !~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$' THEN
+		RAISE EXCEPTION 'invalid group name "%"', group_name
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = 'A group name has 1 to 63 characters: letters, digits, "_", ".", ":" and "-", starting with a letter or digit.';
+	END IF;
+	IF topics IS NOT NULL AND (cardinality(topics) = 0 OR array_position(topics, NULL) IS NOT NULL
+							   OR array_position(topics, '') IS NOT NULL) THEN
+		RAISE EXCEPTION 'topics of group "%" must be NULL (all topics) or a non-empty array of non-empty topics', group_name
+			USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF start_at IS NULL THEN
+		RAISE EXCEPTION 'start_at must not be null' USING ERRCODE = 'null_value_not_allowed';
+	ELSIF start_at = 'now' THEN
+		-- Everything below the horizon is final now; events of transactions at
+		-- or above it, running or future, belong to the group.
+		c_txid := outbox.horizon();
+	ELSIF start_at = 'beginning' THEN
+		c_txid := '0'::xid8;
+	ELSE
+		RAISE EXCEPTION 'invalid start_at "%"', start_at
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Use ''now'' (events committed from now on) or ''beginning'' (every retained event).';
+	END IF;
+	BEGIN
+		INSERT INTO outbox.groups (name, topics, cursor_txid, cursor_seq)
+		VALUES (group_name, topics, c_txid, 0);
+	EXCEPTION WHEN unique_violation THEN
+		RAISE EXCEPTION 'group "%" already exists', group_name USING ERRCODE = 'duplicate_object';
+	END;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.outbox_group_create(text, text[], text) IS
+	'pg_outbox: creates a group (a cursor over the feed), for all topics or some, starting now or at the beginning';
+
+CREATE FUNCTION @extschema@.outbox_group_drop(group_name text, if_exists boolean DEFAULT false)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	IF group_name IS NULL THEN
+		RAISE EXCEPTION 'group name must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	DELETE FROM outbox.groups WHERE name = group_name;
+	IF NOT FOUND THEN
+		IF coalesce(if_exists, false) THEN
+			RETURN false;
+		END IF;
+		RAISE EXCEPTION 'group "%" does not exist', group_name USING ERRCODE = 'undefined_object';
+	END IF;
+	RETURN true;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.outbox_group_drop(text, boolean) IS 'pg_outbox: drops a group and its cursor';
+
+--
+-- The relay's calls.
+--
+
+-- The next batch after the group's cursor. Takes the group's leadership for
+-- this session when it is free; returns nothing while another session leads.
+-- The batch query is planned at each call with the cursor as constants: a
+-- cached generic plan made while partitions were empty would keep a
+-- sequential scan and sort (I-10).
+CREATE FUNCTION @extschema@.outbox_fetch(group_name text, batch_size integer DEFAULT 1000)
+RETURNS TABLE (pos text, txid xid8, seq bigint, event_id uuid, topic text, key text,
+			   payload jsonb, headers jsonb, created_at timestamptz)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER ROWS 1000
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	g outbox.groups;
+	next_xid xid8;
+BEGIN
+	IF batch_size IS NULL THEN
+		RAISE EXCEPTION 'batch_size must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF batch_size < 1 OR batch_size > 100000 THEN
+		RAISE EXCEPTION 'batch_size % is out of range', batch_size
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = 'batch_size must be between 1 and 100000.';
+	END IF;
+	g := outbox.get_group(group_name);
+	IF NOT outbox.lead(g.id) THEN
+		RETURN;
+	END IF;
+	next_xid := pg_snapshot_xmax(pg_current_snapshot());
+	IF g.cursor_txid > next_xid THEN
+		RAISE EXCEPTION 'cursor of group "%" is ahead of this server''s transaction ids', group_name
+			USING ERRCODE = 'object_not_in_prerequisite_state',
+				  DETAIL = format('The cursor is at transaction %s, the next transaction id is %s. This happens after a dump and restore into another cluster, or a failover to a server with an older history.',
+								  g.cursor_txid, next_xid),
+				  HINT = format('Re-anchor the group with outbox_rewind(%L, ''now'') or outbox_rewind(%L, ''beginning'').',
+								group_name, group_name);
+	END IF;
+	RETURN QUERY EXECUTE
+		'SELECT e.txid::text || ''-'' || e.seq, e.txid, e.seq, e.event_id, e.topic, e.key,'
+		'       e.payload, e.headers, e.created_at'
+		'  FROM outbox.event e'
+		' WHERE e.txid >= $1 AND (e.txid, e.seq) > ($1, $2)'
+		'   AND e.txid < outbox.horizon()'
+		|| CASE WHEN g.topics IS NULL THEN '' ELSE ' AND e.topic = ANY ($3)' END ||
+		' ORDER BY e.txid, e.seq'
+		' LIMIT $4'
+		USING g.cursor_txid, g.cursor_seq, g.topics, batch_size;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.outbox_fetch(text, integer) IS
+	'pg_outbox: the next batch of the group''s feed after its cursor; empty while another session leads the group';
+
+-- Moves the cursor forward to the last published position. Only the leader
+-- may; a position behind the cursor is refused (see outbox_rewind).
+CREATE FUNCTION @extschema@.outbox_advance(group_name text, pos text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	g outbox.groups;
+	p record;
+BEGIN
+	SELECT * INTO p FROM outbox.parse_position(pos);
+	g := outbox.get_group(group_name, true);
+	IF NOT outbox.is_leader(g.id) THEN
+		RAISE EXCEPTION 'this session does not lead group "%"', group_name
+			USING ERRCODE = 'object_not_in_prerequisite_state',
+				  HINT = 'Only the session that fetched the batch with outbox_fetch() may advance the cursor.';
+	END IF;
+	IF (p.txid, p.seq) < (g.cursor_txid, g.cursor_seq) THEN
+		RAISE EXCEPTION 'position % is behind the cursor of group "%"', pos, group_name
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = format('The cursor is at %s-%s.', g.cursor_txid, g.cursor_seq),
+				  HINT = 'Use outbox_rewind() to move a cursor backwards.';
+	END IF;
+	IF p.txid >= outbox.horizon() THEN
+		RAISE EXCEPTION 'position % is beyond the feed horizon', pos
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = format('Transactions from %s on may still be running.', outbox.horizon());
+	END IF;
+	IF (p.txid, p.seq) = (g.cursor_txid, g.cursor_seq) THEN
+		RETURN;
+	END IF;
+	UPDATE outbox.groups
+	   SET cursor_txid = p.txid, cursor_seq = p.seq, advanced_at = now()
+	 WHERE id = g.id;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.outbox_advance(text, text) IS
+	'pg_outbox: moves the group''s cursor forward to the last published position (leader only)';
+
+-- Moves a cursor anywhere: to a position (replay, or recovery after the
+-- broker lost entries), to 'now' or to 'beginning'.
+CREATE FUNCTION @extschema@.outbox_rewind(group_name text, pos text)
+RETURNS text
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	g outbox.groups;
+	new_txid xid8;
+	new_seq bigint := 0;
+BEGIN
+	g := outbox.get_group(group_name, true);
+	IF pos = 'now' THEN
+		new_txid := outbox.horizon();
+	ELSIF pos = 'beginning' THEN
+		new_txid := '0'::xid8;
+	ELSE
+		SELECT p.txid, p.seq INTO new_txid, new_seq FROM outbox.parse_position(pos) p;
+	END IF;
+	UPDATE outbox.groups
+	   SET cursor_txid = new_txid, cursor_seq = new_seq, advanced_at = now()
+	 WHERE id = g.id;
+	RAISE LOG 'pg_outbox: cursor of group "%" moved from %-% to %-%',
+		group_name, g.cursor_txid, g.cursor_seq, new_txid, new_seq;
+	RETURN new_txid::text || '-' || new_seq;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.outbox_rewind(text, text) IS
+	'pg_outbox: moves the group''s cursor to a position, ''now'' or ''beginning''; returns the new position';
+
+--
+-- Statistics.
+--
+
+-- Backends and prepared transactions that hold a transaction id, oldest
+-- first; the oldest one holds the feed horizon back.
+CREATE FUNCTION @extschema@.outbox_horizon_holders()
+RETURNS TABLE (holds_horizon boolean, pid integer, gid text, database name, username name,
+			   state text, xid_age integer, xact_start timestamptz, held_for interval,
+			   query text)
+LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+	WITH h AS (
+		SELECT (pg_snapshot_xmin(pg_current_snapshot())::text::numeric % 4294967296)::text::xid AS xmin32
+	), holders AS (
+		SELECT a.pid, NULL::text AS gid, a.datname, a.usename, a.state, a.backend_xid AS xid,
+			   a.xact_start, a.query
+		  FROM pg_stat_activity a
+		 WHERE a.backend_xid IS NOT NULL
+		   AND a.pid <> pg_backend_pid()
+		UNION ALL
+		SELECT NULL, p.gid, p.database, p.owner, 'prepared', p.transaction, p.prepared, NULL
+		  FROM pg_prepared_xacts p
+	)
+	SELECT x.xid = h.xmin32, x.pid, x.gid, x.datname, x.usename, x.state, age(x.xid),
+		   x.xact_start, now() - x.xact_start, x.query
+	  FROM holders x, h
+	 ORDER BY age(x.xid) DESC, x.pid
+$$;
+COMMENT ON FUNCTION @extschema@.outbox_horizon_holders() IS
+	'pg_outbox: backends and prepared transactions holding a transaction id, oldest first; the oldest holds the feed horizon back';
+
+-- One row per group: cursor, leader, backlog and why it may be held.
+CREATE FUNCTION @extschema@.outbox_group_stats()
+RETURNS TABLE (group_name text, topics text[], cursor_position text, leader_pid integer,
+			   waiting bigint, oldest_waiting_age interval, advanced_at timestamptz,
+			   horizon xid8, held_by_pid integer, held_by_gid text, held_for interval)
+LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT g.name, g.topics, g.cursor_txid::text || '-' || g.cursor_seq,
+		   (SELECT l.pid FROM pg_locks l
+			 WHERE l.locktype = 'advisory' AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+			   AND l.classid = outbox.lock_class() AND l.objid = g.id AND l.objsubid = 3 AND l.granted
+			 LIMIT 1),
+		   w.n, now() - w.oldest, g.advanced_at,
+		   outbox.horizon(), hh.pid, hh.gid, hh.held_for
+	  FROM outbox.groups g
+	  CROSS JOIN LATERAL (
+		SELECT count(*) AS n, min(e.created_at) AS oldest
+		  FROM outbox.event e
+		 WHERE e.txid >= g.cursor_txid AND (e.txid, e.seq) > (g.cursor_txid, g.cursor_seq)
+		   AND e.txid < outbox.horizon()
+		   AND (g.topics IS NULL OR e.topic = ANY (g.topics))) w
+	  LEFT JOIN LATERAL (
+		SELECT h.pid, h.gid, h.held_for FROM @extschema@.outbox_horizon_holders() h
+		 WHERE h.holds_horizon LIMIT 1) hh ON true
+	 ORDER BY g.name
+$$;
+COMMENT ON FUNCTION @extschema@.outbox_group_stats() IS
+	'pg_outbox: per group: cursor, leader, events waiting, age of the oldest, last advance, and who holds the horizon';
+
+CREATE VIEW outbox.group_stats AS SELECT * FROM @extschema@.outbox_group_stats();
+COMMENT ON VIEW outbox.group_stats IS 'pg_outbox: per-group statistics (see outbox_group_stats())';
+CREATE VIEW outbox.horizon_holders AS SELECT * FROM @extschema@.outbox_horizon_holders();
+COMMENT ON VIEW outbox.horizon_holders IS 'pg_outbox: who holds the feed horizon (see outbox_horizon_holders())';
+
+--
+-- Privileges: nothing for PUBLIC; writers emit, relays read the feed and
+-- move cursors, admins manage groups and see everything.
+--
+REVOKE ALL ON ALL TABLES IN SCHEMA outbox FROM PUBLIC;
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA outbox FROM PUBLIC;
+REVOKE ALL ON FUNCTION
+	@extschema@.outbox_emit(text, text, jsonb, jsonb, uuid),
+	@extschema@.outbox_emit_many(text, text[], jsonb[], jsonb[], uuid[]),
+	@extschema@.outbox_group_create(text, text[], text),
+	@extschema@.outbox_group_drop(text, boolean),
+	@extschema@.outbox_fetch(text, integer),
+	@extschema@.outbox_advance(text, text),
+	@extschema@.outbox_rewind(text, text),
+	@extschema@.outbox_horizon_holders(),
+	@extschema@.outbox_group_stats()
+FROM PUBLIC;
+
+GRANT USAGE ON SCHEMA outbox TO outbox_writer, outbox_relay, outbox_admin;
+
+GRANT EXECUTE ON FUNCTION
+	@extschema@.outbox_emit(text, text, jsonb, jsonb, uuid),
+	@extschema@.outbox_emit_many(text, text[], jsonb[], jsonb[], uuid[])
+TO outbox_writer, outbox_admin;
+
+GRANT EXECUTE ON FUNCTION
+	@extschema@.outbox_fetch(text, integer),
+	@extschema@.outbox_advance(text, text),
+	@extschema@.outbox_rewind(text, text),
+	@extschema@.outbox_horizon_holders(),
+	@extschema@.outbox_group_stats()
+TO outbox_relay, outbox_admin;
+GRANT SELECT ON outbox.group_stats, outbox.horizon_holders TO outbox_relay, outbox_admin;
+
+GRANT EXECUTE ON FUNCTION
+	@extschema@.outbox_group_create(text, text[], text),
+	@extschema@.outbox_group_drop(text, boolean)
+TO outbox_admin;
+GRANT SELECT ON outbox.event, outbox.feed, outbox.groups, outbox.config TO outbox_admin;
+GRANT UPDATE ON outbox.config TO outbox_admin;
