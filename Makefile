@@ -14,11 +14,11 @@ DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql
 DATA = $(wildcard sql/$(EXTENSION)--*--*.sql)
 
 REGRESS = install emit emit_errors groups feed privileges explain drop
-REGRESS_OPTS = --inputdir=test --outputdir=test/results --load-extension=$(EXTENSION)
+REGRESS_OPTS = --inputdir=test --outputdir=test --load-extension=$(EXTENSION)
 ISOLATION = xid_order abort_savepoint open_tx prepared two_relays
-ISOLATION_OPTS = --inputdir=test --outputdir=test/results/isolation --load-extension=$(EXTENSION)
+ISOLATION_OPTS = --inputdir=test --outputdir=test/isolation --load-extension=$(EXTENSION)
 
-EXTRA_CLEAN = test/results
+EXTRA_CLEAN = test/results test/isolation test/regression.diffs test/regression.out
 
 PG_CPPFLAGS = -Wall -Wmissing-prototypes -Wpointer-arith -Wendif-labels
 

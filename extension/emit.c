@@ -55,9 +55,8 @@ static SPIPlanPtr EmitManyPlan = NULL;
 static FullTransactionId SeqFxid = {0};
 static int64 SeqLast = 0;
 
-/* The (transaction, subtransaction) that last queued a notification. */
-static FullTransactionId NotifyFxid = {0};
-static SubTransactionId NotifySubid = InvalidSubTransactionId;
+/* Whether the current top-level transaction emitted; see OutboxXactCallback. */
+static bool EmittedInXact = false;
 
 #define EMIT_ONE_SQL \
 	"INSERT INTO outbox.event (txid, seq, event_id, topic, key, payload, headers, created_at) " \
@@ -83,11 +82,41 @@ OutboxRelcacheCallback(Datum arg, Oid relid)
 	}
 }
 
-/* Registers the invalidation callback; called once from _PG_init. */
+/*
+ * Wakes relays once per committing transaction that emitted.
+ *
+ * The notification is queued at pre-commit rather than by outbox_emit()
+ * itself: a transaction that queued a NOTIFY cannot be prepared, and
+ * emitting transactions must support two-phase commit. Prepared
+ * transactions therefore wake nobody when they commit; relays find their
+ * events by polling. A savepoint that emitted and rolled back still counts:
+ * one spurious wake-up costs a relay one empty fetch.
+ */
+static void
+OutboxXactCallback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_PRE_COMMIT:
+			if (EmittedInXact && pg_outbox_notify)
+				Async_Notify(OUTBOX_NOTIFY_CHANNEL, NULL);
+			break;
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PREPARE:
+			EmittedInXact = false;
+			break;
+		default:
+			break;
+	}
+}
+
+/* Registers the callbacks; called once from _PG_init. */
 void
 OutboxEmitInit(void)
 {
 	CacheRegisterRelcacheCallback(OutboxRelcacheCallback, (Datum) 0);
+	RegisterXactCallback(OutboxXactCallback, NULL);
 }
 
 /* Returns the owner of outbox.event, looking it up only after invalidation. */
@@ -181,26 +210,6 @@ OutboxReserveSeq(FullTransactionId fxid, int count)
 	before = SeqLast;
 	SeqLast += count;
 	return before;
-}
-
-/*
- * Queues the relays' wake-up once per transaction. PostgreSQL folds equal
- * notifications of one transaction into one, but a notification queued in a
- * subtransaction is dropped with it when it rolls back, so queue again when
- * the subtransaction changed.
- */
-static void
-OutboxNotifyOnce(FullTransactionId fxid)
-{
-	SubTransactionId subid = GetCurrentSubTransactionId();
-
-	if (!pg_outbox_notify)
-		return;
-	if (FullTransactionIdEquals(fxid, NotifyFxid) && subid == NotifySubid)
-		return;
-	Async_Notify(OUTBOX_NOTIFY_CHANNEL, NULL);
-	NotifyFxid = fxid;
-	NotifySubid = subid;
 }
 
 /*
@@ -352,7 +361,7 @@ outbox_emit(PG_FUNCTION_ARGS)
 	values[7] = TimestampTzGetDatum(now);
 
 	OutboxExecuteInsert(&EmitOnePlan, EMIT_ONE_SQL, 8, argtypes, values, nulls);
-	OutboxNotifyOnce(fxid);
+	EmittedInXact = true;
 
 	PG_RETURN_UUID_P(event_id);
 }
@@ -516,7 +525,7 @@ outbox_emit_many(PG_FUNCTION_ARGS)
 	values[7] = PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3);
 
 	OutboxExecuteInsert(&EmitManyPlan, EMIT_MANY_SQL, 8, argtypes, values, nulls);
-	OutboxNotifyOnce(fxid);
+	EmittedInXact = true;
 
 	for (i = 0; i < n; i++)
 	{

@@ -70,6 +70,7 @@ COMMENT ON COLUMN outbox.event.seq IS 'order of the event within its transaction
 -- Catches any row beyond the premade partitions, so that emission never
 -- fails for want of a partition.
 CREATE TABLE outbox.event_default PARTITION OF outbox.event DEFAULT;
+COMMENT ON TABLE outbox.event_default IS 'pg_outbox: events beyond the premade partitions (normally empty)';
 
 -- Name of the partition that starts at "lower".
 CREATE FUNCTION outbox.partition_name(lower xid8)
@@ -341,6 +342,25 @@ COMMENT ON FUNCTION @extschema@.outbox_group_drop(text, boolean) IS 'pg_outbox: 
 -- The relay's calls.
 --
 
+-- The batch query of the xid8 feed: events after the cursor ($1, $2) and
+-- below the horizon, optionally of some topics ($3), in feed order, at most
+-- $4. "txid >= $1" lets the planner prune partitions behind the cursor; the
+-- row comparison keeps the scan an index range scan on (txid, seq).
+CREATE FUNCTION outbox.fetch_sql(filter_topics boolean)
+RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$
+	SELECT 'SELECT e.txid::text || ''-'' || e.seq, e.txid, e.seq, e.event_id, e.topic, e.key,'
+		   '       e.payload, e.headers, e.created_at'
+		   '  FROM outbox.event e'
+		   ' WHERE e.txid >= $1 AND (e.txid, e.seq) > ($1, $2)'
+		   '   AND e.txid < outbox.horizon()'
+		   || CASE WHEN filter_topics THEN ' AND e.topic = ANY ($3)' ELSE '' END ||
+		   ' ORDER BY e.txid, e.seq'
+		   ' LIMIT $4'
+$$;
+COMMENT ON FUNCTION outbox.fetch_sql(boolean) IS 'pg_outbox: text of the xid8 feed''s batch query (parameters: cursor txid, cursor seq, topics, limit)';
+
 -- The next batch after the group's cursor. Takes the group's leadership for
 -- this session when it is free; returns nothing while another session leads.
 -- The batch query is planned at each call with the cursor as constants: a
@@ -377,15 +397,7 @@ BEGIN
 				  HINT = format('Re-anchor the group with outbox_rewind(%L, ''now'') or outbox_rewind(%L, ''beginning'').',
 								group_name, group_name);
 	END IF;
-	RETURN QUERY EXECUTE
-		'SELECT e.txid::text || ''-'' || e.seq, e.txid, e.seq, e.event_id, e.topic, e.key,'
-		'       e.payload, e.headers, e.created_at'
-		'  FROM outbox.event e'
-		' WHERE e.txid >= $1 AND (e.txid, e.seq) > ($1, $2)'
-		'   AND e.txid < outbox.horizon()'
-		|| CASE WHEN g.topics IS NULL THEN '' ELSE ' AND e.topic = ANY ($3)' END ||
-		' ORDER BY e.txid, e.seq'
-		' LIMIT $4'
+	RETURN QUERY EXECUTE outbox.fetch_sql(g.topics IS NOT NULL)
 		USING g.cursor_txid, g.cursor_seq, g.topics, batch_size;
 END
 $$;
@@ -563,11 +575,12 @@ GRANT EXECUTE ON FUNCTION
 	@extschema@.outbox_horizon_holders(),
 	@extschema@.outbox_group_stats()
 TO outbox_relay, outbox_admin;
-GRANT SELECT ON outbox.group_stats, outbox.horizon_holders TO outbox_relay, outbox_admin;
+GRANT EXECUTE ON FUNCTION outbox.horizon() TO outbox_relay, outbox_admin;
+GRANT SELECT ON outbox.feed, outbox.groups, outbox.group_stats, outbox.horizon_holders TO outbox_relay, outbox_admin;
 
 GRANT EXECUTE ON FUNCTION
 	@extschema@.outbox_group_create(text, text[], text),
 	@extschema@.outbox_group_drop(text, boolean)
 TO outbox_admin;
-GRANT SELECT ON outbox.event, outbox.feed, outbox.groups, outbox.config TO outbox_admin;
+GRANT SELECT ON outbox.event, outbox.config TO outbox_admin;
 GRANT UPDATE ON outbox.config TO outbox_admin;

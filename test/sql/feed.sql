@@ -1,0 +1,112 @@
+-- The xid8-ordered feed: fetch after the cursor, advance, rewind.
+\set VERBOSITY terse
+SET client_min_messages = warning;
+
+CREATE FUNCTION pg_temp.try(q text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE q;
+    RETURN 'ok';
+EXCEPTION WHEN OTHERS THEN
+    -- transaction ids differ from run to run
+    RETURN sqlstate || ': ' || regexp_replace(sqlerrm, '[0-9]+-[0-9]+', 'N-N', 'g');
+END
+$$;
+
+TRUNCATE outbox.event;
+SELECT outbox_group_create('all');
+SELECT outbox_group_create('payments-only', ARRAY['payments']);
+
+-- Three transactions, one aborted.
+BEGIN;
+SELECT outbox_emit('orders', 'o1', '{"n": 1}') IS NOT NULL AS emitted;
+SELECT outbox_emit('payments', 'p1', '{"n": 2}') IS NOT NULL AS emitted;
+COMMIT;
+BEGIN;
+SELECT outbox_emit('orders', 'o2', '{"n": 3}') IS NOT NULL AS emitted;
+ROLLBACK;
+BEGIN;
+SELECT outbox_emit('orders', 'o3', '{"n": 4}') IS NOT NULL AS emitted;
+SELECT outbox_emit('payments', 'p2', '{"n": 5}') IS NOT NULL AS emitted;
+COMMIT;
+
+-- The feed view: committed events below the horizon, in order.
+SELECT topic, key, payload FROM outbox.feed;
+
+-- The relay's batch: position is "<txid>-<seq>", the stream entry id.
+CREATE TEMP TABLE batch AS SELECT * FROM outbox_fetch('all', 2);
+SELECT pos = txid::text || '-' || seq AS pos_ok, topic, key, payload FROM batch;
+
+-- Fetching again without advancing returns the same batch.
+SELECT count(*) AS same FROM outbox_fetch('all', 2) f JOIN batch b USING (pos);
+
+-- Advance to the last published position, then the rest follows.
+SELECT outbox_advance('all', (SELECT pos FROM batch ORDER BY txid DESC, seq DESC LIMIT 1));
+SELECT topic, key FROM outbox_fetch('all', 100);
+SELECT outbox_advance('all', (SELECT pos FROM outbox_fetch('all', 100) ORDER BY txid DESC, seq DESC LIMIT 1));
+SELECT count(*) AS left_over FROM outbox_fetch('all', 100);
+
+-- Advancing to the same position again is a no-op; backwards is refused.
+SELECT outbox_advance('all', (SELECT cursor_txid || '-' || cursor_seq FROM outbox.groups WHERE name = 'all'));
+SELECT pg_temp.try(format($$SELECT outbox_advance('all', %L)$$, (SELECT pos FROM batch ORDER BY txid, seq LIMIT 1)));
+
+-- A topic-filtered group sees only its topics.
+SELECT topic, key FROM outbox_fetch('payments-only', 100);
+
+-- Position syntax and range.
+SELECT pg_temp.try($$SELECT outbox_advance('all', NULL)$$);
+SELECT pg_temp.try($$SELECT outbox_advance('all', 'abc')$$);
+SELECT pg_temp.try($$SELECT outbox_advance('all', '12')$$);
+SELECT pg_temp.try($$SELECT outbox_advance('all', '-1-2')$$);
+SELECT pg_temp.try($$SELECT outbox_advance('all', '1-99999999999999999999')$$);
+SELECT pg_temp.try($$SELECT outbox_advance('all', '99999999999999999999-1')$$);
+
+-- Beyond the horizon: transactions from the horizon on may still run.
+SELECT pg_temp.try(format($$SELECT outbox_advance('all', '%s-0')$$, pg_current_xact_id()::text::numeric + 10));
+SELECT pg_temp.try($$SELECT outbox_advance('all', '18446744073709551615-1')$$);
+
+-- Batch size limits.
+SELECT pg_temp.try($$SELECT * FROM outbox_fetch('all', 0)$$);
+SELECT pg_temp.try($$SELECT * FROM outbox_fetch('all', 100001)$$);
+SELECT pg_temp.try($$SELECT * FROM outbox_fetch('all', NULL)$$);
+SELECT pg_temp.try($$SELECT * FROM outbox_fetch(NULL)$$);
+
+-- Only the leader advances: after resigning, advancing is refused until
+-- the next fetch takes the leadership again.
+SELECT outbox.resign(id) FROM outbox.groups WHERE name = 'all';
+SELECT pg_temp.try($$SELECT outbox_advance('all', (SELECT cursor_txid || '-' || cursor_seq FROM outbox.groups WHERE name = 'all'))$$);
+SELECT count(*) FROM outbox_fetch('all', 1);
+SELECT outbox.is_leader(id) FROM outbox.groups WHERE name = 'all';
+
+-- Rewind: back to the beginning replays everything retained.
+SELECT outbox_rewind('all', 'beginning');
+SELECT topic, key FROM outbox_fetch('all', 100);
+SELECT outbox_rewind('all', 'now') = (outbox.horizon()::text || '-0') AS at_horizon;
+SELECT count(*) FROM outbox_fetch('all', 100);
+SELECT pg_temp.try($$SELECT outbox_rewind('all', 'sometime')$$);
+SELECT pg_temp.try($$SELECT outbox_rewind('all', NULL)$$);
+
+-- A cursor ahead of the server's transaction ids (a dump restored into a
+-- new cluster) is refused loudly rather than stalling.
+SELECT outbox_rewind('all', (pg_current_xact_id()::text::numeric + 1000000)::text || '-0') IS NOT NULL AS moved;
+SELECT pg_temp.try($$SELECT * FROM outbox_fetch('all')$$);
+DO $$
+DECLARE
+    hint text;
+BEGIN
+    PERFORM * FROM outbox_fetch('all');
+EXCEPTION WHEN object_not_in_prerequisite_state THEN
+    GET STACKED DIAGNOSTICS hint = PG_EXCEPTION_HINT;
+    RAISE WARNING 'hint: %', hint;
+END
+$$;
+SELECT outbox_rewind('all', 'now') IS NOT NULL AS reanchored;
+SELECT count(*) FROM outbox_fetch('all');
+
+-- Statistics: waiting events and the age of the oldest.
+SELECT outbox_rewind('all', 'beginning') IS NOT NULL AS rewound;
+SELECT group_name, cursor_position ~ '^[0-9]+-0$' AS cursor_ok, leader_pid = pg_backend_pid() AS leads, waiting,
+       oldest_waiting_age > '0'::interval AS has_age, horizon = outbox.horizon() AS horizon_ok
+  FROM outbox.group_stats ORDER BY group_name;
+
+SELECT outbox_group_drop('all'), outbox_group_drop('payments-only');
+TRUNCATE outbox.event;

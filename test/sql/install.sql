@@ -1,0 +1,72 @@
+-- What CREATE EXTENSION made (the test harness created the extension).
+\set VERBOSITY terse
+SET client_min_messages = warning;
+
+-- The API lives in the extension's schema, storage in schema "outbox".
+SELECT n.nspname, p.proname, pg_get_function_identity_arguments(p.oid) AS args,
+       p.provolatile, p.proisstrict, p.proparallel, p.prosecdef,
+       p.proconfig IS NOT NULL AS pins_settings,
+       obj_description(p.oid, 'pg_proc') IS NOT NULL AS documented
+  FROM pg_proc p
+  JOIN pg_namespace n ON n.oid = p.pronamespace
+  JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
+  JOIN pg_extension x ON x.oid = d.refobjid AND x.extname = 'pg_outbox'
+ ORDER BY 1, 2;
+
+-- Every SECURITY DEFINER function pins its search_path.
+SELECT p.proname
+  FROM pg_proc p
+ WHERE p.prosecdef AND p.proname LIKE 'outbox%'
+   AND NOT coalesce('search_path=pg_catalog, pg_temp' = ANY (p.proconfig), false);
+
+-- Tables, views and their comments.
+SELECT c.relname, c.relkind, obj_description(c.oid, 'pg_class') IS NOT NULL AS documented
+  FROM pg_class c
+ WHERE c.relnamespace = 'outbox'::regnamespace AND c.relkind IN ('r', 'p', 'v')
+   AND c.relname !~ '^event_[0-9]+$'
+ ORDER BY 1;
+
+-- Partitions cover the current transaction id and the configured headroom,
+-- and a default partition catches anything beyond.
+SELECT count(*) FILTER (WHERE c.relname ~ '^event_[0-9]+$') >= 5 AS premade,
+       count(*) FILTER (WHERE c.relname = 'event_default') AS default_partition
+  FROM pg_inherits i
+  JOIN pg_class c ON c.oid = i.inhrelid
+ WHERE i.inhparent = 'outbox.event'::regclass;
+
+SELECT EXISTS (
+    SELECT 1
+      FROM pg_inherits i
+      JOIN pg_class c ON c.oid = i.inhrelid
+     WHERE i.inhparent = 'outbox.event'::regclass
+       AND c.relname = outbox.partition_name(outbox.partition_lower(pg_current_xact_id()))) AS current_partition_exists;
+
+-- Every partition has the (txid, seq) index.
+SELECT count(*) = 0 AS all_partitions_indexed
+  FROM pg_inherits i
+ WHERE i.inhparent = 'outbox.event'::regclass
+   AND NOT EXISTS (SELECT 1 FROM pg_index x
+                    WHERE x.indrelid = i.inhrelid AND x.indisprimary
+                      AND x.indkey::text = '1 2');
+
+-- Settings.
+SELECT partition_width, premake FROM outbox.config;
+LOAD 'pg_outbox';
+SHOW pg_outbox.max_payload_size;
+SHOW pg_outbox.notify;
+
+-- Roles exist; installing into a second database reuses them.
+SELECT rolname, rolcanlogin FROM pg_roles WHERE rolname LIKE 'outbox\_%' ORDER BY 1;
+\set regress_db :DBNAME
+CREATE DATABASE regress_outbox_second;
+\c regress_outbox_second
+SET client_min_messages = warning;
+CREATE EXTENSION pg_outbox;
+SELECT extname, extversion FROM pg_extension WHERE extname = 'pg_outbox';
+\c :regress_db
+DROP DATABASE regress_outbox_second;
+\set VERBOSITY terse
+SET client_min_messages = warning;
+
+-- Creating it again fails cleanly.
+CREATE EXTENSION pg_outbox;
