@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Runs all of pg_outbox's tests on a fresh Debian 12 machine: installs what
+# is missing, builds, starts throwaway servers on loopback, runs the
+# pg_regress tests and isolation specs, and ends with one summary line.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+
+ensure_packages
+build_extension
+
+passed=0
+failed=0
+log=$(mktemp -d)
+trap 'rm -rf "$log"' EXIT
+
+# Adds up the counts of a pg_regress or pg_isolation_regress run.
+count_regress() {
+	local out=$1
+	passed=$((passed + $(grep -cE '^(test| ) *[A-Za-z0-9_]+ +\.\.\. ok' "$out" || true)))
+	failed=$((failed + $(grep -cE '\.\.\. FAILED' "$out" || true)))
+}
+
+say "pg_regress and isolation specs on a throwaway cluster"
+rm -rf test/results test/isolation
+# pg_virtualenv creates a temporary cluster on a free port, runs the command
+# with PG* set, then stops and removes the cluster.
+if pg_virtualenv -v 15 -o max_prepared_transactions=10 \
+		make -s PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config installcheck >"$log/regress" 2>&1; then
+	:
+else
+	for d in test/regression.diffs test/isolation/regression.diffs; do
+		[ -f "$d" ] && cat "$d"
+	done
+fi
+cat "$log/regress"
+count_regress "$log/regress"
+
+echo
+echo "${passed} passed, ${failed} failed"
+[ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]
