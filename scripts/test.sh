@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 
 ensure_packages
 build_extension
+make -s checkver
 
 passed=0
 failed=0
