@@ -156,12 +156,14 @@ CREATE TABLE outbox.groups (
 	cursor_seq bigint NOT NULL,
 	created_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
 	advanced_at timestamptz,
+	streams jsonb NOT NULL DEFAULT '{}',
 	CONSTRAINT groups_pkey PRIMARY KEY (id),
 	CONSTRAINT groups_name_key UNIQUE (name),
 	CONSTRAINT groups_name_check CHECK (name ~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$'),
 	CONSTRAINT groups_topics_check CHECK (topics IS NULL OR pg_catalog.cardinality(topics) > 0)
 );
 COMMENT ON TABLE outbox.groups IS 'pg_outbox groups: one cursor over the feed each';
+COMMENT ON COLUMN outbox.groups.streams IS 'last position the group''s relay published to each stream, as reported to outbox_advance()';
 SELECT pg_catalog.pg_extension_config_dump('outbox.groups', '');
 
 --
@@ -406,7 +408,7 @@ COMMENT ON FUNCTION @extschema@.outbox_fetch(text, integer) IS
 
 -- Moves the cursor forward to the last published position. Only the leader
 -- may; a position behind the cursor is refused (see outbox_rewind).
-CREATE FUNCTION @extschema@.outbox_advance(group_name text, pos text)
+CREATE FUNCTION @extschema@.outbox_advance(group_name text, pos text, streams jsonb DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -433,16 +435,48 @@ BEGIN
 			USING ERRCODE = 'invalid_parameter_value',
 				  DETAIL = format('Transactions from %s on may still be running.', outbox.horizon());
 	END IF;
-	IF (p.txid, p.seq) = (g.cursor_txid, g.cursor_seq) THEN
+	IF streams IS NOT NULL AND jsonb_typeof(streams) <> 'object' THEN
+		RAISE EXCEPTION 'streams must be a JSON object of stream names and positions'
+			USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF (p.txid, p.seq) = (g.cursor_txid, g.cursor_seq) AND streams IS NULL THEN
 		RETURN;
 	END IF;
 	UPDATE outbox.groups
-	   SET cursor_txid = p.txid, cursor_seq = p.seq, advanced_at = now()
+	   SET cursor_txid = p.txid, cursor_seq = p.seq, advanced_at = now(),
+		   streams = CASE WHEN outbox_advance.streams IS NULL THEN groups.streams
+						  ELSE groups.streams || outbox_advance.streams END
 	 WHERE id = g.id;
 END
 $$;
-COMMENT ON FUNCTION @extschema@.outbox_advance(text, text) IS
-	'pg_outbox: moves the group''s cursor forward to the last published position (leader only)';
+COMMENT ON FUNCTION @extschema@.outbox_advance(text, text, jsonb) IS
+	'pg_outbox: moves the group''s cursor forward to the last published position (leader only), recording the last position per stream';
+
+-- Takes the group's leadership for this session if it is free.
+CREATE FUNCTION @extschema@.outbox_lead(group_name text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	RETURN outbox.lead((outbox.get_group(group_name)).id);
+END
+$$;
+COMMENT ON FUNCTION @extschema@.outbox_lead(text) IS
+	'pg_outbox: takes the group''s leadership for this session if free; true when this session leads';
+
+-- Gives the group's leadership up, so that a standby takes over at once.
+CREATE FUNCTION @extschema@.outbox_resign(group_name text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	RETURN outbox.resign((outbox.get_group(group_name)).id);
+END
+$$;
+COMMENT ON FUNCTION @extschema@.outbox_resign(text) IS
+	'pg_outbox: gives up the group''s leadership; true when this session led it';
 
 -- Moves a cursor anywhere: to a position (replay, or recovery after the
 -- broker lost entries), to 'now' or to 'beginning'.
@@ -555,7 +589,9 @@ REVOKE ALL ON FUNCTION
 	@extschema@.outbox_group_create(text, text[], text),
 	@extschema@.outbox_group_drop(text, boolean),
 	@extschema@.outbox_fetch(text, integer),
-	@extschema@.outbox_advance(text, text),
+	@extschema@.outbox_advance(text, text, jsonb),
+	@extschema@.outbox_lead(text),
+	@extschema@.outbox_resign(text),
 	@extschema@.outbox_rewind(text, text),
 	@extschema@.outbox_horizon_holders(),
 	@extschema@.outbox_group_stats()
@@ -570,7 +606,9 @@ TO outbox_writer, outbox_admin;
 
 GRANT EXECUTE ON FUNCTION
 	@extschema@.outbox_fetch(text, integer),
-	@extschema@.outbox_advance(text, text),
+	@extschema@.outbox_advance(text, text, jsonb),
+	@extschema@.outbox_lead(text),
+	@extschema@.outbox_resign(text),
 	@extschema@.outbox_rewind(text, text),
 	@extschema@.outbox_horizon_holders(),
 	@extschema@.outbox_group_stats()

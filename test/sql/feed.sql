@@ -77,6 +77,19 @@ SELECT pg_temp.try($$SELECT outbox_advance('all', (SELECT cursor_txid || '-' || 
 SELECT count(*) FROM outbox_fetch('all', 1);
 SELECT outbox.is_leader(id) FROM outbox.groups WHERE name = 'all';
 
+-- The same through the relay's calls.
+SELECT outbox_resign('all') AS was_leader, outbox_resign('all') AS still_leader;
+SELECT outbox_lead('all') AS leads, outbox_lead('all') AS still_leads;
+SELECT pg_temp.try($$SELECT outbox_lead('nope')$$);
+
+-- The relay records the last position it published to each stream.
+SELECT outbox_advance('all', (SELECT cursor_txid || '-' || cursor_seq FROM outbox.groups WHERE name = 'all'),
+                      '{"outbox:orders": "1-1", "outbox:payments": "1-2"}');
+SELECT outbox_advance('all', (SELECT cursor_txid || '-' || cursor_seq FROM outbox.groups WHERE name = 'all'),
+                      '{"outbox:orders": "1-3"}');
+SELECT streams FROM outbox.groups WHERE name = 'all';
+SELECT pg_temp.try($$SELECT outbox_advance('all', (SELECT cursor_txid || '-' || cursor_seq FROM outbox.groups WHERE name = 'all'), '[1]')$$);
+
 -- Rewind: back to the beginning replays everything retained.
 SELECT outbox_rewind('all', 'beginning');
 SELECT topic, key FROM outbox_fetch('all', 100);

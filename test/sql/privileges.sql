@@ -39,7 +39,9 @@ INSERT INTO calls VALUES
     (12, $$SELECT count(*) FROM outbox.feed$$),
     (13, $$INSERT INTO outbox.event VALUES ('1', 1, gen_random_uuid(), 't', NULL, '{}', NULL, now())$$),
     (14, $$UPDATE outbox.groups SET cursor_seq = 0$$),
-    (15, $$SELECT outbox.lead(1)$$);
+    (15, $$SELECT outbox.lead(1)$$),
+    (16, $$SELECT outbox_lead('priv')$$),
+    (17, $$SELECT outbox_resign('priv')$$);
 
 SET ROLE regress_outbox_nobody;
 SELECT n, pg_temp.try(q) FROM calls ORDER BY n;
