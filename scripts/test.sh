@@ -37,6 +37,20 @@ fi
 cat "$log/regress"
 count_regress "$log/regress"
 
+say "relay: build, unit tests, integration tests (own PostgreSQL and Redis per test)"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPG_OUTBOX_WERROR=ON >/dev/null
+cmake --build build -j"$(nproc)" >"$log/build" 2>&1 || { cat "$log/build"; exit 1; }
+(cd build && ctest --output-on-failure -j2 --timeout 300) >"$log/ctest" 2>&1 || true
+cat "$log/ctest"
+total=$(sed -n 's/.* tests failed out of \([0-9]*\).*/\1/p' "$log/ctest" | tail -1)
+bad=$(sed -n 's/.*tests passed, \([0-9]*\) tests failed out of.*/\1/p' "$log/ctest" | tail -1)
+if [ -z "$total" ]; then
+	failed=$((failed + 1))
+else
+	passed=$((passed + total - bad))
+	failed=$((failed + bad))
+fi
+
 echo
 echo "${passed} passed, ${failed} failed"
 [ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]

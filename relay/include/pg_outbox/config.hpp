@@ -1,0 +1,78 @@
+// The relay's configuration: flags, each with an environment variable.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace pg_outbox {
+
+// Where Redis listens: a TCP host and port, or a unix socket path.
+struct RedisAddress {
+    std::string host = "127.0.0.1";
+    int port = 6379;
+    std::string unix_path;  // when not empty, used instead of host and port
+
+    // "host:port", "[v6addr]:port", "unix:/path" or "/path".
+    static RedisAddress parse(const std::string& text);
+    std::string to_string() const;
+};
+
+// How stream entry ids are chosen.
+enum class IdMode {
+    explicit_position,  // "<txid>-<seq>": Redis refuses a replay; no duplicates
+    redis_generated,    // "*": Redis picks; a replay after a crash duplicates
+};
+
+enum class LogFormat { text, json };
+
+struct Config {
+    enum class Mode { publish, consume };
+
+    Mode mode = Mode::publish;
+
+    // Connections.
+    std::string pg_conninfo;
+    RedisAddress redis;
+    std::string redis_password;
+    int redis_db = 0;
+
+    // Publish mode.
+    std::string group;
+    std::string stream_template = "outbox:{topic}";
+    int batch_size = 1000;
+    std::chrono::milliseconds poll_interval{500};
+    std::int64_t maxlen = 0;  // 0: no trimming
+    IdMode id_mode = IdMode::explicit_position;
+
+    // Faults.
+    std::chrono::milliseconds retry_min{100};
+    std::chrono::milliseconds retry_max{10000};
+    std::chrono::milliseconds redis_timeout{10000};
+
+    // Observability.
+    std::string metrics_address;  // "host:port"; empty: no endpoint
+    std::string log_level = "info";
+    LogFormat log_format = LogFormat::text;
+    std::chrono::milliseconds stats_interval{10000};
+};
+
+// Parses "250ms", "2s", "1m" or a bare number of milliseconds.
+std::chrono::milliseconds parse_duration(const std::string& text);
+
+// Expands a stream key template: "{topic}" and "{group}" are replaced,
+// everything else (Redis Cluster hash tag braces included) is kept.
+std::string expand_stream_key(const std::string& tmpl, const std::string& topic, const std::string& group);
+
+// The outcome of parsing the command line: a Config, or an exit code
+// (help printed, or an error already reported naming the setting).
+struct ParseResult {
+    std::optional<Config> config;
+    int exit_code = 0;
+};
+
+ParseResult parse_command_line(int argc, const char* const* argv);
+
+}  // namespace pg_outbox

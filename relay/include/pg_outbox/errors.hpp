@@ -1,0 +1,55 @@
+// Exceptions of the relay and how they are classified: retried with
+// backoff and reconnect, or fatal.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace pg_outbox {
+
+// A setting that cannot work; the relay exits at once naming it.
+class ConfigError : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+// An error from PostgreSQL, with its SQLSTATE ("" when the connection
+// failed before a server answered).
+class PgError : public std::runtime_error {
+public:
+    PgError(const std::string& message, std::string sqlstate, bool connection_lost)
+        : std::runtime_error(message), sqlstate_(std::move(sqlstate)), connection_lost_(connection_lost) {}
+
+    const std::string& sqlstate() const noexcept { return sqlstate_; }
+    bool connection_lost() const noexcept { return connection_lost_; }
+    // True when trying again later may succeed: the connection broke, or
+    // the server reported a transient condition.
+    bool retryable() const noexcept;
+
+private:
+    std::string sqlstate_;
+    bool connection_lost_;
+};
+
+// True for the SQLSTATEs that libpqxx and the relay treat as transient:
+// class 08 (connection), 40001, 40P01, 57P01, 57P02, 57P03, 53300.
+bool is_transient_sqlstate(std::string_view sqlstate) noexcept;
+
+// An error from Redis: the connection broke (io) or a command was refused
+// (reply: OOM, READONLY, WRONGTYPE, LOADING, ...).
+class RedisError : public std::runtime_error {
+public:
+    enum class Kind { io, reply };
+
+    RedisError(Kind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}
+
+    Kind kind() const noexcept { return kind_; }
+    // The first word of a reply error ("OOM", "READONLY"), for metrics.
+    std::string code() const;
+
+private:
+    Kind kind_;
+};
+
+}  // namespace pg_outbox

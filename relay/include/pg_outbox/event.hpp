@@ -1,0 +1,61 @@
+// An event of the feed and how it becomes a stream entry.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "pg_outbox/config.hpp"
+
+namespace pg_outbox {
+
+struct Event {
+    std::string position;  // "<txid>-<seq>"
+    std::string event_id;
+    std::string topic;
+    std::optional<std::string> key;
+    std::string payload;
+    std::optional<std::string> headers;
+    std::string created_at;
+};
+
+// True when Redis refused an XADD because the stream already holds an
+// entry with an equal or greater id: with explicit ids, the entry was
+// published before.
+bool is_already_published_error(std::string_view reply_error);
+
+// The fields of an event's stream entry: event_id, topic, key (absent when
+// NULL), payload, headers (absent when NULL), position, created_at. The
+// views point into "event".
+void append_entry_fields(std::vector<std::string_view>& out, const Event& event);
+
+// Lua script that appends a stream's share of a batch, in order.
+//
+// It stops at the first entry Redis refuses for any reason other than
+// "already there": a later entry of the same stream can then never be
+// written before an earlier one that failed, which with explicit ids would
+// make the earlier one impossible to write (Redis refuses ids below the
+// top). And it writes nothing when the stream's last id is below the last
+// position the relay knows it published there: Redis lost entries
+// (FLUSHALL, a restart without the last writes, a failover), and writing
+// newer entries first would make the lost ones impossible to republish.
+//
+// KEYS[1]: the stream. ARGV: maxlen (0: none), the expected last id ('':
+// none), then per entry: id, number of field and value strings, the
+// strings. Returns {written, already} or {written, already, error}; the
+// error "PGOUTBOX_BEHIND <last id>" means nothing was written.
+extern const char* const kAppendScript;
+
+// The prefix of the script's error when the stream is behind.
+inline constexpr std::string_view kBehindError = "PGOUTBOX_BEHIND ";
+
+// The argv of an EVALSHA of kAppendScript for some events of one stream.
+// The views point into the arguments.
+std::vector<std::string_view> append_script_argv(const std::string& sha, const std::string& stream_key,
+                                                 const std::vector<const Event*>& events, IdMode id_mode,
+                                                 const std::string& maxlen_text, const std::string& expected_last,
+                                                 std::vector<std::string>& counts);
+
+}  // namespace pg_outbox

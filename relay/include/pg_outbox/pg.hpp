@@ -1,0 +1,71 @@
+// A PostgreSQL connection (libpq) with owned handles.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <libpq-fe.h>
+
+namespace pg_outbox {
+
+struct PGresultDeleter {
+    void operator()(PGresult* r) const noexcept { PQclear(r); }
+};
+struct PGconnDeleter {
+    void operator()(PGconn* c) const noexcept { PQfinish(c); }
+};
+
+// A query result; move-only.
+class PgResult {
+public:
+    explicit PgResult(PGresult* r) : result_(r) {}
+
+    int rows() const { return PQntuples(result_.get()); }
+    bool is_null(int row, int col) const { return PQgetisnull(result_.get(), row, col) != 0; }
+    std::string_view get(int row, int col) const {
+        return {PQgetvalue(result_.get(), row, col), static_cast<std::size_t>(PQgetlength(result_.get(), row, col))};
+    }
+    std::optional<std::string_view> get_optional(int row, int col) const {
+        if (is_null(row, col)) return std::nullopt;
+        return get(row, col);
+    }
+
+private:
+    std::unique_ptr<PGresult, PGresultDeleter> result_;
+};
+
+using Param = std::optional<std::string>;
+
+class PgConnection {
+public:
+    // Connects; conninfo may be a connection string or URI, empty for the
+    // libpq environment. Throws PgError.
+    explicit PgConnection(const std::string& conninfo, const std::string& application_name);
+
+    PgConnection(PgConnection&&) noexcept = default;
+    PgConnection& operator=(PgConnection&&) noexcept = default;
+
+    // Runs one statement with text parameters (never interpolated).
+    // Unnamed statements only: no cached generic plan can form.
+    PgResult exec(const std::string& sql, const std::vector<Param>& params = {});
+
+    // LISTEN on a channel.
+    void listen(const std::string& channel);
+
+    // Waits up to "timeout" for a notification; true when one arrived.
+    // Drains every pending notification.
+    bool wait_for_notification(std::chrono::milliseconds timeout);
+
+    bool ok() const { return PQstatus(conn_.get()) == CONNECTION_OK; }
+    int backend_pid() const { return PQbackendPID(conn_.get()); }
+
+private:
+    [[noreturn]] void throw_error(const PGresult* r, const std::string& what) const;
+
+    std::unique_ptr<PGconn, PGconnDeleter> conn_;
+};
+
+}  // namespace pg_outbox

@@ -1,0 +1,58 @@
+// Publish mode: a group's feed to Redis Streams.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pg_outbox/backoff.hpp"
+#include "pg_outbox/config.hpp"
+#include "pg_outbox/event.hpp"
+#include "pg_outbox/metrics.hpp"
+#include "pg_outbox/pg.hpp"
+#include "pg_outbox/position.hpp"
+#include "pg_outbox/redis.hpp"
+
+namespace pg_outbox {
+
+class Publisher {
+public:
+    Publisher(const Config& config, Metrics& metrics, const std::atomic<bool>& stop);
+
+    // Runs until asked to stop (returns 0) or a fatal error (returns 1).
+    int run();
+
+private:
+    void connect();
+    void load_script();
+    void disconnect_pg();
+    void disconnect_redis();
+    bool take_leadership();
+    void check_streams();
+    std::vector<Event> fetch();
+    // Publishes a batch; returns the last position per stream. Throws
+    // RedisError after reading every reply when any entry failed.
+    std::map<std::string, std::string> publish(const std::vector<Event>& batch);
+    void advance(const std::string& position, const std::map<std::string, std::string>& streams);
+    void refresh_lag();
+    void wait(std::chrono::milliseconds timeout);
+    void pause(std::chrono::milliseconds d);
+
+    const Config& config_;
+    Metrics& metrics_;
+    const std::atomic<bool>& stop_;
+    Backoff backoff_;
+    std::optional<PgConnection> pg_;
+    std::optional<RedisConnection> redis_;
+    bool streams_checked_ = false;
+    std::string maxlen_text_;
+    std::string script_sha_;
+    // Last position published to each stream, as far as this relay knows.
+    std::map<std::string, Position> known_;
+    std::chrono::steady_clock::time_point next_check_{};
+    std::chrono::steady_clock::time_point next_stats_{};
+};
+
+}  // namespace pg_outbox

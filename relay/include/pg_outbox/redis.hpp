@@ -1,0 +1,52 @@
+// A Redis connection (hiredis) with owned handles; binary-safe argv
+// commands only, and pipelining.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <hiredis/hiredis.h>
+
+#include "pg_outbox/config.hpp"
+
+namespace pg_outbox {
+
+struct RedisReplyDeleter {
+    void operator()(redisReply* r) const noexcept { freeReplyObject(r); }
+};
+using RedisReply = std::unique_ptr<redisReply, RedisReplyDeleter>;
+
+struct RedisContextDeleter {
+    void operator()(redisContext* c) const noexcept { redisFree(c); }
+};
+
+class RedisConnection {
+public:
+    // Connects, authenticates and selects the database. Throws RedisError.
+    RedisConnection(const RedisAddress& address, const std::string& password, int db,
+                    std::chrono::milliseconds timeout);
+
+    RedisConnection(RedisConnection&&) noexcept = default;
+    RedisConnection& operator=(RedisConnection&&) noexcept = default;
+
+    // Sends one command and returns its reply, which may be an error reply.
+    // Throws RedisError(io) when the connection breaks.
+    RedisReply command(const std::vector<std::string_view>& argv);
+
+    // Pipelining: queue commands, then read one reply per command, in order.
+    void append(const std::vector<std::string_view>& argv);
+    RedisReply get_reply();
+
+private:
+    [[noreturn]] void throw_io(const std::string& what) const;
+
+    std::unique_ptr<redisContext, RedisContextDeleter> ctx_;
+};
+
+// The text of a reply that is a status, string or error.
+std::string_view reply_text(const redisReply* r);
+
+}  // namespace pg_outbox

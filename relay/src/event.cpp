@@ -1,0 +1,114 @@
+#include "pg_outbox/event.hpp"
+
+namespace pg_outbox {
+
+bool is_already_published_error(std::string_view reply_error) {
+    // Redis 7: "ERR The ID specified in XADD is equal or smaller than the
+    // target stream top item"
+    return reply_error.find("equal or smaller than the target stream top item") != std::string_view::npos;
+}
+
+void append_entry_fields(std::vector<std::string_view>& argv, const Event& e) {
+    argv.emplace_back("event_id");
+    argv.emplace_back(e.event_id);
+    argv.emplace_back("topic");
+    argv.emplace_back(e.topic);
+    if (e.key) {
+        argv.emplace_back("key");
+        argv.emplace_back(*e.key);
+    }
+    argv.emplace_back("payload");
+    argv.emplace_back(e.payload);
+    if (e.headers) {
+        argv.emplace_back("headers");
+        argv.emplace_back(*e.headers);
+    }
+    argv.emplace_back("position");
+    argv.emplace_back(e.position);
+    argv.emplace_back("created_at");
+    argv.emplace_back(e.created_at);
+}
+
+const char* const kAppendScript = R"lua(
+-- Compares two ids "<major>-<minor>" of decimal numbers without leading
+-- zeros: by length, then as text, so no precision is lost.
+local function less(a, b)
+  local a1, a2 = string.match(a, '^(%d+)-(%d+)$')
+  local b1, b2 = string.match(b, '^(%d+)-(%d+)$')
+  if #a1 ~= #b1 then return #a1 < #b1 end
+  if a1 ~= b1 then return a1 < b1 end
+  if #a2 ~= #b2 then return #a2 < #b2 end
+  return a2 < b2
+end
+
+local maxlen = ARGV[1]
+local expected = ARGV[2]
+if expected ~= '' then
+  local last = '0-0'
+  local info = redis.pcall('XINFO', 'STREAM', KEYS[1])
+  if type(info) == 'table' and not info.err then
+    for i = 1, #info, 2 do
+      if info[i] == 'last-generated-id' then last = info[i + 1] end
+    end
+  end
+  if less(last, expected) then
+    return {0, 0, 'PGOUTBOX_BEHIND ' .. last}
+  end
+end
+
+local trim = tonumber(maxlen) > 0
+local written, already = 0, 0
+local i = 3
+while i <= #ARGV do
+  local n = tonumber(ARGV[i + 1])
+  local args = {'XADD', KEYS[1]}
+  if trim then
+    args[#args + 1] = 'MAXLEN'
+    args[#args + 1] = '~'
+    args[#args + 1] = maxlen
+  end
+  args[#args + 1] = ARGV[i]
+  for j = i + 2, i + 1 + n do
+    args[#args + 1] = ARGV[j]
+  end
+  local r = redis.pcall(unpack(args))
+  if type(r) == 'table' and r.err then
+    if string.find(r.err, 'equal or smaller than the target stream top item', 1, true) then
+      already = already + 1
+    else
+      return {written, already, r.err}
+    end
+  else
+    written = written + 1
+  end
+  i = i + 2 + n
+end
+return {written, already}
+)lua";
+
+std::vector<std::string_view> append_script_argv(const std::string& sha, const std::string& stream_key,
+                                                 const std::vector<const Event*>& events, IdMode id_mode,
+                                                 const std::string& maxlen_text, const std::string& expected_last,
+                                                 std::vector<std::string>& counts) {
+    std::vector<std::string_view> argv;
+    argv.reserve(6 + events.size() * 18);
+    argv.emplace_back("EVALSHA");
+    argv.emplace_back(sha);
+    argv.emplace_back("1");
+    argv.emplace_back(stream_key);
+    argv.emplace_back(maxlen_text);
+    argv.emplace_back(expected_last);
+    counts.clear();
+    counts.reserve(events.size());  // the views below must not move
+    for (const Event* e : events) {
+        argv.emplace_back(id_mode == IdMode::explicit_position ? std::string_view(e->position) : std::string_view("*"));
+        const auto count_at = argv.size();
+        argv.emplace_back();
+        append_entry_fields(argv, *e);
+        counts.push_back(std::to_string(argv.size() - count_at - 1));
+        argv[count_at] = counts.back();
+    }
+    return argv;
+}
+
+}  // namespace pg_outbox

@@ -1,0 +1,52 @@
+// pg_outbox_relay: moves pg_outbox feeds to Redis Streams.
+#include <csignal>
+
+#include <atomic>
+#include <memory>
+
+#include <spdlog/spdlog.h>
+
+#include "pg_outbox/config.hpp"
+#include "pg_outbox/errors.hpp"
+#include "pg_outbox/log.hpp"
+#include "pg_outbox/metrics.hpp"
+#include "pg_outbox/publisher.hpp"
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+extern "C" void on_stop_signal(int) { g_stop.store(true); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    auto parsed = pg_outbox::parse_command_line(argc, argv);
+    if (!parsed.config) return parsed.exit_code;
+    const auto& config = *parsed.config;
+
+    pg_outbox::setup_logging(config.log_level, config.log_format);
+
+    // Handlers only set a flag; the loop finishes its batch and exits.
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, nullptr);
+    sigaction(SIGINT, &sa, nullptr);
+    std::signal(SIGPIPE, SIG_IGN);
+
+    pg_outbox::Metrics metrics(config.mode == pg_outbox::Config::Mode::publish ? "publish" : "consume", config.group);
+    try {
+        std::unique_ptr<pg_outbox::MetricsServer> server;
+        if (!config.metrics_address.empty())
+            server = std::make_unique<pg_outbox::MetricsServer>(config.metrics_address, metrics);
+        pg_outbox::Publisher publisher(config, metrics, g_stop);
+        return publisher.run();
+    } catch (const pg_outbox::ConfigError& e) {
+        spdlog::critical("{}", e.what());
+        return 2;
+    } catch (const std::exception& e) {
+        spdlog::critical("{}", e.what());
+        return 1;
+    }
+}

@@ -1,0 +1,72 @@
+#include "pg_outbox/pg.hpp"
+
+#include <poll.h>
+
+#include "pg_outbox/errors.hpp"
+
+namespace pg_outbox {
+
+PgConnection::PgConnection(const std::string& conninfo, const std::string& application_name) {
+    // Defaults first: keywords given later, those of the expanded conninfo
+    // included, override them.
+    const char* keys[] = {"application_name", "connect_timeout", "keepalives", "keepalives_idle",
+                          "keepalives_interval", "keepalives_count", "dbname", nullptr};
+    const char* values[] = {application_name.c_str(), "10", "1", "10", "5", "3",
+                            conninfo.empty() ? nullptr : conninfo.c_str(), nullptr};
+    conn_.reset(PQconnectdbParams(keys, values, 1));
+    if (!conn_) throw PgError("could not allocate a PostgreSQL connection", "", true);
+    if (PQstatus(conn_.get()) != CONNECTION_OK) {
+        std::string msg = PQerrorMessage(conn_.get());
+        while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+        throw PgError("could not connect to PostgreSQL: " + msg, "08001", true);
+    }
+}
+
+void PgConnection::throw_error(const PGresult* r, const std::string& what) const {
+    const char* state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : nullptr;
+    std::string msg = r ? PQresultErrorMessage(r) : PQerrorMessage(conn_.get());
+    while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+    const bool lost = PQstatus(conn_.get()) != CONNECTION_OK;
+    throw PgError(what + ": " + msg, state ? state : (lost ? "08006" : ""), lost);
+}
+
+PgResult PgConnection::exec(const std::string& sql, const std::vector<Param>& params) {
+    std::vector<const char*> values;
+    values.reserve(params.size());
+    for (const auto& p : params) values.push_back(p ? p->c_str() : nullptr);
+    PGresult* raw = PQexecParams(conn_.get(), sql.c_str(), static_cast<int>(values.size()), nullptr,
+                                 values.data(), nullptr, nullptr, 0);
+    PgResult result(raw);
+    const auto status = raw ? PQresultStatus(raw) : PGRES_FATAL_ERROR;
+    if (status != PGRES_TUPLES_OK && status != PGRES_COMMAND_OK) throw_error(raw, "query failed");
+    return result;
+}
+
+void PgConnection::listen(const std::string& channel) {
+    std::unique_ptr<char, decltype(&PQfreemem)> quoted(
+        PQescapeIdentifier(conn_.get(), channel.c_str(), channel.size()), &PQfreemem);
+    if (!quoted) throw_error(nullptr, "LISTEN");
+    exec(std::string("LISTEN ") + quoted.get());
+}
+
+bool PgConnection::wait_for_notification(std::chrono::milliseconds timeout) {
+    auto drain = [this] {
+        bool any = false;
+        while (PGnotify* n = PQnotifies(conn_.get())) {
+            PQfreemem(n);
+            any = true;
+        }
+        return any;
+    };
+    if (drain()) return true;
+    pollfd pfd{PQsocket(conn_.get()), POLLIN, 0};
+    if (pfd.fd < 0) throw_error(nullptr, "waiting for notifications");
+    int rc = ::poll(&pfd, 1, static_cast<int>(timeout.count()));
+    if (rc > 0) {
+        if (PQconsumeInput(conn_.get()) == 0) throw_error(nullptr, "waiting for notifications");
+        return drain();
+    }
+    return false;
+}
+
+}  // namespace pg_outbox

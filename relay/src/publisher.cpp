@@ -1,0 +1,329 @@
+#include "pg_outbox/publisher.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <nlohmann/json.hpp>
+#include <thread>
+#include <unordered_map>
+
+#include "pg_outbox/errors.hpp"
+#include "pg_outbox/position.hpp"
+
+namespace pg_outbox {
+
+namespace {
+
+// The relay's SQL: calls of the extension's API, with parameters.
+constexpr const char* kLeadSql = "SELECT outbox_lead($1)";
+constexpr const char* kResignSql = "SELECT outbox_resign($1)";
+constexpr const char* kFetchSql =
+    "SELECT pos, event_id, topic, key, payload, headers, created_at,"
+    "       extract(epoch FROM clock_timestamp() - created_at)"
+    "  FROM outbox_fetch($1, $2)";
+constexpr const char* kAdvanceSql = "SELECT outbox_advance($1, $2, $3::jsonb)";
+constexpr const char* kStreamsSql =
+    "SELECT streams::text, cursor_txid::text || '-' || cursor_seq FROM outbox.groups WHERE name = $1";
+constexpr const char* kRewindSql = "SELECT outbox_rewind($1, $2)";
+constexpr const char* kLagSql = "SELECT waiting FROM outbox_group_stats() WHERE group_name = $1";
+
+// Raised when the session no longer leads its group (a standby took over).
+struct LostLeadership {};
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+Publisher::Publisher(const Config& config, Metrics& metrics, const std::atomic<bool>& stop)
+    : config_(config),
+      metrics_(metrics),
+      stop_(stop),
+      backoff_(config.retry_min, config.retry_max),
+      maxlen_text_(std::to_string(config.maxlen)) {}
+
+void Publisher::connect() {
+    if (!pg_) {
+        pg_.emplace(config_.pg_conninfo, "pg_outbox_relay publish " + config_.group);
+        pg_->listen("pg_outbox");
+        metrics_.pg_connected = true;
+        streams_checked_ = false;
+        spdlog::info("connected to PostgreSQL (backend pid {})", pg_->backend_pid());
+    }
+    if (!redis_) {
+        redis_.emplace(config_.redis, config_.redis_password, config_.redis_db, config_.redis_timeout);
+        metrics_.redis_connected = true;
+        streams_checked_ = false;
+        load_script();
+        spdlog::info("connected to Redis at {}", config_.redis.to_string());
+    }
+}
+
+void Publisher::load_script() {
+    auto r = redis_->command({"SCRIPT", "LOAD", kAppendScript});
+    if (r->type == REDIS_REPLY_ERROR) throw RedisError(RedisError::Kind::reply, std::string(reply_text(r.get())));
+    script_sha_ = std::string(reply_text(r.get()));
+}
+
+void Publisher::disconnect_pg() {
+    pg_.reset();
+    metrics_.pg_connected = false;
+    if (metrics_.leader.exchange(false)) spdlog::warn("lost the leadership of group \"{}\" with the connection", config_.group);
+}
+
+void Publisher::disconnect_redis() {
+    redis_.reset();
+    metrics_.redis_connected = false;
+}
+
+bool Publisher::take_leadership() {
+    auto r = pg_->exec(kLeadSql, {config_.group});
+    const bool leads = r.get(0, 0) == "t";
+    if (leads && !metrics_.leader.exchange(true)) {
+        spdlog::info("leading group \"{}\"", config_.group);
+        streams_checked_ = false;
+    }
+    return leads;
+}
+
+// Finds out whether Redis lost entries the group published: a stream
+// whose last id is below the last position the group published to it
+// (Redis flushed, restarted without its last writes, or failed over to a
+// replica that was behind). The group then rewinds to the lowest such id
+// and publishes again from the outbox; entries Redis still has are
+// refused as already present. Runs when the relay starts leading, after
+// each reconnect, when the append script reports a stream behind, and
+// every --stats-interval.
+void Publisher::check_streams() {
+    next_check_ = std::chrono::steady_clock::now() + config_.stats_interval;
+    if (config_.id_mode != IdMode::explicit_position) return;
+    auto r = pg_->exec(kStreamsSql, {config_.group});
+    if (r.rows() == 0) return;
+    const auto published = nlohmann::json::parse(r.get(0, 0));
+    const auto cursor = Position::parse(r.get(0, 1));
+    std::optional<Position> rewind_to;
+    known_.clear();
+    for (const auto& [stream, value] : published.items()) {
+        const auto expected = Position::parse(value.get<std::string>());
+        if (!expected) continue;
+        Position last{0, 0};
+        auto info = redis_->command({"XINFO", "STREAM", stream});
+        if (info->type == REDIS_REPLY_ERROR) {
+            const auto msg = reply_text(info.get());
+            if (msg.find("no such key") == std::string_view::npos)
+                throw RedisError(RedisError::Kind::reply, "XINFO STREAM " + stream + ": " + std::string(msg));
+        } else if (info->type == REDIS_REPLY_ARRAY) {
+            for (size_t i = 0; i + 1 < info->elements; i += 2)
+                if (reply_text(info->element[i]) == "last-generated-id")
+                    last = Position::parse(reply_text(info->element[i + 1])).value_or(Position{});
+        }
+        if (last < *expected) {
+            spdlog::error("stream \"{}\" is behind: Redis has entries up to {}, group \"{}\" published up to {}; "
+                          "republishing from the outbox",
+                          stream, last.to_string(), config_.group, expected->to_string());
+            if (!rewind_to || last < *rewind_to) rewind_to = last;
+            known_[stream] = last;
+        } else {
+            known_[stream] = *expected;
+        }
+    }
+    if (rewind_to && cursor && *rewind_to < *cursor) {
+        pg_->exec(kRewindSql, {config_.group, rewind_to->to_string()});
+        metrics_.streams_rewound++;
+        spdlog::error("group \"{}\" rewound from {} to {}", config_.group, cursor->to_string(), rewind_to->to_string());
+    }
+}
+
+std::vector<Event> Publisher::fetch() {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = pg_->exec(kFetchSql, {config_.group, std::to_string(config_.batch_size)});
+    metrics_.pg_rtt_seconds = seconds_since(t0);
+    std::vector<Event> batch;
+    batch.reserve(r.rows());
+    for (int i = 0; i < r.rows(); ++i) {
+        Event e;
+        e.position = r.get(i, 0);
+        e.event_id = r.get(i, 1);
+        e.topic = r.get(i, 2);
+        if (auto k = r.get_optional(i, 3)) e.key = std::string(*k);
+        e.payload = r.get(i, 4);
+        if (auto h = r.get_optional(i, 5)) e.headers = std::string(*h);
+        e.created_at = r.get(i, 6);
+        batch.push_back(std::move(e));
+    }
+    if (r.rows() > 0) metrics_.lag_seconds = std::stod(std::string(r.get(0, 7)));
+    return batch;
+}
+
+std::map<std::string, std::string> Publisher::publish(const std::vector<Event>& batch) {
+    // Split the batch by stream, keeping feed order within each.
+    std::vector<std::string> keys;
+    std::unordered_map<std::string, std::size_t> slot;
+    std::vector<std::vector<const Event*>> per_stream;
+    for (const auto& e : batch) {
+        auto key = expand_stream_key(config_.stream_template, e.topic, config_.group);
+        auto [it, inserted] = slot.try_emplace(key, keys.size());
+        if (inserted) {
+            keys.push_back(std::move(key));
+            per_stream.emplace_back();
+        }
+        per_stream[it->second].push_back(&e);
+    }
+
+    const auto t0 = std::chrono::steady_clock::now();
+    const bool explicit_ids = config_.id_mode == IdMode::explicit_position;
+    std::vector<std::vector<std::string>> counts(keys.size());
+    for (std::size_t s = 0; s < keys.size(); ++s) {
+        std::string expected;
+        if (explicit_ids) {
+            const auto known = known_.find(keys[s]);
+            if (known != known_.end()) expected = known->second.to_string();
+        }
+        redis_->append(
+            append_script_argv(script_sha_, keys[s], per_stream[s], config_.id_mode, maxlen_text_, expected, counts[s]));
+    }
+
+    std::map<std::string, std::string> last;
+    std::optional<RedisError> failure;
+    std::uint64_t written = 0, already = 0;
+    for (std::size_t s = 0; s < keys.size(); ++s) {
+        auto r = redis_->get_reply();  // read every reply, even after a failure
+        if (r->type == REDIS_REPLY_ERROR) {
+            if (!failure) failure.emplace(RedisError::Kind::reply, std::string(reply_text(r.get())));
+            if (reply_text(r.get()).rfind("NOSCRIPT", 0) == 0) script_sha_.clear();
+            continue;
+        }
+        if (r->type != REDIS_REPLY_ARRAY || r->elements < 2)
+            throw RedisError(RedisError::Kind::reply, "unexpected reply from the append script");
+        const auto w = static_cast<std::size_t>(r->element[0]->integer);
+        const auto a = static_cast<std::size_t>(r->element[1]->integer);
+        written += w;
+        already += a;
+        if (w + a > 0) {
+            last[keys[s]] = per_stream[s][w + a - 1]->position;
+            if (explicit_ids) known_[keys[s]] = *Position::parse(last[keys[s]]);
+        }
+        if (r->elements >= 3 && reply_text(r->element[2]).rfind(kBehindError, 0) == 0) {
+            // Redis lost entries of this stream; nothing of the batch was
+            // written to it. Check every stream and rewind before retrying.
+            streams_checked_ = false;
+            if (!failure)
+                failure.emplace(RedisError::Kind::reply, "stream \"" + keys[s] + "\" lost entries: its last id is " +
+                                                             std::string(reply_text(r->element[2]).substr(kBehindError.size())));
+        } else if (r->elements >= 3 && !failure) {
+            const Event& bad = *per_stream[s][w + a];
+            failure.emplace(RedisError::Kind::reply,
+                            std::string(reply_text(r->element[2])) + " (event " + bad.event_id + " at " +
+                                bad.position + " to stream \"" + keys[s] + "\")");
+        }
+    }
+    metrics_.redis_rtt_seconds = seconds_since(t0);
+    metrics_.events_published += written;
+    metrics_.events_already_published += already;
+    if (already > 0) spdlog::info("{} events were already in Redis (published before a crash or takeover)", already);
+    if (failure) {
+        if (script_sha_.empty()) load_script();
+        throw *failure;
+    }
+    return last;
+}
+
+void Publisher::advance(const std::string& position, const std::map<std::string, std::string>& streams) {
+    nlohmann::json j(streams);
+    try {
+        pg_->exec(kAdvanceSql, {config_.group, position, j.dump()});
+    } catch (const PgError& e) {
+        if (e.sqlstate() == "55000" && !e.connection_lost()) throw LostLeadership{};
+        throw;
+    }
+    metrics_.batches_published++;
+}
+
+void Publisher::refresh_lag() {
+    const auto now = std::chrono::steady_clock::now();
+    if (now < next_stats_) return;
+    next_stats_ = now + config_.stats_interval;
+    auto r = pg_->exec(kLagSql, {config_.group});
+    if (r.rows() > 0 && !r.is_null(0, 0)) metrics_.lag_events = std::stoll(std::string(r.get(0, 0)));
+}
+
+// Waits for a notification, the timeout or a stop request, whichever
+// comes first.
+void Publisher::wait(std::chrono::milliseconds timeout) {
+    const auto until = std::chrono::steady_clock::now() + timeout;
+    while (!stop_) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+        if (left.count() <= 0) return;
+        const auto slice = std::min(left, std::chrono::milliseconds(100));
+        if (pg_) {
+            if (pg_->wait_for_notification(slice)) return;
+        } else {
+            std::this_thread::sleep_for(slice);
+        }
+    }
+}
+
+// Sleeps, unless asked to stop.
+void Publisher::pause(std::chrono::milliseconds d) {
+    const auto until = std::chrono::steady_clock::now() + d;
+    while (!stop_ && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::min(d, std::chrono::milliseconds(50)));
+}
+
+int Publisher::run() {
+    spdlog::info("publishing group \"{}\" to {} as {}", config_.group, config_.redis.to_string(), config_.stream_template);
+    while (!stop_) {
+        try {
+            connect();
+            metrics_.heartbeat();
+            if (!metrics_.leader && !take_leadership()) {
+                wait(config_.poll_interval);
+                continue;
+            }
+            if (!streams_checked_ || std::chrono::steady_clock::now() >= next_check_) {
+                check_streams();
+                streams_checked_ = true;
+            }
+            refresh_lag();
+            const auto batch = fetch();
+            if (batch.empty()) {
+                wait(config_.poll_interval);
+                continue;
+            }
+            const auto streams = publish(batch);
+            advance(batch.back().position, streams);
+            spdlog::debug("published {} events up to {}", batch.size(), batch.back().position);
+            backoff_.reset();
+        } catch (const LostLeadership&) {
+            metrics_.leader = false;
+            spdlog::warn("group \"{}\" is led by another session now; standing by", config_.group);
+        } catch (const PgError& e) {
+            metrics_.count_error("pg");
+            if (!e.retryable()) {
+                spdlog::critical("PostgreSQL: {} (SQLSTATE {})", e.what(), e.sqlstate());
+                return 1;
+            }
+            spdlog::warn("PostgreSQL: {}; retrying", e.what());
+            disconnect_pg();
+            pause(backoff_.next());
+        } catch (const RedisError& e) {
+            metrics_.count_error(e.kind() == RedisError::Kind::io ? "redis_io" : "redis_" + e.code());
+            spdlog::warn("Redis: {}; the batch will be retried, the cursor did not move", e.what());
+            if (e.kind() == RedisError::Kind::io) disconnect_redis();
+            streams_checked_ = false;
+            pause(backoff_.next());
+        }
+    }
+    if (pg_ && metrics_.leader) {
+        try {
+            pg_->exec(kResignSql, {config_.group});
+            spdlog::info("resigned the leadership of group \"{}\"", config_.group);
+        } catch (const PgError&) {
+            // The connection is going away anyway, and the lock with it.
+        }
+    }
+    spdlog::info("stopped");
+    return 0;
+}
+
+}  // namespace pg_outbox

@@ -1,0 +1,76 @@
+#include "pg_outbox/redis.hpp"
+
+#include "pg_outbox/errors.hpp"
+
+namespace pg_outbox {
+
+namespace {
+
+timeval to_timeval(std::chrono::milliseconds ms) {
+    timeval tv{};
+    tv.tv_sec = static_cast<time_t>(ms.count() / 1000);
+    tv.tv_usec = static_cast<suseconds_t>((ms.count() % 1000) * 1000);
+    return tv;
+}
+
+}  // namespace
+
+std::string_view reply_text(const redisReply* r) {
+    if (r == nullptr || r->str == nullptr) return {};
+    return {r->str, r->len};
+}
+
+RedisConnection::RedisConnection(const RedisAddress& address, const std::string& password, int db,
+                                 std::chrono::milliseconds timeout) {
+    const auto tv = to_timeval(timeout);
+    redisContext* c = address.unix_path.empty()
+                          ? redisConnectWithTimeout(address.host.c_str(), address.port, tv)
+                          : redisConnectUnixWithTimeout(address.unix_path.c_str(), tv);
+    if (c == nullptr) throw RedisError(RedisError::Kind::io, "could not allocate a Redis connection");
+    ctx_.reset(c);
+    if (c->err) throw_io("could not connect to Redis at " + address.to_string());
+    if (redisSetTimeout(c, tv) != REDIS_OK) throw_io("could not set the Redis timeout");
+    if (address.unix_path.empty()) redisEnableKeepAlive(c);
+
+    if (!password.empty()) {
+        auto r = command({"AUTH", password});
+        if (r->type == REDIS_REPLY_ERROR)
+            throw RedisError(RedisError::Kind::reply, "AUTH failed: " + std::string(reply_text(r.get())));
+    }
+    if (db != 0) {
+        const auto db_text = std::to_string(db);
+        auto r = command({"SELECT", db_text});
+        if (r->type == REDIS_REPLY_ERROR)
+            throw RedisError(RedisError::Kind::reply, "SELECT " + db_text + " failed: " + std::string(reply_text(r.get())));
+    }
+}
+
+void RedisConnection::throw_io(const std::string& what) const {
+    throw RedisError(RedisError::Kind::io, what + ": " + (ctx_ && ctx_->errstr[0] ? ctx_->errstr : "connection lost"));
+}
+
+void RedisConnection::append(const std::vector<std::string_view>& argv) {
+    std::vector<const char*> ptrs;
+    std::vector<size_t> lens;
+    ptrs.reserve(argv.size());
+    lens.reserve(argv.size());
+    for (auto a : argv) {
+        ptrs.push_back(a.data());
+        lens.push_back(a.size());
+    }
+    if (redisAppendCommandArgv(ctx_.get(), static_cast<int>(argv.size()), ptrs.data(), lens.data()) != REDIS_OK)
+        throw_io("could not queue a Redis command");
+}
+
+RedisReply RedisConnection::get_reply() {
+    void* raw = nullptr;
+    if (redisGetReply(ctx_.get(), &raw) != REDIS_OK || raw == nullptr) throw_io("Redis connection failed");
+    return RedisReply(static_cast<redisReply*>(raw));
+}
+
+RedisReply RedisConnection::command(const std::vector<std::string_view>& argv) {
+    append(argv);
+    return get_reply();
+}
+
+}  // namespace pg_outbox

@@ -1,0 +1,41 @@
+#include <gtest/gtest.h>
+
+#include "pg_outbox/backoff.hpp"
+#include "pg_outbox/errors.hpp"
+
+using namespace pg_outbox;
+using namespace std::chrono_literals;
+
+TEST(Errors, TransientSqlstates) {
+    for (const char* s : {"08000", "08006", "08001", "40001", "40P01", "57P01", "57P02", "57P03", "53300"})
+        EXPECT_TRUE(is_transient_sqlstate(s)) << s;
+    for (const char* s : {"42704", "55000", "22023", "42501", "XX000", "", "08"})
+        EXPECT_FALSE(is_transient_sqlstate(s)) << s;
+}
+
+TEST(Errors, PgErrorRetryable) {
+    EXPECT_TRUE(PgError("gone", "", true).retryable());
+    EXPECT_TRUE(PgError("shutdown", "57P01", false).retryable());
+    EXPECT_FALSE(PgError("no group", "42704", false).retryable());
+    EXPECT_FALSE(PgError("ahead", "55000", false).retryable());
+}
+
+TEST(Errors, RedisErrorCode) {
+    EXPECT_EQ(RedisError(RedisError::Kind::io, "reset").code(), "io");
+    EXPECT_EQ(RedisError(RedisError::Kind::reply, "OOM command not allowed").code(), "OOM");
+    EXPECT_EQ(RedisError(RedisError::Kind::reply, "READONLY You can't write").code(), "READONLY");
+    EXPECT_EQ(RedisError(RedisError::Kind::reply, "weird error").code(), "other");
+}
+
+TEST(Backoff, GrowsWithJitterAndCaps) {
+    Backoff b(100ms, 1000ms);
+    for (int i = 0; i < 20; ++i) {
+        auto d = b.next();
+        EXPECT_GE(d.count(), 1);
+        EXPECT_LE(d, 1000ms);
+    }
+    b.reset();
+    auto first = b.next();
+    EXPECT_GE(first, 50ms);
+    EXPECT_LE(first, 100ms);
+}

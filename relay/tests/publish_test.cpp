@@ -1,0 +1,321 @@
+// Integration tests of publish mode against real PostgreSQL and Redis.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+
+#include <atomic>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "servers.hpp"
+
+using namespace pg_outbox;
+using namespace pg_outbox::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::vector<std::string> kTopics{"orders", "payments", "audit"};
+
+class PublishTest : public ::testing::Test {
+protected:
+    void SetUp() override { start_servers(false); }
+
+    void start_servers(bool aof) {
+        dir_ = make_temp_dir("pg_outbox_test_");
+        pg_ = std::make_unique<PgServer>();
+        redis_ = std::make_unique<RedisServer>(aof);
+        conninfo_ = pg_->create_database("app");
+        PgConnection admin(conninfo_, "tests");
+        admin.exec("CREATE ROLE relay_user LOGIN IN ROLE outbox_relay");
+        admin.exec("SELECT outbox_group_create('g', start_at => 'beginning')");
+    }
+
+    void TearDown() override {
+        relays_.clear();
+        redis_.reset();
+        pg_.reset();
+        std::error_code ec;
+        std::filesystem::remove_all(dir_, ec);
+    }
+
+    Process& start_relay(const std::vector<std::string>& extra = {}) {
+        std::vector<std::string> args{PG_OUTBOX_RELAY_BINARY, "publish", "--group", "g",
+                                      "--pg", pg_->conninfo("app", "relay_user"),
+                                      "--redis", redis_->address(), "--poll-interval", "50ms",
+                                      "--retry-min", "20ms", "--retry-max", "300ms",
+                                      "--stats-interval", "500ms", "--batch-size", "100", "--log-level", "debug"};
+        args.insert(args.end(), extra.begin(), extra.end());
+        const auto log = dir_ + "/relay" + std::to_string(relays_.size()) + ".log";
+        relays_.push_back(std::make_unique<Process>(args, log));
+        return *relays_.back();
+    }
+
+    PgConnection connect() { return PgConnection(conninfo_, "tests"); }
+
+    // Emits n committed events, one transaction each, on rotating topics.
+    void emit(int n) {
+        auto pg = connect();
+        for (int i = 0; i < n; ++i)
+            pg.exec("SELECT outbox_emit($1, $2, jsonb_build_object('n', $3::int))",
+                    {kTopics[i % kTopics.size()], "k" + std::to_string(i), std::to_string(i)});
+    }
+
+    // Every committed event, by topic, in feed order.
+    std::map<std::string, std::vector<std::string>> committed() {
+        auto pg = connect();
+        auto r = pg.exec("SELECT topic, event_id, txid::text || '-' || seq FROM outbox.event ORDER BY txid, seq");
+        std::map<std::string, std::vector<std::string>> out;
+        for (int i = 0; i < r.rows(); ++i) out[std::string(r.get(i, 0))].emplace_back(r.get(i, 1));
+        return out;
+    }
+
+    std::size_t published_count() {
+        auto redis = redis_->connect();
+        std::size_t n = 0;
+        for (const auto& t : kTopics) n += read_stream(redis, "outbox:" + t).size();
+        return n;
+    }
+
+    std::size_t committed_count() {
+        auto pg = connect();
+        return std::stoul(query_column(pg, "SELECT count(*) FROM outbox.event")[0]);
+    }
+
+    bool wait_all_published(std::chrono::milliseconds timeout = 30s) {
+        return eventually([&] { return published_count() >= committed_count(); }, timeout, 100ms);
+    }
+
+    // Each stream holds exactly its topic's committed events, once each, in
+    // feed order, with the position as entry id.
+    void expect_exactly_once_in_order() {
+        auto redis = redis_->connect();
+        const auto want = committed();
+        std::size_t total = 0;
+        for (const auto& t : kTopics) {
+            const auto entries = read_stream(redis, "outbox:" + t);
+            std::vector<std::string> got;
+            for (const auto& e : entries) {
+                got.push_back(e.fields.at("event_id"));
+                EXPECT_EQ(e.id, e.fields.at("position"));
+                EXPECT_EQ(e.fields.at("topic"), t);
+            }
+            total += got.size();
+            const auto it = want.find(t);
+            const std::vector<std::string> expected = it == want.end() ? std::vector<std::string>{} : it->second;
+            EXPECT_EQ(got, expected) << "stream outbox:" << t;
+        }
+        std::size_t want_total = 0;
+        for (const auto& [t, ids] : want) want_total += ids.size();
+        EXPECT_EQ(total, want_total);
+    }
+
+    std::string cursor() {
+        auto pg = connect();
+        return query_column(pg, "SELECT cursor_txid || '-' || cursor_seq FROM outbox.groups WHERE name = 'g'")[0];
+    }
+
+    std::string dir_;
+    std::string conninfo_;
+    std::unique_ptr<PgServer> pg_;
+    std::unique_ptr<RedisServer> redis_;
+    std::vector<std::unique_ptr<Process>> relays_;
+};
+
+}  // namespace
+
+// 8 concurrent writers with aborted transactions and rolled-back savepoints:
+// every committed event reaches its stream exactly once, in feed order, and
+// nothing else does.
+TEST_F(PublishTest, ConcurrentWritersExactlyOnceInFeedOrder) {
+    start_relay();
+    std::vector<std::thread> writers;
+    std::atomic<int> aborted{0};
+    for (int w = 0; w < 8; ++w) {
+        writers.emplace_back([&, w] {
+            auto pg = connect();
+            std::mt19937 rng(w);
+            for (int t = 0; t < 150; ++t) {
+                pg.exec("BEGIN");
+                const int n = 1 + static_cast<int>(rng() % 3);
+                for (int i = 0; i < n; ++i)
+                    pg.exec("SELECT outbox_emit($1, $2, '{\"w\": 1}')",
+                            {kTopics[rng() % kTopics.size()], "w" + std::to_string(w)});
+                if (rng() % 10 == 0) {
+                    pg.exec("SAVEPOINT s");
+                    pg.exec("SELECT outbox_emit('orders', 'never', '{\"rolled_back\": true}')");
+                    pg.exec("ROLLBACK TO SAVEPOINT s");
+                }
+                if (rng() % 10 == 0) {
+                    pg.exec("ROLLBACK");
+                    ++aborted;
+                } else {
+                    pg.exec("COMMIT");
+                }
+            }
+        });
+    }
+    for (auto& t : writers) t.join();
+    ASSERT_TRUE(wait_all_published());
+    expect_exactly_once_in_order();
+    EXPECT_GT(aborted.load(), 0);
+    auto redis = redis_->connect();
+    for (const auto& e : read_stream(redis, "outbox:orders")) EXPECT_NE(e.fields.at("key"), "never");
+}
+
+// The relay published a batch to Redis but could not advance the cursor
+// (here: it lost the privilege, and exited). Restarted, it publishes the
+// same events again; Redis refuses them as present: no loss, no duplicate.
+TEST_F(PublishTest, CrashBetweenXaddAndAdvanceDuplicatesNothing) {
+    emit(250);
+    {
+        auto pg = connect();
+        pg.exec("REVOKE EXECUTE ON FUNCTION outbox_advance(text, text, jsonb) FROM outbox_relay");
+    }
+    auto& first = start_relay();
+    EXPECT_EQ(first.wait(30s), 1) << first.log();
+    EXPECT_GT(published_count(), 0u);
+    EXPECT_EQ(cursor(), "0-0");
+    {
+        auto pg = connect();
+        pg.exec("GRANT EXECUTE ON FUNCTION outbox_advance(text, text, jsonb) TO outbox_relay");
+    }
+    auto& second = start_relay();
+    ASSERT_TRUE(wait_all_published());
+    ASSERT_TRUE(eventually([&] { return second.log().find("already in Redis") != std::string::npos; }, 10s));
+    expect_exactly_once_in_order();
+}
+
+// SIGKILL at random moments while writers write: after the last restart
+// every event is in Redis exactly once.
+TEST_F(PublishTest, SigkillAtAnyMomentLosesAndDuplicatesNothing) {
+    std::atomic<bool> done{false};
+    std::thread writer([&] {
+        auto pg = connect();
+        for (int i = 0; !done; ++i)
+            pg.exec("SELECT count(*) FROM outbox_emit_many($1, NULL, array_fill('{\"x\": 1}'::jsonb, ARRAY[5]))",
+                    {kTopics[i % kTopics.size()]});
+    });
+    std::mt19937 rng(42);
+    for (int k = 0; k < 6; ++k) {
+        auto& relay = start_relay();
+        std::this_thread::sleep_for(std::chrono::milliseconds(100 + rng() % 400));
+        relay.signal(SIGKILL);
+        relay.wait();
+    }
+    done = true;
+    writer.join();
+    start_relay();
+    ASSERT_TRUE(wait_all_published());
+    expect_exactly_once_in_order();
+}
+
+// SIGTERM finishes the current batch and exits 0.
+TEST_F(PublishTest, SigtermExitsCleanly) {
+    emit(30);
+    auto& relay = start_relay();
+    ASSERT_TRUE(wait_all_published());
+    relay.signal(SIGTERM);
+    EXPECT_EQ(relay.wait(10s), 0) << relay.log();
+    EXPECT_NE(relay.log().find("resigned"), std::string::npos);
+}
+
+// Redis down for 10 seconds: the relay retries and drains afterwards.
+TEST_F(PublishTest, RedisDownThenDrains) {
+    TearDown();
+    start_servers(true);  // AOF, fsync always: the restart keeps what was acknowledged
+    auto& relay = start_relay();
+    emit(60);
+    ASSERT_TRUE(wait_all_published());
+    redis_->stop();
+    emit(60);
+    std::this_thread::sleep_for(10s);
+    EXPECT_TRUE(relay.running());
+    redis_->start();
+    ASSERT_TRUE(wait_all_published());
+    expect_exactly_once_in_order();
+    EXPECT_NE(relay.log().find("Redis"), std::string::npos);
+}
+
+// PostgreSQL restarted: the relay reconnects and resumes.
+TEST_F(PublishTest, PostgresRestartResumes) {
+    auto& relay = start_relay();
+    emit(60);
+    ASSERT_TRUE(wait_all_published());
+    pg_->restart();
+    emit(60);
+    ASSERT_TRUE(wait_all_published());
+    expect_exactly_once_in_order();
+    EXPECT_TRUE(relay.running());
+}
+
+// FLUSHALL: the relay notices and republishes everything from the outbox.
+TEST_F(PublishTest, FlushallRepublishesFromTheOutbox) {
+    auto& relay = start_relay();
+    emit(90);
+    ASSERT_TRUE(wait_all_published());
+    {
+        auto redis = redis_->connect();
+        redis.command({"FLUSHALL"});
+    }
+    emit(9);
+    ASSERT_TRUE(wait_all_published()) << relay.log();
+    expect_exactly_once_in_order();
+    EXPECT_NE(relay.log().find("is behind"), std::string::npos) << relay.log();
+}
+
+// A stream whose tail was lost (Redis restarted without its last writes):
+// the group rewinds and the missing entries come back.
+TEST_F(PublishTest, StreamBehindCursorIsRepublished) {
+    auto& relay = start_relay();
+    emit(90);
+    ASSERT_TRUE(wait_all_published());
+    {
+        // Simulate the lost tail: recreate the stream with its first 10 entries only.
+        auto redis = redis_->connect();
+        auto entries = read_stream(redis, "outbox:orders");
+        redis.command({"DEL", "outbox:orders"});
+        for (int i = 0; i < 10; ++i) {
+            std::vector<std::string_view> argv{"XADD", "outbox:orders", entries[i].id};
+            for (const auto& [f, v] : entries[i].fields) {
+                argv.push_back(f);
+                argv.push_back(v);
+            }
+            redis.command(argv);
+        }
+    }
+    ASSERT_TRUE(eventually([&] { return relay.log().find("is behind") != std::string::npos; }, 10s)) << relay.log();
+    ASSERT_TRUE(wait_all_published());
+    expect_exactly_once_in_order();
+}
+
+// Two relays on one group: one publishes; when it dies the other takes over.
+TEST_F(PublishTest, TwoRelaysOneLeaderAndTakeover) {
+    auto& first = start_relay();
+    ASSERT_TRUE(eventually([&] { return first.log().find("leading group") != std::string::npos; }, 10s));
+    auto& second = start_relay();
+    emit(60);
+    ASSERT_TRUE(wait_all_published());
+    std::this_thread::sleep_for(500ms);
+    EXPECT_EQ(second.log().find("leading group"), std::string::npos);
+    first.signal(SIGKILL);
+    first.wait();
+    emit(60);
+    ASSERT_TRUE(eventually([&] { return second.log().find("leading group") != std::string::npos; }, 10s))
+        << second.log();
+    ASSERT_TRUE(wait_all_published());
+    expect_exactly_once_in_order();
+}
+
+// A wrong setting exits at once, non-zero, naming the setting.
+TEST_F(PublishTest, UnknownGroupIsFatal) {
+    auto pg = connect();
+    pg.exec("SELECT outbox_group_drop('g')");
+    auto& relay = start_relay();
+    EXPECT_EQ(relay.wait(20s), 1);
+    EXPECT_NE(relay.log().find("group \"g\" does not exist"), std::string::npos) << relay.log();
+}

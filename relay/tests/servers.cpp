@@ -1,0 +1,258 @@
+#include "servers.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <pwd.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+namespace pg_outbox::testing {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* const kPgBin = "/usr/lib/postgresql/15/bin";
+
+// Runs a command, as the "postgres" user when we are root; throws on failure.
+void run_as_postgres(const std::string& command) {
+    std::string full = ::geteuid() == 0 ? "runuser -u postgres -- " + command : command;
+    if (std::system(full.c_str()) != 0) throw std::runtime_error("command failed: " + full);
+}
+
+pid_t read_pid_file(const std::string& path) {
+    std::ifstream in(path);
+    pid_t pid = -1;
+    in >> pid;
+    return pid;
+}
+
+bool alive(pid_t pid) { return pid > 0 && ::kill(pid, 0) == 0; }
+
+}  // namespace
+
+int free_port() {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = 0;
+    ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    socklen_t len = sizeof addr;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    ::close(fd);
+    return ntohs(addr.sin_port);
+}
+
+std::string make_temp_dir(const std::string& prefix) {
+    std::string tmpl = (fs::temp_directory_path() / (prefix + "XXXXXX")).string();
+    if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    ::chmod(tmpl.c_str(), 0755);
+    return tmpl;
+}
+
+bool eventually(const std::function<bool()>& condition, std::chrono::milliseconds timeout,
+                std::chrono::milliseconds every) {
+    const auto until = std::chrono::steady_clock::now() + timeout;
+    while (true) {
+        if (condition()) return true;
+        if (std::chrono::steady_clock::now() >= until) return false;
+        std::this_thread::sleep_for(every);
+    }
+}
+
+// ---- PostgreSQL
+
+PgServer::PgServer() : dir_(make_temp_dir("pg_outbox_pg_")), port_(free_port()) {
+    if (::geteuid() == 0) {
+        passwd* pw = ::getpwnam("postgres");
+        if (pw == nullptr) throw std::runtime_error("user postgres is missing");
+        ::chown(dir_.c_str(), pw->pw_uid, pw->pw_gid);
+    }
+    run_as_postgres(std::string(kPgBin) + "/initdb -D " + dir_ + "/data -A trust -U postgres --no-sync >" + dir_ +
+                    "/initdb.log 2>&1");
+    std::ofstream conf(dir_ + "/data/postgresql.conf", std::ios::app);
+    conf << "listen_addresses = '127.0.0.1'\nport = " << port_ << "\nunix_socket_directories = '" << dir_
+         << "'\nmax_prepared_transactions = 20\nfsync = off\nmax_connections = 100\n";
+    conf.close();
+    start();
+}
+
+PgServer::~PgServer() {
+    try {
+        stop();
+    } catch (...) {
+    }
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+}
+
+void PgServer::start() {
+    run_as_postgres(std::string(kPgBin) + "/pg_ctl -D " + dir_ + "/data -l " + dir_ + "/server.log -w -t 60 start >/dev/null");
+    pid_ = read_pid_file(dir_ + "/data/postmaster.pid");
+}
+
+void PgServer::stop() {
+    if (!alive(pid_)) return;
+    ::kill(pid_, SIGINT);  // fast shutdown
+    eventually([this] { return !alive(pid_); }, std::chrono::seconds(60), std::chrono::milliseconds(50));
+    pid_ = -1;
+}
+
+std::string PgServer::conninfo(const std::string& db, const std::string& user) const {
+    return "host=127.0.0.1 port=" + std::to_string(port_) + " dbname=" + db + " user=" + user;
+}
+
+std::string PgServer::create_database(const std::string& db) {
+    {
+        PgConnection admin(conninfo("postgres"), "pg_outbox_tests");
+        admin.exec("CREATE DATABASE " + db);
+    }
+    PgConnection conn(conninfo(db), "pg_outbox_tests");
+    conn.exec("CREATE EXTENSION pg_outbox");
+    return conninfo(db);
+}
+
+// ---- Redis
+
+RedisServer::RedisServer(bool aof) : dir_(make_temp_dir("pg_outbox_redis_")), port_(free_port()), aof_(aof) {
+    start();
+}
+
+RedisServer::~RedisServer() {
+    stop();
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+}
+
+void RedisServer::start() {
+    pid_ = ::fork();
+    if (pid_ == 0) {
+        int fd = ::open((dir_ + "/redis.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+        ::dup2(fd, 1);
+        ::dup2(fd, 2);
+        const std::string port = std::to_string(port_);
+        std::vector<std::string> args{"redis-server", "--port", port, "--bind", "127.0.0.1", "--dir", dir_,
+                                      "--save", "", "--daemonize", "no", "--appendonly", aof_ ? "yes" : "no"};
+        if (aof_) {
+            args.insert(args.end(), {"--appendfsync", "always"});
+        }
+        std::vector<char*> argv;
+        for (auto& a : args) argv.push_back(a.data());
+        argv.push_back(nullptr);
+        ::execvp("redis-server", argv.data());
+        ::_exit(127);
+    }
+    const bool up = eventually(
+        [this] {
+            try {
+                auto r = connect();
+                return r.command({"PING"})->type == REDIS_REPLY_STATUS;
+            } catch (const std::exception&) {
+                return false;
+            }
+        },
+        std::chrono::seconds(20), std::chrono::milliseconds(20));
+    if (!up) throw std::runtime_error("redis-server did not start");
+}
+
+void RedisServer::stop() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGTERM);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+}
+
+RedisConnection RedisServer::connect() const {
+    return RedisConnection(RedisAddress::parse(address()), "", 0, std::chrono::seconds(5));
+}
+
+// ---- Processes
+
+Process::Process(const std::vector<std::string>& args, const std::string& log_path) : log_path_(log_path) {
+    pid_ = ::fork();
+    if (pid_ == 0) {
+        int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+        ::dup2(fd, 1);
+        ::dup2(fd, 2);
+        std::vector<std::string> copy = args;
+        std::vector<char*> argv;
+        for (auto& a : copy) argv.push_back(a.data());
+        argv.push_back(nullptr);
+        ::execv(argv[0], argv.data());
+        ::_exit(127);
+    }
+}
+
+Process::~Process() {
+    if (running()) {
+        ::kill(pid_, SIGKILL);
+        wait();
+    }
+}
+
+void Process::signal(int sig) { ::kill(pid_, sig); }
+
+bool Process::running() {
+    if (status_ != -1) return false;
+    int status = 0;
+    pid_t r = ::waitpid(pid_, &status, WNOHANG);
+    if (r == 0) return true;
+    status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return false;
+}
+
+int Process::wait(std::chrono::milliseconds timeout) {
+    eventually([this] { return !running(); }, timeout, std::chrono::milliseconds(20));
+    return status_;
+}
+
+std::string Process::log() const {
+    std::ifstream in(log_path_);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+// ---- Reading back
+
+std::vector<Entry> read_stream(RedisConnection& redis, const std::string& key) {
+    std::vector<Entry> out;
+    std::string start = "-";
+    while (true) {
+        auto r = redis.command({"XRANGE", key, start, "+", "COUNT", "10000"});
+        if (r->type != REDIS_REPLY_ARRAY || r->elements == 0) break;
+        for (size_t i = 0; i < r->elements; ++i) {
+            const redisReply* e = r->element[i];
+            Entry entry;
+            entry.id = std::string(reply_text(e->element[0]));
+            const redisReply* f = e->element[1];
+            for (size_t j = 0; j + 1 < f->elements; j += 2)
+                entry.fields[std::string(reply_text(f->element[j]))] = std::string(reply_text(f->element[j + 1]));
+            out.push_back(std::move(entry));
+        }
+        start = "(" + out.back().id;
+    }
+    return out;
+}
+
+std::vector<std::string> query_column(PgConnection& pg, const std::string& sql, const std::vector<Param>& params) {
+    auto r = pg.exec(sql, params);
+    std::vector<std::string> out;
+    for (int i = 0; i < r.rows(); ++i) out.emplace_back(r.is_null(i, 0) ? "" : std::string(r.get(i, 0)));
+    return out;
+}
+
+}  // namespace pg_outbox::testing

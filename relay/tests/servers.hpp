@@ -1,0 +1,108 @@
+// Throwaway servers for the integration tests: a PostgreSQL cluster and a
+// Redis server on free loopback ports, and relay processes. Everything is
+// started by the test and stopped by PID.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "pg_outbox/pg.hpp"
+#include "pg_outbox/redis.hpp"
+
+namespace pg_outbox::testing {
+
+// A free TCP port on 127.0.0.1.
+int free_port();
+
+// A PostgreSQL 15 cluster in a temporary directory. As root, initdb and the
+// server run as the "postgres" user.
+class PgServer {
+public:
+    PgServer();
+    ~PgServer();
+    PgServer(const PgServer&) = delete;
+    PgServer& operator=(const PgServer&) = delete;
+
+    void start();
+    void stop();                 // fast shutdown, by the postmaster's PID
+    void restart() { stop(); start(); }
+    int port() const { return port_; }
+    // A connection string for a database, as the superuser unless a user is given.
+    std::string conninfo(const std::string& db, const std::string& user = "postgres") const;
+    // Creates a database with the extension installed; returns its conninfo.
+    std::string create_database(const std::string& db);
+
+private:
+    std::string dir_;
+    int port_;
+    pid_t pid_ = -1;
+};
+
+// A Redis server; with aof, every write is fsynced before it is acknowledged.
+class RedisServer {
+public:
+    explicit RedisServer(bool aof = false);
+    ~RedisServer();
+    RedisServer(const RedisServer&) = delete;
+    RedisServer& operator=(const RedisServer&) = delete;
+
+    void start();
+    void stop();
+    int port() const { return port_; }
+    std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+    RedisConnection connect() const;
+
+private:
+    std::string dir_;
+    int port_;
+    bool aof_;
+    pid_t pid_ = -1;
+};
+
+// A child process (the relay), its output in a log file.
+class Process {
+public:
+    Process(const std::vector<std::string>& argv, const std::string& log_path);
+    ~Process();
+    Process(const Process&) = delete;
+    Process& operator=(const Process&) = delete;
+
+    pid_t pid() const { return pid_; }
+    void signal(int sig);
+    // Waits for the exit; returns the exit code, or 128 + signal.
+    int wait(std::chrono::milliseconds timeout = std::chrono::seconds(30));
+    bool running();
+    std::string log() const;
+
+private:
+    pid_t pid_ = -1;
+    std::string log_path_;
+    int status_ = -1;
+};
+
+// One stream entry as read back.
+struct Entry {
+    std::string id;
+    std::map<std::string, std::string> fields;
+};
+
+std::vector<Entry> read_stream(RedisConnection& redis, const std::string& key);
+
+// Runs a statement, returns the first column of every row.
+std::vector<std::string> query_column(PgConnection& pg, const std::string& sql,
+                                      const std::vector<Param>& params = {});
+
+// Polls "condition" until it holds or the timeout passes.
+bool eventually(const std::function<bool()>& condition, std::chrono::milliseconds timeout,
+                std::chrono::milliseconds every = std::chrono::milliseconds(100));
+
+// A temporary directory, removed with its content at destruction.
+std::string make_temp_dir(const std::string& prefix);
+
+}  // namespace pg_outbox::testing
