@@ -45,3 +45,85 @@ build_extension() {
 	make -s PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config >/dev/null
 	as_root make -s PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config install >/dev/null
 }
+
+# Runs a PostgreSQL binary, as the "postgres" user when root (PostgreSQL
+# refuses to run as root).
+pg_run() {
+	local bin=$1
+	shift
+	if [ "$(id -u)" -eq 0 ]; then
+		runuser -u postgres -- "/usr/lib/postgresql/15/bin/$bin" "$@"
+	else
+		"/usr/lib/postgresql/15/bin/$bin" "$@"
+	fi
+}
+
+# Prints a TCP port on 127.0.0.1 that nothing listens on.
+free_port() {
+	local p
+	while :; do
+		p=$((20000 + RANDOM % 40000))
+		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+			echo "$p"
+			return
+		fi
+	done
+}
+
+# Starts a throwaway PostgreSQL cluster: pg_start DIR PORT [setting ...].
+# Sets PG_PID; the caller stops it with pg_stop.
+pg_start() {
+	local dir=$1 port=$2
+	shift 2
+	mkdir -p "$dir"
+	[ "$(id -u)" -eq 0 ] && chown postgres "$dir"
+	pg_run initdb -D "$dir/data" -A trust -U postgres >"$dir/initdb.log" 2>&1
+	{
+		echo "listen_addresses = '127.0.0.1'"
+		echo "port = $port"
+		echo "unix_socket_directories = '$dir'"
+		for setting in "$@"; do echo "$setting"; done
+	} >>"$dir/data/postgresql.conf"
+	pg_run pg_ctl -D "$dir/data" -l "$dir/server.log" -w -t 60 start >/dev/null
+	PG_PID=$(head -n 1 "$dir/data/postmaster.pid")
+}
+
+# Stops a process by PID and waits until it is gone: stop_pid PID [SIGNAL].
+stop_pid() {
+	local pid=$1 sig=${2:-TERM} i
+	[ -n "$pid" ] || return 0
+	kill "-$sig" "$pid" 2>/dev/null || return 0
+	for i in $(seq 1 600); do
+		kill -0 "$pid" 2>/dev/null || return 0
+		sleep 0.1
+	done
+	kill -KILL "$pid" 2>/dev/null || true
+}
+
+# Fast shutdown of the cluster started by pg_start.
+pg_stop() {
+	stop_pid "$1" INT
+}
+
+# Starts a throwaway Redis: redis_start DIR PORT [option ...]. Sets REDIS_PID.
+redis_start() {
+	local dir=$1 port=$2 i
+	shift 2
+	mkdir -p "$dir"
+	redis-server --port "$port" --bind 127.0.0.1 --dir "$dir" --save '' --appendonly no \
+		--daemonize no "$@" >"$dir/redis.log" 2>&1 &
+	REDIS_PID=$!
+	for i in $(seq 1 200); do
+		redis-cli -p "$port" ping >/dev/null 2>&1 && return 0
+		sleep 0.05
+	done
+	echo "redis-server did not start; see $dir/redis.log" >&2
+	return 1
+}
+
+# Builds the relay (and the benchmark helpers) into build/.
+build_relay() {
+	say "building the relay"
+	cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	cmake --build build -j"$(nproc)" --target "$@" >/dev/null
+}

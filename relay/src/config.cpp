@@ -128,6 +128,9 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
     publish->add_option("--poll-interval", poll, "longest wait for a notification before fetching again")
         ->envname("PG_OUTBOX_POLL_INTERVAL")
         ->capture_default_str();
+    publish->add_flag("--listen,!--no-listen", c.listen,
+                      "wake on the extension's NOTIFY (default); --no-listen: poll only")
+        ->envname("PG_OUTBOX_LISTEN");
     publish->add_option("--maxlen", c.maxlen, "trim each stream to about this many entries (XADD MAXLEN ~); 0: never")
         ->envname("PG_OUTBOX_MAXLEN")
         ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 62))

@@ -60,18 +60,13 @@ local trim = tonumber(maxlen) > 0
 local written, already = 0, 0
 local i = 3
 while i <= #ARGV do
-  local n = tonumber(ARGV[i + 1])
-  local args = {'XADD', KEYS[1]}
+  local last = i + 1 + tonumber(ARGV[i + 1])
+  local r
   if trim then
-    args[#args + 1] = 'MAXLEN'
-    args[#args + 1] = '~'
-    args[#args + 1] = maxlen
+    r = redis.pcall('XADD', KEYS[1], 'MAXLEN', '~', maxlen, ARGV[i], unpack(ARGV, i + 2, last))
+  else
+    r = redis.pcall('XADD', KEYS[1], ARGV[i], unpack(ARGV, i + 2, last))
   end
-  args[#args + 1] = ARGV[i]
-  for j = i + 2, i + 1 + n do
-    args[#args + 1] = ARGV[j]
-  end
-  local r = redis.pcall(unpack(args))
   if type(r) == 'table' and r.err then
     if string.find(r.err, 'equal or smaller than the target stream top item', 1, true) then
       already = already + 1
@@ -81,7 +76,7 @@ while i <= #ARGV do
   else
     written = written + 1
   end
-  i = i + 2 + n
+  i = last + 1
 end
 return {written, already}
 )lua";

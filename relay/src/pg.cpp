@@ -42,6 +42,25 @@ PgResult PgConnection::exec(const std::string& sql, const std::vector<Param>& pa
     return result;
 }
 
+void PgConnection::send(const std::string& sql, const std::vector<Param>& params) {
+    std::vector<const char*> values;
+    values.reserve(params.size());
+    for (const auto& p : params) values.push_back(p ? p->c_str() : nullptr);
+    if (PQsendQueryParams(conn_.get(), sql.c_str(), static_cast<int>(values.size()), nullptr, values.data(), nullptr,
+                          nullptr, 0) == 0)
+        throw_error(nullptr, "could not send a query");
+}
+
+PgResult PgConnection::receive() {
+    PGresult* raw = PQgetResult(conn_.get());
+    PgResult result(raw);
+    // Consume the end of the command, so that the connection is idle again.
+    while (PGresult* extra = PQgetResult(conn_.get())) PQclear(extra);
+    const auto status = raw ? PQresultStatus(raw) : PGRES_FATAL_ERROR;
+    if (status != PGRES_TUPLES_OK && status != PGRES_COMMAND_OK) throw_error(raw, "query failed");
+    return result;
+}
+
 void PgConnection::listen(const std::string& channel) {
     std::unique_ptr<char, decltype(&PQfreemem)> quoted(
         PQescapeIdentifier(conn_.get(), channel.c_str(), channel.size()), &PQfreemem);

@@ -19,7 +19,7 @@ constexpr const char* kResignSql = "SELECT outbox_resign($1)";
 constexpr const char* kFetchSql =
     "SELECT pos, event_id, topic, key, payload, headers, created_at,"
     "       extract(epoch FROM clock_timestamp() - created_at)"
-    "  FROM outbox_fetch($1, $2)";
+    "  FROM outbox_fetch($1, $2, $3)";
 constexpr const char* kAdvanceSql = "SELECT outbox_advance($1, $2, $3::jsonb)";
 constexpr const char* kStreamsSql =
     "SELECT streams::text, cursor_txid::text || '-' || cursor_seq FROM outbox.groups WHERE name = $1";
@@ -45,7 +45,7 @@ Publisher::Publisher(const Config& config, Metrics& metrics, const std::atomic<b
 void Publisher::connect() {
     if (!pg_) {
         pg_.emplace(config_.pg_conninfo, "pg_outbox_relay publish " + config_.group);
-        pg_->listen("pg_outbox");
+        if (config_.listen) pg_->listen("pg_outbox");
         metrics_.pg_connected = true;
         streams_checked_ = false;
         spdlog::info("connected to PostgreSQL (backend pid {})", pg_->backend_pid());
@@ -67,6 +67,7 @@ void Publisher::load_script() {
 
 void Publisher::disconnect_pg() {
     pg_.reset();
+    prefetched_.clear();
     metrics_.pg_connected = false;
     if (metrics_.leader.exchange(false)) spdlog::warn("lost the leadership of group \"{}\" with the connection", config_.group);
 }
@@ -134,10 +135,14 @@ void Publisher::check_streams() {
     }
 }
 
-std::vector<Event> Publisher::fetch() {
-    const auto t0 = std::chrono::steady_clock::now();
-    auto r = pg_->exec(kFetchSql, {config_.group, std::to_string(config_.batch_size)});
-    metrics_.pg_rtt_seconds = seconds_since(t0);
+void Publisher::send_fetch(const std::string* after) {
+    fetch_sent_ = std::chrono::steady_clock::now();
+    pg_->send(kFetchSql, {config_.group, std::to_string(config_.batch_size), after ? Param(*after) : std::nullopt});
+}
+
+std::vector<Event> Publisher::receive_fetch() {
+    auto r = pg_->receive();
+    metrics_.pg_rtt_seconds = seconds_since(fetch_sent_);
     std::vector<Event> batch;
     batch.reserve(r.rows());
     for (int i = 0; i < r.rows(); ++i) {
@@ -281,20 +286,44 @@ int Publisher::run() {
                 continue;
             }
             if (!streams_checked_ || std::chrono::steady_clock::now() >= next_check_) {
+                prefetched_.clear();
                 check_streams();
                 streams_checked_ = true;
             }
             refresh_lag();
-            const auto batch = fetch();
+            const auto t0 = std::chrono::steady_clock::now();
+            auto batch = std::move(prefetched_);
+            prefetched_.clear();
+            if (batch.empty()) batch = fetch();
             if (batch.empty()) {
                 wait(config_.poll_interval);
                 continue;
             }
-            const auto streams = publish(batch);
+            const auto t1 = std::chrono::steady_clock::now();
+            // Fetch the next batch while Redis writes this one.
+            send_fetch(&batch.back().position);
+            std::map<std::string, std::string> streams;
+            try {
+                streams = publish(batch);
+            } catch (...) {
+                try {
+                    pg_->receive();
+                } catch (const PgError&) {
+                    // The next loop finds the connection broken, if it is.
+                }
+                throw;
+            }
+            const auto t2 = std::chrono::steady_clock::now();
+            auto next = receive_fetch();
             advance(batch.back().position, streams);
-            spdlog::debug("published {} events up to {}", batch.size(), batch.back().position);
+            prefetched_ = std::move(next);
+            spdlog::debug("published {} events up to {} (fetch {:.2f} ms, redis and next fetch {:.2f} ms, advance {:.2f} ms)",
+                          batch.size(), batch.back().position,
+                          std::chrono::duration<double, std::milli>(t1 - t0).count(),
+                          std::chrono::duration<double, std::milli>(t2 - t1).count(), seconds_since(t2) * 1000);
             backoff_.reset();
         } catch (const LostLeadership&) {
+            prefetched_.clear();
             metrics_.leader = false;
             spdlog::warn("group \"{}\" is led by another session now; standing by", config_.group);
         } catch (const PgError& e) {
@@ -310,6 +339,7 @@ int Publisher::run() {
             metrics_.count_error(e.kind() == RedisError::Kind::io ? "redis_io" : "redis_" + e.code());
             spdlog::warn("Redis: {}; the batch will be retried, the cursor did not move", e.what());
             if (e.kind() == RedisError::Kind::io) disconnect_redis();
+            prefetched_.clear();
             streams_checked_ = false;
             pause(backoff_.next());
         }

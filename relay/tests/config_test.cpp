@@ -64,6 +64,8 @@ TEST(CommandLine, PublishWithDefaults) {
     EXPECT_EQ(r.config->stream_template, "outbox:{topic}");
     EXPECT_EQ(r.config->id_mode, IdMode::explicit_position);
     EXPECT_EQ(r.config->redis.port, 6379);
+    EXPECT_TRUE(r.config->listen);
+    EXPECT_FALSE(parse({"publish", "--group", "g", "--no-listen"}).config->listen);
 }
 
 TEST(CommandLine, CommonOptionsBeforeOrAfterTheMode) {

@@ -11,6 +11,8 @@
 #include <set>
 #include <thread>
 
+#include <httplib.h>
+
 #include "servers.hpp"
 
 using namespace pg_outbox;
@@ -318,4 +320,30 @@ TEST_F(PublishTest, UnknownGroupIsFatal) {
     auto& relay = start_relay();
     EXPECT_EQ(relay.wait(20s), 1);
     EXPECT_NE(relay.log().find("group \"g\" does not exist"), std::string::npos) << relay.log();
+}
+
+// The Prometheus endpoint counts what was published; health reports the role.
+TEST_F(PublishTest, MetricsAndHealthEndpoints) {
+    const int port = free_port();
+    start_relay({"--metrics-address", "127.0.0.1:" + std::to_string(port)});
+    emit(42);
+    ASSERT_TRUE(wait_all_published());
+    httplib::Client client("127.0.0.1", port);
+    std::string body;
+    ASSERT_TRUE(eventually(
+        [&] {
+            auto res = client.Get("/metrics");
+            if (!res || res->status != 200) return false;
+            body = res->body;
+            return body.find("pg_outbox_relay_events_published_total{mode=\"publish\",group=\"g\"} 42") !=
+                   std::string::npos;
+        },
+        10s))
+        << body;
+    EXPECT_NE(body.find("pg_outbox_relay_leader{mode=\"publish\",group=\"g\"} 1"), std::string::npos);
+    EXPECT_NE(body.find("# TYPE pg_outbox_relay_batches_published_total counter"), std::string::npos);
+    auto health = client.Get("/health");
+    ASSERT_TRUE(health);
+    EXPECT_EQ(health->status, 200);
+    EXPECT_EQ(health->body, "ok leader\n");
 }

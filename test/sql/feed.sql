@@ -115,8 +115,15 @@ $$;
 SELECT outbox_rewind('all', 'now') IS NOT NULL AS reanchored;
 SELECT count(*) FROM outbox_fetch('all');
 
--- Statistics: waiting events and the age of the oldest.
+-- Fetching after a later position (a relay's prefetch while the broker
+-- writes the previous batch) skips what is in flight; a position behind
+-- the cursor changes nothing.
 SELECT outbox_rewind('all', 'beginning') IS NOT NULL AS rewound;
+SELECT key FROM outbox_fetch('all', 2, (SELECT pos FROM outbox_fetch('all', 1)));
+SELECT key FROM outbox_fetch('all', 1, '0-0');
+SELECT pg_temp.try($$SELECT * FROM outbox_fetch('all', 1, 'x')$$);
+
+-- Statistics: waiting events and the age of the oldest.
 SELECT group_name, cursor_position ~ '^[0-9]+-0$' AS cursor_ok, leader_pid = pg_backend_pid() AS leads, waiting,
        oldest_waiting_age > '0'::interval AS has_age, horizon = outbox.horizon() AS horizon_ok
   FROM outbox.group_stats ORDER BY group_name;

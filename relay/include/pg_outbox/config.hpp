@@ -44,6 +44,7 @@ struct Config {
     std::string stream_template = "outbox:{topic}";
     int batch_size = 1000;
     std::chrono::milliseconds poll_interval{500};
+    bool listen = true;  // wake on NOTIFY; else poll only
     std::int64_t maxlen = 0;  // 0: no trimming
     IdMode id_mode = IdMode::explicit_position;
 

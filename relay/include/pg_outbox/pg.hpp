@@ -52,6 +52,11 @@ public:
     // Unnamed statements only: no cached generic plan can form.
     PgResult exec(const std::string& sql, const std::vector<Param>& params = {});
 
+    // The same in two steps, so that the caller can work while the server
+    // runs the statement. Exactly one receive() must follow each send().
+    void send(const std::string& sql, const std::vector<Param>& params = {});
+    PgResult receive();
+
     // LISTEN on a channel.
     void listen(const std::string& channel);
 

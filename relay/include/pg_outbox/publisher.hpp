@@ -31,7 +31,15 @@ private:
     void disconnect_redis();
     bool take_leadership();
     void check_streams();
-    std::vector<Event> fetch();
+    // The next batch after the cursor, or after "after" when given (the
+    // batch still being written to Redis). fetch() is send_fetch() then
+    // receive_fetch().
+    void send_fetch(const std::string* after);
+    std::vector<Event> receive_fetch();
+    std::vector<Event> fetch() {
+        send_fetch(nullptr);
+        return receive_fetch();
+    }
     // Publishes a batch; returns the last position per stream. Throws
     // RedisError after reading every reply when any entry failed.
     std::map<std::string, std::string> publish(const std::vector<Event>& batch);
@@ -47,11 +55,14 @@ private:
     std::optional<PgConnection> pg_;
     std::optional<RedisConnection> redis_;
     bool streams_checked_ = false;
+    // The batch fetched while the previous one was being written to Redis.
+    std::vector<Event> prefetched_;
     std::string maxlen_text_;
     std::string script_sha_;
     // Last position published to each stream, as far as this relay knows.
     std::map<std::string, Position> known_;
     std::chrono::steady_clock::time_point next_check_{};
+    std::chrono::steady_clock::time_point fetch_sent_{};
     std::chrono::steady_clock::time_point next_stats_{};
 };
 

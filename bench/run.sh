@@ -1,0 +1,230 @@
+#!/usr/bin/env bash
+# pg_outbox benchmarks: each figure beside a baseline measured in the same
+# run, on throwaway PostgreSQL and Redis servers on loopback. Prints a
+# markdown table and writes it to bench/results/. Asserts nothing.
+#
+#   BENCH_ONLY="drain latency coldstart"   workloads to run (default: all)
+#   BENCH_ROUNDS=3                         interleaved rounds per workload
+#   BENCH_EVENTS=1000000                   events drained per round
+#   BENCH_BURST=500000                     events of the cold-start burst
+#   BENCH_RATE=2000 BENCH_SECONDS=15       latency: transactions/s and duration
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+
+ONLY=${BENCH_ONLY:-drain latency coldstart}
+ROUNDS=${BENCH_ROUNDS:-3}
+EVENTS=${BENCH_EVENTS:-1000000}
+BURST=${BENCH_BURST:-500000}
+RATE=${BENCH_RATE:-2000}
+SECONDS_LAT=${BENCH_SECONDS:-15}
+
+ensure_packages
+build_extension
+build_relay pg_outbox_relay pg_outbox_bench
+RELAY=build/relay/pg_outbox_relay
+TOOL=build/bench/pg_outbox_bench
+
+WORK=$(mktemp -d /tmp/pg_outbox_bench.XXXXXX)
+chmod 755 "$WORK"
+PG_PORT=$(free_port)
+REDIS_PORT=$(free_port)
+PG_PID=
+REDIS_PID=
+RELAY_PID=
+cleanup() {
+	stop_pid "$RELAY_PID"
+	stop_pid "$REDIS_PID"
+	pg_stop "$PG_PID"
+	rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+say "starting PostgreSQL on 127.0.0.1:$PG_PORT and Redis on 127.0.0.1:$REDIS_PORT"
+pg_start "$WORK/pg" "$PG_PORT" "shared_buffers = '1GB'" "max_wal_size = '8GB'" "checkpoint_timeout = '30min'" \
+	"max_connections = 50"
+redis_start "$WORK/redis" "$REDIS_PORT"
+REDIS="127.0.0.1:$REDIS_PORT"
+
+psql_db() {
+	local db=$1
+	shift
+	psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PG_PORT" -U postgres -d "$db" "$@"
+}
+conninfo() { echo "host=127.0.0.1 port=$PG_PORT user=postgres dbname=$1"; }
+redis() { redis-cli -p "$REDIS_PORT" "$@"; }
+stream_total() {
+	local total=0 k
+	for k in $(redis --scan --pattern 'outbox:*'); do
+		total=$((total + $(redis xlen "$k")))
+	done
+	echo "$total"
+}
+now() { date +%s.%N; }
+wait_streams() { # until the streams hold $1 entries
+	while [ "$(stream_total)" -lt "$1" ]; do sleep 0.02; done
+}
+# median, min and max of numbers on stdin: "median (min–max)"
+stats() { sort -g | awk '{a[NR]=$1} END {m=(NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2; printf "%.6g (%.6g–%.6g)", m, a[1], a[NR]}'; }
+result() { sed -n "s/^RESULT $1 //p"; }
+
+# Emits $2 events into database $1: 10,000 per transaction, four topics,
+# a 16-character key and about 200 bytes of JSON each.
+load_events() {
+	local db=$1 n=$2
+	psql_db "$db" -c "
+	DO \$\$
+	DECLARE c integer;
+	BEGIN
+		FOR c IN 0 .. ($n - 1) / 10000 LOOP
+			PERFORM count(*) FROM outbox_emit_many('topic' || (c % 4),
+				(SELECT array_agg(lpad((c * 10000 + i)::text, 16, '0')) FROM generate_series(1, least(10000, $n - c * 10000)) i),
+				(SELECT array_agg(jsonb_build_object('order_id', c * 10000 + i, 'customer', 'customer-000000001',
+					'amount', 12345, 'currency', 'EUR', 'status', 'confirmed',
+					'note', 'lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor'))
+				   FROM generate_series(1, least(10000, $n - c * 10000)) i));
+			COMMIT;
+		END LOOP;
+	END
+	\$\$;"
+}
+
+TABLE="$WORK/table.md"
+: >"$TABLE"
+row() { echo "| $* |" >>"$TABLE"; }
+
+if [[ " $ONLY " == *" drain "* ]]; then
+	say "drain: $EVENTS waiting events, $ROUNDS rounds"
+	psql_db postgres -c "CREATE DATABASE drain"
+	psql_db drain -c "CREATE EXTENSION pg_outbox" -c "SELECT outbox_group_create('drain', start_at => 'beginning')" >/dev/null
+	load_events drain "$EVENTS"
+	psql_db drain -c "
+		CREATE TABLE naive_template AS
+			SELECT row_number() OVER (ORDER BY txid, seq) AS id, event_id, topic, key, payload, headers, created_at
+			  FROM outbox.event;
+		CREATE TABLE naive_outbox (id bigint PRIMARY KEY, event_id uuid, topic text, key text, payload jsonb,
+			headers jsonb, created_at timestamptz, status text NOT NULL DEFAULT 'new', updated_at timestamptz);
+		CREATE INDEX naive_outbox_new ON naive_outbox (id) WHERE status = 'new';" -c "VACUUM ANALYZE"
+	: >"$WORK/drain"
+	for r in $(seq 1 "$ROUNDS"); do
+		# pg_outbox_relay
+		redis flushall >/dev/null
+		psql_db drain -c "SELECT outbox_rewind('drain', 'beginning'); UPDATE outbox.groups SET streams = '{}'" >/dev/null
+		t0=$(now)
+		"$RELAY" publish --pg "$(conninfo drain)" --redis "$REDIS" --group drain --batch-size 1000 \
+			--log-level warn >"$WORK/relay.log" 2>&1 &
+		RELAY_PID=$!
+		wait_streams "$EVENTS"
+		t1=$(now)
+		rss=$(awk '/VmHWM/ {print $2}' "/proc/$RELAY_PID/status")
+		stop_pid "$RELAY_PID"
+		RELAY_PID=
+		relay_eps=$(echo "$EVENTS $t0 $t1" | awk '{printf "%.0f", $1 / ($3 - $2)}')
+		# the ceiling: bare pipelined XADD of the same entries
+		redis flushall >/dev/null
+		ceiling_eps=$("$TOOL" xadd-ceiling --pg "$(conninfo drain)" --redis "$REDIS" | result events_per_second)
+		# the naive status-column relay
+		redis flushall >/dev/null
+		psql_db drain -c "TRUNCATE naive_outbox; INSERT INTO naive_outbox (id, event_id, topic, key, payload, headers, created_at)
+			SELECT * FROM naive_template" -c "VACUUM ANALYZE naive_outbox" >/dev/null
+		naive_eps=$("$TOOL" naive-relay --pg "$(conninfo drain)" --redis "$REDIS" | result events_per_second)
+		echo "$relay_eps $ceiling_eps $naive_eps $rss" >>"$WORK/drain"
+		echo "   round $r: relay $relay_eps/s, XADD ceiling $ceiling_eps/s, naive relay $naive_eps/s, relay peak RSS ${rss} kB"
+	done
+	redis flushall >/dev/null
+	row "drain $EVENTS events: pg_outbox_relay (events/s) | $(awk '{print $1}' "$WORK/drain" | stats) | |"
+	row "drain: bare pipelined XADD, the ceiling (events/s) | $(awk '{print $2}' "$WORK/drain" | stats) | |"
+	row "drain: naive status-column relay (events/s) | $(awk '{print $3}' "$WORK/drain" | stats) | |"
+	row "drain: relay / ceiling | $(awk '{print $1 / $2}' "$WORK/drain" | stats) | ≥ 0.5 |"
+	row "drain: relay / naive | $(awk '{print $1 / $3}' "$WORK/drain" | stats) | ≥ 3 |"
+	row "relay peak RSS during drain (MB) | $(awk '{print $4 / 1024}' "$WORK/drain" | stats) | < 64 |"
+	psql_db postgres -c "DROP DATABASE drain"
+fi
+
+if [[ " $ONLY " == *" latency "* ]]; then
+	say "latency: $RATE transactions/s for ${SECONDS_LAT}s, woken by NOTIFY vs polling every 100ms"
+	psql_db postgres -c "CREATE DATABASE lat"
+	psql_db lat -c "CREATE EXTENSION pg_outbox" -c "SELECT outbox_group_create('lat')" >/dev/null
+	echo "SELECT outbox_emit('lat', 'k' || :client_id, jsonb_build_object('t', extract(epoch FROM clock_timestamp())));" \
+		>"$WORK/lat.sql"
+	: >"$WORK/lat_listen"
+	: >"$WORK/lat_poll"
+	count=$((RATE * SECONDS_LAT * 95 / 100))
+	for r in $(seq 1 "$ROUNDS"); do
+		for mode in listen poll; do
+			redis flushall >/dev/null
+			psql_db lat -c "SELECT outbox_rewind('lat', 'now'); UPDATE outbox.groups SET streams = '{}'" >/dev/null
+			flags=(--poll-interval 500ms)
+			[ "$mode" = poll ] && flags=(--no-listen --poll-interval 100ms)
+			"$RELAY" publish --pg "$(conninfo lat)" --redis "$REDIS" --group lat --log-level warn "${flags[@]}" \
+				>"$WORK/relay.log" 2>&1 &
+			RELAY_PID=$!
+			sleep 1
+			"$TOOL" latency --redis "$REDIS" --stream outbox:lat --count "$count" --timeout $((SECONDS_LAT + 30)) \
+				>"$WORK/lat.out" &
+			probe=$!
+			sleep 0.5
+			pgbench -n -h 127.0.0.1 -p "$PG_PORT" -U postgres -c 4 -j 2 -R "$RATE" -T "$SECONDS_LAT" -f "$WORK/lat.sql" lat \
+				>"$WORK/pgbench.out" 2>&1
+			wait "$probe" || true
+			stop_pid "$RELAY_PID"
+			RELAY_PID=
+			echo "$(result p50_ms <"$WORK/lat.out") $(result p99_ms <"$WORK/lat.out") $(result p999_ms <"$WORK/lat.out") $(result max_ms <"$WORK/lat.out")" \
+				>>"$WORK/lat_$mode"
+			echo "   round $r, $mode: p50/p99/p99.9/max ms: $(tail -n 1 "$WORK/lat_$mode")"
+		done
+	done
+	for mode in listen poll; do
+		label="LISTEN/NOTIFY"
+		[ "$mode" = poll ] && label="polling every 100ms"
+		row "latency at $RATE tx/s, $label: commit to stream p50 (ms) | $(awk '{print $1}' "$WORK/lat_$mode" | stats) | |"
+		row "latency at $RATE tx/s, $label: p99 (ms) | $(awk '{print $2}' "$WORK/lat_$mode" | stats) | $([ $mode = listen ] && echo '< 5')|"
+		row "latency at $RATE tx/s, $label: p99.9 (ms) | $(awk '{print $3}' "$WORK/lat_$mode" | stats) | |"
+		row "latency at $RATE tx/s, $label: max (ms) | $(awk '{print $4}' "$WORK/lat_$mode" | stats) | |"
+	done
+	psql_db postgres -c "DROP DATABASE lat"
+fi
+
+if [[ " $ONLY " == *" coldstart "* ]]; then
+	say "cold start: relay started on empty partitions, then a burst of $BURST events"
+	: >"$WORK/cold"
+	for r in $(seq 1 "$ROUNDS"); do
+		redis flushall >/dev/null
+		psql_db postgres -c "DROP DATABASE IF EXISTS cold" -c "CREATE DATABASE cold"
+		psql_db cold -c "CREATE EXTENSION pg_outbox" -c "SELECT outbox_group_create('cold', start_at => 'beginning')" >/dev/null
+		"$RELAY" publish --pg "$(conninfo cold)" --redis "$REDIS" --group cold --log-level warn \
+			>"$WORK/relay.log" 2>&1 &
+		RELAY_PID=$!
+		sleep 2 # the relay polls the empty table for a while
+		load_events cold "$BURST"
+		t_commit=$(now)
+		wait_streams "$BURST"
+		t_done=$(now)
+		stop_pid "$RELAY_PID"
+		RELAY_PID=
+		echo "$t_commit $t_done" | awk '{printf "%.3f\n", $2 - $1}' >>"$WORK/cold"
+		echo "   round $r: last commit to last XADD $(tail -n 1 "$WORK/cold") s"
+	done
+	row "cold start: last commit to last XADD of a $BURST-event burst (s) | $(stats <"$WORK/cold") | < 2 |"
+	psql_db postgres -c "DROP DATABASE cold"
+fi
+
+mkdir -p bench/results
+out="bench/results/$(date -u +%Y-%m-%dT%H%M%SZ).md"
+{
+	echo "# pg_outbox benchmark, $(date -u '+%Y-%m-%d %H:%M UTC')"
+	echo
+	echo "Machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo), $(uname -sr)."
+	echo "PostgreSQL $(pg_run postgres --version | awk '{print $3}') (shared_buffers 1GB, fsync and synchronous_commit on),"
+	echo "Redis $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/') (no persistence), both on this machine."
+	echo "Each figure: median (min–max) of $ROUNDS interleaved rounds; ratios computed round by round."
+	echo
+	echo "| measure | median (min–max) | target |"
+	echo "|---|---|---|"
+	cat "$TABLE"
+} >"$out"
+echo
+cat "$out"
+echo
+echo "written to $out"
