@@ -8,14 +8,15 @@ MODULE_big = pg_outbox
 OBJS = \
 	extension/pg_outbox.o \
 	extension/emit.o \
-	extension/lead.o
+	extension/lead.o \
+	extension/inbox.o
 
 DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql
 DATA = $(wildcard sql/$(EXTENSION)--*--*.sql)
 
-REGRESS = install emit emit_errors groups feed privileges explain drop
+REGRESS = install emit emit_errors groups feed privileges explain inbox drop
 REGRESS_OPTS = --inputdir=test --outputdir=test --load-extension=$(EXTENSION)
-ISOLATION = xid_order abort_savepoint open_tx prepared two_relays
+ISOLATION = xid_order abort_savepoint open_tx prepared two_relays inbox_race
 ISOLATION_OPTS = --inputdir=test --outputdir=test/isolation --load-extension=$(EXTENSION)
 
 EXTRA_CLEAN = test/results test/isolation test/regression.diffs test/regression.out
@@ -45,6 +46,10 @@ test:
 
 demo:
 	./scripts/demo.sh
+
+# Benchmarks on throwaway servers; they print tables (see bench/README.md).
+bench:
+	./bench/run.sh
 
 # The version lives in the control file; META.json must agree.
 checkver:

@@ -20,7 +20,7 @@ DO $roles$
 DECLARE
 	r text;
 BEGIN
-	FOREACH r IN ARRAY ARRAY['outbox_writer', 'outbox_relay', 'outbox_admin']
+	FOREACH r IN ARRAY ARRAY['outbox_writer', 'outbox_relay', 'outbox_consumer', 'outbox_admin']
 	LOOP
 		IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = r) THEN
 			EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', r);
@@ -530,6 +530,289 @@ COMMENT ON FUNCTION @extschema@.outbox_rewind(text, text) IS
 	'pg_outbox: moves the group''s cursor to a position, ''now'' or ''beginning''; returns the new position';
 
 --
+-- The inbox: what each consumer applied, to apply every event once.
+--
+
+-- outbox.inbox is range-partitioned by day of application, so retention
+-- drops whole partitions. Uniqueness of (consumer, event_id) holds within a
+-- partition by a unique index, and across partitions because inbox_apply()
+-- serializes applies of one event and looks in every partition first.
+CREATE TABLE outbox.inbox (
+	consumer text NOT NULL,
+	event_id uuid NOT NULL,
+	payload jsonb NOT NULL,
+	applied_at timestamptz NOT NULL DEFAULT pg_catalog.now()
+) PARTITION BY RANGE (applied_at);
+COMMENT ON TABLE outbox.inbox IS 'pg_outbox inbox: events applied per consumer, with the payload applied; partitioned by day';
+CREATE TABLE outbox.inbox_default PARTITION OF outbox.inbox DEFAULT;
+COMMENT ON TABLE outbox.inbox_default IS 'pg_outbox: inbox rows beyond the premade partitions (normally empty)';
+CREATE UNIQUE INDEX inbox_default_consumer_event_id_key ON outbox.inbox_default (consumer, event_id);
+
+ALTER TABLE outbox.config
+	ADD COLUMN inbox_retention interval NOT NULL DEFAULT '7 days',
+	ADD CONSTRAINT config_inbox_retention_check CHECK (inbox_retention >= interval '1 day');
+COMMENT ON COLUMN outbox.config.inbox_retention IS 'how long the inbox remembers applied events; must cover the broker''s retention and any replay window';
+
+-- Creates the daily inbox partitions from today to three days ahead, each
+-- with its (consumer, event_id) unique index. Returns how many it created.
+CREATE FUNCTION outbox.inbox_premake_partitions()
+RETURNS integer
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	day date;
+	part name;
+	created integer := 0;
+BEGIN
+	FOR i IN 0 .. 3 LOOP
+		day := (now() AT TIME ZONE 'UTC')::date + i;
+		part := format('inbox_%s', to_char(day, 'YYYYMMDD'));
+		IF NOT EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+						WHERE n.nspname = 'outbox' AND c.relname = part) THEN
+			EXECUTE format('CREATE TABLE outbox.%I PARTITION OF outbox.inbox FOR VALUES FROM (%L) TO (%L)',
+						   part, day::timestamp AT TIME ZONE 'UTC', (day + 1)::timestamp AT TIME ZONE 'UTC');
+			EXECUTE format('CREATE UNIQUE INDEX %I ON outbox.%I (consumer, event_id)',
+						   part || '_consumer_event_id_key', part);
+			created := created + 1;
+		END IF;
+	END LOOP;
+	RETURN created;
+END
+$$;
+COMMENT ON FUNCTION outbox.inbox_premake_partitions() IS 'pg_outbox: creates the inbox partitions from today to three days ahead';
+SELECT outbox.inbox_premake_partitions();
+
+-- Drops the inbox partitions that end before now() - inbox_retention.
+-- Returns how many it dropped.
+CREATE FUNCTION outbox.inbox_retire_partitions()
+RETURNS integer
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	p record;
+	dropped integer := 0;
+BEGIN
+	FOR p IN
+		SELECT c.relname
+		  FROM pg_inherits i
+		  JOIN pg_class c ON c.oid = i.inhrelid
+		 WHERE i.inhparent = 'outbox.inbox'::regclass
+		   AND c.relname ~ '^inbox_[0-9]{8}$'
+		   AND to_date(substr(c.relname, 7), 'YYYYMMDD') + 1
+			   <= ((now() - (SELECT inbox_retention FROM outbox.config)) AT TIME ZONE 'UTC')::date
+		 ORDER BY c.relname
+	LOOP
+		EXECUTE format('DROP TABLE outbox.%I', p.relname);
+		RAISE LOG 'pg_outbox: dropped inbox partition %', p.relname;
+		dropped := dropped + 1;
+	END LOOP;
+	RETURN dropped;
+END
+$$;
+COMMENT ON FUNCTION outbox.inbox_retire_partitions() IS 'pg_outbox: drops the inbox partitions older than inbox_retention';
+
+CREATE FUNCTION outbox.inbox_lock(key bigint)
+RETURNS void
+AS 'MODULE_PATHNAME', 'outbox_inbox_lock'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+COMMENT ON FUNCTION outbox.inbox_lock(bigint) IS 'pg_outbox: transaction lock that serializes applies of one event by one consumer';
+
+-- Applies an event for a consumer, once: true the first time (the caller
+-- applies its effect in the same transaction), false for a redelivery with
+-- an equal payload; the same id with another payload is an identity
+-- conflict, SQLSTATE OB001.
+CREATE FUNCTION @extschema@.inbox_apply(consumer text, event_id uuid, payload jsonb)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	applied jsonb;
+BEGIN
+	IF consumer IS NULL OR event_id IS NULL OR payload IS NULL THEN
+		RAISE EXCEPTION '% must not be null',
+			CASE WHEN consumer IS NULL THEN 'consumer' WHEN event_id IS NULL THEN 'event_id' ELSE 'payload' END
+			USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF consumer = '' THEN
+		RAISE EXCEPTION 'consumer must not be empty' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF octet_length(consumer) > 255 THEN
+		RAISE EXCEPTION 'consumer name is too long'
+			USING ERRCODE = 'program_limit_exceeded',
+				  DETAIL = format('The name is %s bytes; the limit is 255 bytes.', octet_length(consumer));
+	END IF;
+	PERFORM outbox.inbox_lock(hashtextextended(consumer || '/' || event_id::text, 0));
+	SELECT i.payload INTO applied FROM outbox.inbox i
+	 WHERE i.consumer = inbox_apply.consumer AND i.event_id = inbox_apply.event_id;
+	IF FOUND THEN
+		IF applied = payload THEN
+			RETURN false;
+		END IF;
+		RAISE EXCEPTION 'event % was already applied by consumer "%" with another payload', event_id, consumer
+			USING ERRCODE = 'OB001',
+				  DETAIL = format('Applied payload: %s. Received payload: %s.', applied, payload),
+				  HINT = 'Two different events carry the same event id. Nothing was applied; find the producer that reused the id.';
+	END IF;
+	INSERT INTO outbox.inbox (consumer, event_id, payload) VALUES (consumer, event_id, payload);
+	RETURN true;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.inbox_apply(text, uuid, jsonb) IS
+	'pg_outbox: records that a consumer applies an event; true the first time, false for a redelivery, SQLSTATE OB001 for another payload under the same id';
+
+--
+-- Dead letters: entries a consumer gave up on, kept with why.
+--
+CREATE TABLE outbox.dead_letters (
+	id bigint GENERATED ALWAYS AS IDENTITY,
+	consumer text NOT NULL,
+	event_id uuid,
+	stream text NOT NULL,
+	entry_id text NOT NULL,
+	topic text,
+	key text,
+	payload jsonb,
+	applied_payload jsonb,
+	headers jsonb,
+	reason text NOT NULL,
+	sqlstate text,
+	deliveries integer NOT NULL DEFAULT 1,
+	first_failed_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+	last_failed_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+	replayed_at timestamptz,
+	CONSTRAINT dead_letters_pkey PRIMARY KEY (id),
+	CONSTRAINT dead_letters_entry_key UNIQUE (consumer, stream, entry_id)
+);
+COMMENT ON TABLE outbox.dead_letters IS 'pg_outbox: stream entries a consumer gave up on, with the reason';
+COMMENT ON COLUMN outbox.dead_letters.applied_payload IS 'for an identity conflict: the payload applied earlier under the same event id';
+SELECT pg_catalog.pg_extension_config_dump('outbox.dead_letters', '');
+
+-- Records (or updates) a dead letter; returns its id.
+CREATE FUNCTION @extschema@.inbox_dead_letter(consumer text, stream text, entry_id text, event_id uuid,
+											  topic text, key text, payload jsonb, headers jsonb,
+											  reason text, sqlstate text DEFAULT NULL, deliveries integer DEFAULT 1)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	dl_id bigint;
+	applied jsonb;
+BEGIN
+	IF consumer IS NULL OR stream IS NULL OR entry_id IS NULL OR reason IS NULL THEN
+		RAISE EXCEPTION 'consumer, stream, entry_id and reason must not be null'
+			USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF event_id IS NOT NULL THEN
+		SELECT i.payload INTO applied FROM outbox.inbox i
+		 WHERE i.consumer = inbox_dead_letter.consumer AND i.event_id = inbox_dead_letter.event_id;
+	END IF;
+	INSERT INTO outbox.dead_letters AS d
+		(consumer, event_id, stream, entry_id, topic, key, payload, applied_payload, headers, reason, sqlstate, deliveries)
+	VALUES (consumer, event_id, stream, entry_id, topic, key, payload, applied, headers, reason, sqlstate,
+			greatest(coalesce(deliveries, 1), 1))
+	ON CONFLICT ON CONSTRAINT dead_letters_entry_key DO UPDATE
+		SET reason = excluded.reason, sqlstate = excluded.sqlstate,
+			deliveries = greatest(d.deliveries, excluded.deliveries), last_failed_at = now(),
+			applied_payload = coalesce(excluded.applied_payload, d.applied_payload)
+	RETURNING d.id INTO dl_id;
+	RETURN dl_id;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.inbox_dead_letter(text, text, text, uuid, text, text, jsonb, jsonb, text, text, integer) IS
+	'pg_outbox: records a stream entry a consumer gave up on, with the reason; returns the dead letter id';
+
+-- Applies a batch of stream entries for a consumer, each in its own
+-- subtransaction: inbox_apply(), then the handler when the event is new.
+-- A failing entry rolls back alone. Runs as the caller, with the caller's
+-- search_path, so the handler runs with the consumer's own privileges and
+-- names; everything it calls itself is schema-qualified.
+CREATE FUNCTION @extschema@.inbox_consume(consumer text, handler text, event_ids uuid[], topics text[],
+										  keys text[], payloads jsonb[], headers jsonb[])
+RETURNS TABLE (ord integer, status text, error_code text, error_message text)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $$
+DECLARE
+	n integer := coalesce(cardinality(payloads), 0);
+	err_state text;
+	err_message text;
+	err_detail text;
+BEGIN
+	IF handler IS NULL OR handler = '' THEN
+		RAISE EXCEPTION 'handler must not be empty' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF coalesce(cardinality(event_ids), 0) <> n OR coalesce(cardinality(topics), 0) <> n
+	   OR coalesce(cardinality(keys), n) <> n OR coalesce(cardinality(headers), n) <> n THEN
+		RAISE EXCEPTION 'the arrays of inbox_consume() must have the same length'
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'keys and headers may also be NULL.';
+	END IF;
+	FOR i IN 1 .. n LOOP
+		ord := i;
+		error_code := NULL;
+		error_message := NULL;
+		BEGIN
+			IF @extschema@.inbox_apply(consumer, event_ids[i], payloads[i]) THEN
+				EXECUTE handler USING topics[i], keys[i], payloads[i], headers[i], event_ids[i];
+				status := 'applied';
+			ELSE
+				status := 'duplicate';
+			END IF;
+		EXCEPTION WHEN OTHERS THEN
+			GET STACKED DIAGNOSTICS err_state = RETURNED_SQLSTATE, err_message = MESSAGE_TEXT,
+									err_detail = PG_EXCEPTION_DETAIL;
+			status := CASE WHEN err_state = 'OB001' THEN 'conflict' ELSE 'failed' END;
+			error_code := err_state;
+			error_message := err_message || CASE WHEN err_detail <> '' THEN ' (' || err_detail || ')' ELSE '' END;
+		END;
+		RETURN NEXT;
+	END LOOP;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.inbox_consume(text, text, uuid[], text[], text[], jsonb[], jsonb[]) IS
+	'pg_outbox: applies a batch of entries through the inbox and a handler, each in its own subtransaction; returns applied, duplicate, conflict or failed per entry';
+
+-- Applies a dead letter again with its original event id (so the inbox
+-- still dedupes it), through a handler, in the caller's transaction.
+-- Returns 'applied' or 'duplicate'; an identity conflict raises OB001.
+CREATE FUNCTION @extschema@.inbox_replay(dead_letter_id bigint, handler text)
+RETURNS text
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $$
+DECLARE
+	d record;
+	result text;
+BEGIN
+	IF dead_letter_id IS NULL OR handler IS NULL THEN
+		RAISE EXCEPTION 'dead_letter_id and handler must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	SELECT * INTO d FROM outbox.dead_letters WHERE id = dead_letter_id FOR UPDATE;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'dead letter % does not exist', dead_letter_id USING ERRCODE = 'undefined_object';
+	END IF;
+	IF d.event_id IS NULL OR d.payload IS NULL THEN
+		RAISE EXCEPTION 'dead letter % has no event to replay', dead_letter_id
+			USING ERRCODE = 'object_not_in_prerequisite_state',
+				  DETAIL = format('Entry %s of stream "%s" was gone from the stream: %s', d.entry_id, d.stream, d.reason),
+				  HINT = 'Republish the event from the producer''s outbox (outbox_rewind) instead.';
+	END IF;
+	IF @extschema@.inbox_apply(d.consumer, d.event_id, d.payload) THEN
+		EXECUTE handler USING d.topic, d.key, d.payload, d.headers, d.event_id;
+		result := 'applied';
+	ELSE
+		result := 'duplicate';
+	END IF;
+	UPDATE outbox.dead_letters SET replayed_at = now() WHERE id = dead_letter_id;
+	RETURN result;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.inbox_replay(bigint, text) IS
+	'pg_outbox: applies a dead letter again with its original event id, through a handler; returns applied or duplicate';
+
+--
 -- Statistics.
 --
 
@@ -614,10 +897,14 @@ REVOKE ALL ON FUNCTION
 	@extschema@.outbox_resign(text),
 	@extschema@.outbox_rewind(text, text),
 	@extschema@.outbox_horizon_holders(),
-	@extschema@.outbox_group_stats()
+	@extschema@.outbox_group_stats(),
+	@extschema@.inbox_apply(text, uuid, jsonb),
+	@extschema@.inbox_dead_letter(text, text, text, uuid, text, text, jsonb, jsonb, text, text, integer),
+	@extschema@.inbox_consume(text, text, uuid[], text[], text[], jsonb[], jsonb[]),
+	@extschema@.inbox_replay(bigint, text)
 FROM PUBLIC;
 
-GRANT USAGE ON SCHEMA outbox TO outbox_writer, outbox_relay, outbox_admin;
+GRANT USAGE ON SCHEMA outbox TO outbox_writer, outbox_relay, outbox_consumer, outbox_admin;
 
 GRANT EXECUTE ON FUNCTION
 	@extschema@.outbox_emit(text, text, jsonb, jsonb, uuid),
@@ -640,5 +927,15 @@ GRANT EXECUTE ON FUNCTION
 	@extschema@.outbox_group_create(text, text[], text),
 	@extschema@.outbox_group_drop(text, boolean)
 TO outbox_admin;
-GRANT SELECT ON outbox.event, outbox.config TO outbox_admin;
+GRANT SELECT ON outbox.event, outbox.config, outbox.inbox, outbox.dead_letters TO outbox_admin;
+
+GRANT EXECUTE ON FUNCTION
+	@extschema@.inbox_apply(text, uuid, jsonb),
+	@extschema@.inbox_dead_letter(text, text, text, uuid, text, text, jsonb, jsonb, text, text, integer),
+	@extschema@.inbox_consume(text, text, uuid[], text[], text[], jsonb[], jsonb[])
+TO outbox_consumer, outbox_admin;
+
+-- Replay runs as the caller and reads and marks the dead letter.
+GRANT EXECUTE ON FUNCTION @extschema@.inbox_replay(bigint, text) TO outbox_admin;
+GRANT UPDATE (replayed_at) ON outbox.dead_letters TO outbox_admin;
 GRANT UPDATE ON outbox.config TO outbox_admin;

@@ -1,0 +1,40 @@
+/*-------------------------------------------------------------------------
+ *
+ * inbox.c
+ *	  The lock that serializes applies of one event by one consumer.
+ *
+ * inbox_apply() must see an event applied by a concurrent transaction,
+ * whichever partition of outbox.inbox holds it. It takes a
+ * transaction-level advisory lock keyed by a hash of (consumer, event id)
+ * before looking: a second apply of the same event waits until the first
+ * commits (and then finds it) or rolls back (and then applies it). The
+ * lock's objsubid is 4, a value the SQL advisory lock functions never use,
+ * so it cannot collide with an application's advisory locks; a hash
+ * collision only makes two applies wait for each other.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "storage/lock.h"
+
+#include "pg_outbox.h"
+
+#define OUTBOX_INBOX_LOCK_SUBID	4
+
+PG_FUNCTION_INFO_V1(outbox_inbox_lock);
+
+/* outbox.inbox_lock(key bigint): waits for the event's apply lock. */
+Datum
+outbox_inbox_lock(PG_FUNCTION_ARGS)
+{
+	uint64		key = (uint64) PG_GETARG_INT64(0);
+	LOCKTAG		tag;
+
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (key >> 32), (uint32) key,
+						 OUTBOX_INBOX_LOCK_SUBID);
+	(void) LockAcquire(&tag, ExclusiveLock, false, false);
+	PG_RETURN_VOID();
+}

@@ -1,0 +1,137 @@
+-- The inbox: inbox_apply(), inbox_consume(), dead letters, replay, retention.
+TRUNCATE outbox.inbox, outbox.dead_letters RESTART IDENTITY;
+\set VERBOSITY terse
+SET client_min_messages = warning;
+
+CREATE FUNCTION pg_temp.try(q text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE q;
+    RETURN 'ok';
+EXCEPTION WHEN OTHERS THEN
+    RETURN sqlstate || ': ' || sqlerrm;
+END
+$$;
+
+-- First time true, redelivery false; jsonb equality ignores key order and
+-- whitespace; the same event for another consumer is its own.
+SELECT inbox_apply('accounting', '00000000-0000-4000-8000-000000000001', '{"amount": 10, "currency": "EUR"}');
+SELECT inbox_apply('accounting', '00000000-0000-4000-8000-000000000001', '{"currency":"EUR","amount":10}');
+SELECT inbox_apply('reporting', '00000000-0000-4000-8000-000000000001', '{"amount": 10, "currency": "EUR"}');
+
+-- The same id with another payload: identity conflict, SQLSTATE OB001,
+-- naming consumer and event, showing both payloads; nothing applied.
+SELECT pg_temp.try($$SELECT inbox_apply('accounting', '00000000-0000-4000-8000-000000000001', '{"amount": 99, "currency": "EUR"}')$$);
+DO $$
+DECLARE
+    d text;
+BEGIN
+    PERFORM inbox_apply('accounting', '00000000-0000-4000-8000-000000000001', '{"amount": 99, "currency": "EUR"}');
+EXCEPTION WHEN SQLSTATE 'OB001' THEN
+    GET STACKED DIAGNOSTICS d = PG_EXCEPTION_DETAIL;
+    RAISE WARNING '%', d;
+END
+$$;
+SELECT consumer, event_id, payload FROM outbox.inbox ORDER BY consumer;
+
+-- Bad input.
+SELECT pg_temp.try($$SELECT inbox_apply(NULL, '00000000-0000-4000-8000-000000000002', '{}')$$);
+SELECT pg_temp.try($$SELECT inbox_apply('c', NULL, '{}')$$);
+SELECT pg_temp.try($$SELECT inbox_apply('c', '00000000-0000-4000-8000-000000000002', NULL)$$);
+SELECT pg_temp.try($$SELECT inbox_apply('', '00000000-0000-4000-8000-000000000002', '{}')$$);
+SELECT pg_temp.try($$SELECT inbox_apply(repeat('c', 256), '00000000-0000-4000-8000-000000000002', '{}')$$);
+SELECT count(*) AS rows_after_errors FROM outbox.inbox;
+
+-- The apply and the effect commit together: a rolled-back transaction
+-- leaves no inbox row, so the redelivery applies.
+CREATE TABLE balances (currency text PRIMARY KEY, total numeric NOT NULL);
+BEGIN;
+SELECT inbox_apply('accounting', '00000000-0000-4000-8000-000000000003', '{"amount": 5, "currency": "USD"}');
+INSERT INTO balances VALUES ('USD', 5);
+ROLLBACK;
+SELECT inbox_apply('accounting', '00000000-0000-4000-8000-000000000003', '{"amount": 5, "currency": "USD"}');
+
+-- inbox_consume: a batch, each entry in its own subtransaction, through a
+-- handler that receives topic, key, payload, headers, event id.
+CREATE FUNCTION apply_transfer(topic text, key text, payload jsonb, headers jsonb, event_id uuid)
+RETURNS void LANGUAGE sql AS $$
+    INSERT INTO balances VALUES (payload->>'currency', (payload->>'amount')::numeric)
+    ON CONFLICT (currency) DO UPDATE SET total = balances.total + excluded.total
+$$;
+SELECT * FROM inbox_consume('ledger', 'SELECT apply_transfer($1, $2, $3, $4, $5)',
+    ARRAY['00000000-0000-4000-8000-0000000000b1', '00000000-0000-4000-8000-0000000000b2',
+          '00000000-0000-4000-8000-0000000000b1', '00000000-0000-4000-8000-0000000000b3',
+          '00000000-0000-4000-8000-0000000000b2', '00000000-0000-4000-8000-0000000000b4']::uuid[],
+    ARRAY['transfers', 'transfers', 'transfers', 'transfers', 'transfers', 'transfers'],
+    ARRAY['a', 'b', 'a', 'c', 'b', 'd'],
+    ARRAY['{"amount": 10, "currency": "EUR"}', '{"amount": 7, "currency": "EUR"}',
+          '{"amount": 10, "currency": "EUR"}', '{"amount": "oops", "currency": "EUR"}',
+          '{"amount": 700, "currency": "EUR"}', '{"amount": 1, "currency": "GBP"}']::jsonb[],
+    NULL);
+-- The failed entry and the conflict changed nothing; the others applied once.
+SELECT * FROM balances ORDER BY currency;
+SELECT event_id FROM outbox.inbox WHERE consumer = 'ledger' ORDER BY event_id;
+
+SELECT pg_temp.try($$SELECT * FROM inbox_consume('x', '', ARRAY[]::uuid[], ARRAY[]::text[], NULL, ARRAY[]::jsonb[], NULL)$$);
+SELECT pg_temp.try($$SELECT * FROM inbox_consume('x', 'SELECT 1', ARRAY['00000000-0000-4000-8000-0000000000c1']::uuid[], ARRAY[]::text[], NULL, ARRAY['{}']::jsonb[], NULL)$$);
+
+-- Dead letters: recorded once per stream entry, updated on each failure;
+-- a conflict keeps the payload applied earlier beside the received one.
+SELECT inbox_dead_letter('ledger', 'outbox:transfers', '100-4', '00000000-0000-4000-8000-0000000000b3',
+                         'transfers', 'c', '{"amount": "oops", "currency": "EUR"}', NULL,
+                         'invalid input syntax for type numeric: "oops"', '22P02', 3) AS first_id \gset
+SELECT inbox_dead_letter('ledger', 'outbox:transfers', '100-4', '00000000-0000-4000-8000-0000000000b3',
+                         'transfers', 'c', '{"amount": "oops", "currency": "EUR"}', NULL,
+                         'invalid input syntax for type numeric: "oops"', '22P02', 5) = :first_id AS same_row;
+SELECT inbox_dead_letter('ledger', 'outbox:transfers', '100-5', '00000000-0000-4000-8000-0000000000b2',
+                         'transfers', 'b', '{"amount": 700, "currency": "EUR"}', NULL,
+                         'identity conflict', 'OB001') IS NOT NULL AS recorded;
+SELECT inbox_dead_letter('ledger', 'outbox:transfers', '99-1', NULL, NULL, NULL, NULL, NULL,
+                         'entry deleted from the stream before it was applied') IS NOT NULL AS recorded;
+SELECT entry_id, event_id IS NOT NULL AS has_event, payload, applied_payload, sqlstate, deliveries,
+       last_failed_at >= first_failed_at AS times_ok
+  FROM outbox.dead_letters ORDER BY entry_id;
+SELECT pg_temp.try($$SELECT inbox_dead_letter(NULL, 's', '1-1', NULL, NULL, NULL, NULL, NULL, 'r')$$);
+
+-- Replay: with the original event id, through the (fixed) handler.
+CREATE OR REPLACE FUNCTION apply_transfer(topic text, key text, payload jsonb, headers jsonb, event_id uuid)
+RETURNS void LANGUAGE sql AS $$
+    INSERT INTO balances VALUES (payload->>'currency', coalesce((payload->>'amount') ~ '^[0-9.]+$', false)::int)
+    ON CONFLICT (currency) DO UPDATE SET total = balances.total + excluded.total
+$$;
+SELECT inbox_replay(id, 'SELECT apply_transfer($1, $2, $3, $4, $5)') FROM outbox.dead_letters WHERE entry_id = '100-4';
+SELECT inbox_replay(id, 'SELECT apply_transfer($1, $2, $3, $4, $5)') FROM outbox.dead_letters WHERE entry_id = '100-4';
+SELECT entry_id, replayed_at IS NOT NULL AS replayed FROM outbox.dead_letters ORDER BY entry_id;
+SELECT pg_temp.try($$SELECT inbox_replay(id, 'SELECT 1') FROM outbox.dead_letters WHERE entry_id = '100-5'$$);
+SELECT pg_temp.try($$SELECT inbox_replay(id, 'SELECT 1') FROM outbox.dead_letters WHERE entry_id = '99-1'$$);
+SELECT pg_temp.try($$SELECT inbox_replay(424242, 'SELECT 1')$$);
+
+-- Retention drops whole inbox partitions older than inbox_retention, never
+-- the current ones.
+SELECT count(*) >= 4 AS premade FROM pg_inherits WHERE inhparent = 'outbox.inbox'::regclass;
+CREATE TABLE outbox.inbox_20000101 PARTITION OF outbox.inbox
+    FOR VALUES FROM ('2000-01-01 00:00+00') TO ('2000-01-02 00:00+00');
+INSERT INTO outbox.inbox VALUES ('old', '00000000-0000-4000-8000-0000000000d1', '{}', '2000-01-01 12:00+00');
+SELECT outbox.inbox_retire_partitions();
+SELECT count(*) AS old_rows FROM outbox.inbox WHERE consumer = 'old';
+SELECT count(*) AS kept_rows FROM outbox.inbox;
+
+-- A consumer role may apply and dead-letter, nothing else.
+CREATE ROLE regress_outbox_consumer IN ROLE outbox_consumer;
+GRANT ALL ON balances TO regress_outbox_consumer;
+SET ROLE regress_outbox_consumer;
+SELECT inbox_apply('role-test', '00000000-0000-4000-8000-0000000000e1', '{}');
+SELECT inbox_dead_letter('role-test', 's', '1-1', NULL, NULL, NULL, NULL, NULL, 'r') IS NOT NULL AS recorded;
+SELECT * FROM inbox_consume('role-test', 'SELECT apply_transfer($1, $2, $3, $4, $5)',
+    ARRAY['00000000-0000-4000-8000-0000000000e2']::uuid[], ARRAY['t'], NULL,
+    ARRAY['{"amount": 1, "currency": "CHF"}']::jsonb[], NULL);
+SELECT pg_temp.try($$SELECT count(*) FROM outbox.inbox$$);
+SELECT pg_temp.try($$SELECT count(*) FROM outbox.dead_letters$$);
+SELECT pg_temp.try($$SELECT inbox_replay(1, 'SELECT 1')$$);
+SELECT pg_temp.try($$SELECT outbox_emit('t', 'k', '{}')$$);
+SELECT pg_temp.try($$SELECT * FROM outbox_fetch('g')$$);
+RESET ROLE;
+
+DROP FUNCTION apply_transfer(text, text, jsonb, jsonb, uuid);
+DROP TABLE balances;
+DROP ROLE regress_outbox_consumer;
+TRUNCATE outbox.inbox, outbox.dead_letters;
