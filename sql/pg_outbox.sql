@@ -727,16 +727,21 @@ COMMENT ON FUNCTION @extschema@.inbox_dead_letter(text, text, text, uuid, text, 
 
 -- Applies a batch of stream entries for a consumer, each in its own
 -- subtransaction: inbox_apply(), then the handler when the event is new.
+-- Event ids, payloads and headers come as text, as they were in the
+-- stream, and are parsed per entry: a malformed one fails alone.
 -- A failing entry rolls back alone. Runs as the caller, with the caller's
 -- search_path, so the handler runs with the consumer's own privileges and
 -- names; everything it calls itself is schema-qualified.
-CREATE FUNCTION @extschema@.inbox_consume(consumer text, handler text, event_ids uuid[], topics text[],
-										  keys text[], payloads jsonb[], headers jsonb[])
+CREATE FUNCTION @extschema@.inbox_consume(consumer text, handler text, event_ids text[], topics text[],
+										  keys text[], payloads text[], headers text[])
 RETURNS TABLE (ord integer, status text, error_code text, error_message text)
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 AS $$
 DECLARE
 	n integer := coalesce(cardinality(payloads), 0);
+	id uuid;
+	body jsonb;
+	meta jsonb;
 	err_state text;
 	err_message text;
 	err_detail text;
@@ -755,8 +760,11 @@ BEGIN
 		error_code := NULL;
 		error_message := NULL;
 		BEGIN
-			IF @extschema@.inbox_apply(consumer, event_ids[i], payloads[i]) THEN
-				EXECUTE handler USING topics[i], keys[i], payloads[i], headers[i], event_ids[i];
+			id := event_ids[i]::uuid;
+			body := payloads[i]::jsonb;
+			meta := headers[i]::jsonb;
+			IF @extschema@.inbox_apply(consumer, id, body) THEN
+				EXECUTE handler USING topics[i], keys[i], body, meta, id;
 				status := 'applied';
 			ELSE
 				status := 'duplicate';
@@ -772,7 +780,7 @@ BEGIN
 	END LOOP;
 END
 $$;
-COMMENT ON FUNCTION @extschema@.inbox_consume(text, text, uuid[], text[], text[], jsonb[], jsonb[]) IS
+COMMENT ON FUNCTION @extschema@.inbox_consume(text, text, text[], text[], text[], text[], text[]) IS
 	'pg_outbox: applies a batch of entries through the inbox and a handler, each in its own subtransaction; returns applied, duplicate, conflict or failed per entry';
 
 -- Applies a dead letter again with its original event id (so the inbox
@@ -900,7 +908,7 @@ REVOKE ALL ON FUNCTION
 	@extschema@.outbox_group_stats(),
 	@extschema@.inbox_apply(text, uuid, jsonb),
 	@extschema@.inbox_dead_letter(text, text, text, uuid, text, text, jsonb, jsonb, text, text, integer),
-	@extschema@.inbox_consume(text, text, uuid[], text[], text[], jsonb[], jsonb[]),
+	@extschema@.inbox_consume(text, text, text[], text[], text[], text[], text[]),
 	@extschema@.inbox_replay(bigint, text)
 FROM PUBLIC;
 
@@ -932,7 +940,7 @@ GRANT SELECT ON outbox.event, outbox.config, outbox.inbox, outbox.dead_letters T
 GRANT EXECUTE ON FUNCTION
 	@extschema@.inbox_apply(text, uuid, jsonb),
 	@extschema@.inbox_dead_letter(text, text, text, uuid, text, text, jsonb, jsonb, text, text, integer),
-	@extschema@.inbox_consume(text, text, uuid[], text[], text[], jsonb[], jsonb[])
+	@extschema@.inbox_consume(text, text, text[], text[], text[], text[], text[])
 TO outbox_consumer, outbox_admin;
 
 -- Replay runs as the caller and reads and marks the dead letter.
