@@ -2,6 +2,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
+
 #include <charconv>
 #include <iostream>
 
@@ -79,6 +81,8 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
     app.set_version_flag("--version", PG_OUTBOX_VERSION);
     app.require_subcommand(1);
     app.fallthrough();
+    // A flag given twice (a wrapper's default, then the caller's) takes the last.
+    app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
 
     // Settings of every mode.
     app.add_option("--pg", c.pg_conninfo, "PostgreSQL connection string or URI (empty: libpq's PG* environment)")
@@ -145,6 +149,50 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
         ->envname("PG_OUTBOX_STATS_INTERVAL")
         ->capture_default_str();
 
+    std::string block = "1s", min_idle = "30s", claim_interval = "5s";
+    auto* consume = app.add_subcommand("consume", "apply stream entries through the inbox and a handler");
+    consume->add_option("--consumer", c.consumer,
+                        "the consumer: the inbox identity under which each event is applied once")
+        ->envname("PG_OUTBOX_CONSUMER")
+        ->required();
+    consume->add_option("--stream", c.streams, "a stream to read; repeat for several")
+        ->envname("PG_OUTBOX_STREAMS")
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+        ->delimiter(',')
+        ->required();
+    consume->add_option("--handler", c.handler,
+                        "SQL run for each new event in the inbox's transaction, with $1 topic, $2 key, $3 payload "
+                        "(jsonb), $4 headers (jsonb), $5 event_id (uuid); e.g. SELECT app.apply($1, $2, $3, $4, $5)")
+        ->envname("PG_OUTBOX_HANDLER")
+        ->required();
+    consume->add_option("--group", c.consumer_group, "the Redis consumer group (default: the consumer)")
+        ->envname("PG_OUTBOX_CONSUMER_GROUP");
+    consume->add_option("--worker", c.worker, "this process's name in the consumer group (default: host:pid)")
+        ->envname("PG_OUTBOX_WORKER");
+    consume->add_option("--batch-size", c.consume_batch_size, "entries read and applied per transaction")
+        ->envname("PG_OUTBOX_BATCH_SIZE")
+        ->check(CLI::Range(1, 10000))
+        ->capture_default_str();
+    consume->add_option("--block", block, "longest wait for new entries (XREADGROUP BLOCK)")
+        ->envname("PG_OUTBOX_BLOCK")
+        ->capture_default_str();
+    consume->add_option("--start", c.start_id,
+                        "where a new consumer group starts: 0 (the beginning of each stream) or $ (new entries)")
+        ->envname("PG_OUTBOX_START")
+        ->capture_default_str();
+    consume->add_option("--min-idle", min_idle,
+                        "pending entries idle this long (their worker died or is stuck) are reclaimed")
+        ->envname("PG_OUTBOX_MIN_IDLE")
+        ->capture_default_str();
+    consume->add_option("--claim-interval", claim_interval, "how often to reclaim idle pending entries")
+        ->envname("PG_OUTBOX_CLAIM_INTERVAL")
+        ->capture_default_str();
+    consume->add_option("--max-deliveries", c.max_deliveries,
+                        "deliveries after which a failing entry is dead-lettered and acknowledged")
+        ->envname("PG_OUTBOX_MAX_DELIVERIES")
+        ->check(CLI::Range(1, 1000000))
+        ->capture_default_str();
+
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -175,6 +223,25 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
         c.id_mode = id_mode == "redis" ? IdMode::redis_generated : IdMode::explicit_position;
         c.log_format = log_format == "json" ? LogFormat::json : LogFormat::text;
         if (publish->parsed()) c.mode = Config::Mode::publish;
+        if (consume->parsed()) {
+            c.mode = Config::Mode::consume;
+            c.block = duration("--block", block, std::chrono::milliseconds(1));
+            c.min_idle = duration("--min-idle", min_idle, std::chrono::milliseconds(1));
+            c.claim_interval = duration("--claim-interval", claim_interval, std::chrono::milliseconds(1));
+            if (c.consumer.empty()) throw ConfigError("--consumer: must not be empty");
+            if (c.handler.empty()) throw ConfigError("--handler: must not be empty");
+            for (const auto& s : c.streams)
+                if (s.empty()) throw ConfigError("--stream: a stream name must not be empty");
+            if (c.start_id != "0" && c.start_id != "$") throw ConfigError("--start: use 0 or $");
+            if (c.block >= c.redis_timeout)
+                throw ConfigError("--block: must be shorter than --redis-timeout, or every wait would time out");
+            if (c.consumer_group.empty()) c.consumer_group = c.consumer;
+            if (c.worker.empty()) {
+                char host[256] = {};
+                ::gethostname(host, sizeof host - 1);
+                c.worker = std::string(host) + ":" + std::to_string(::getpid());
+            }
+        }
         if (c.stream_template.empty()) throw ConfigError("--stream: the template must not be empty");
     } catch (const ConfigError& e) {
         std::cerr << "pg_outbox_relay: " << e.what() << '\n';

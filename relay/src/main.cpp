@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "pg_outbox/config.hpp"
+#include "pg_outbox/consumer.hpp"
 #include "pg_outbox/errors.hpp"
 #include "pg_outbox/log.hpp"
 #include "pg_outbox/metrics.hpp"
@@ -35,13 +36,14 @@ int main(int argc, char** argv) {
     sigaction(SIGINT, &sa, nullptr);
     std::signal(SIGPIPE, SIG_IGN);
 
-    pg_outbox::Metrics metrics(config.mode == pg_outbox::Config::Mode::publish ? "publish" : "consume", config.group);
+    const bool publish = config.mode == pg_outbox::Config::Mode::publish;
+    pg_outbox::Metrics metrics(publish ? "publish" : "consume", publish ? config.group : config.consumer);
     try {
         std::unique_ptr<pg_outbox::MetricsServer> server;
         if (!config.metrics_address.empty())
             server = std::make_unique<pg_outbox::MetricsServer>(config.metrics_address, metrics);
-        pg_outbox::Publisher publisher(config, metrics, g_stop);
-        return publisher.run();
+        if (publish) return pg_outbox::Publisher(config, metrics, g_stop).run();
+        return pg_outbox::Consumer(config, metrics, g_stop).run();
     } catch (const pg_outbox::ConfigError& e) {
         spdlog::critical("{}", e.what());
         return 2;

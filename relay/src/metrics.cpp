@@ -38,6 +38,31 @@ std::string Metrics::render() const {
         out << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n'
             << name << '{' << labels << "} " << value << '\n';
     };
+    if (mode_ == "consume") {
+        metric("pg_outbox_relay_events_applied_total", "counter", "Events applied: inbox row and handler committed.",
+               events_applied.load());
+        metric("pg_outbox_relay_events_duplicate_total", "counter",
+               "Redeliveries the inbox recognised; acknowledged without running the handler.",
+               events_duplicate.load());
+        metric("pg_outbox_relay_events_conflict_total", "counter",
+               "Entries whose event id was applied before with another payload (dead-lettered).",
+               events_conflict.load());
+        metric("pg_outbox_relay_events_failed_total", "counter", "Entry deliveries whose handler or apply failed.",
+               events_failed.load());
+        metric("pg_outbox_relay_dead_letters_total", "counter", "Entries dead-lettered and acknowledged.",
+               dead_letters.load());
+        metric("pg_outbox_relay_entries_reclaimed_total", "counter",
+               "Pending entries of idle workers claimed with XAUTOCLAIM.", entries_reclaimed.load());
+        metric("pg_outbox_relay_pending_oldest_idle_seconds", "gauge",
+               "Idle time of the oldest pending entry of the consumer group.", pending_oldest_idle_seconds.load());
+        metric("pg_outbox_relay_pg_rtt_seconds", "gauge", "Duration of the last apply transaction.",
+               pg_rtt_seconds.load());
+        metric("pg_outbox_relay_pg_connected", "gauge", "1 while connected to PostgreSQL.", pg_connected.load() ? 1 : 0);
+        metric("pg_outbox_relay_redis_connected", "gauge", "1 while connected to Redis.",
+               redis_connected.load() ? 1 : 0);
+        render_errors(out, labels);
+        return out.str();
+    }
     metric("pg_outbox_relay_events_published_total", "counter", "Events appended to Redis Streams.",
            events_published.load());
     metric("pg_outbox_relay_events_already_published_total", "counter",
@@ -57,13 +82,15 @@ std::string Metrics::render() const {
     metric("pg_outbox_relay_leader", "gauge", "1 while this relay leads its group.", leader.load() ? 1 : 0);
     metric("pg_outbox_relay_pg_connected", "gauge", "1 while connected to PostgreSQL.", pg_connected.load() ? 1 : 0);
     metric("pg_outbox_relay_redis_connected", "gauge", "1 while connected to Redis.", redis_connected.load() ? 1 : 0);
-    {
-        std::lock_guard lock(errors_mutex_);
-        out << "# HELP pg_outbox_relay_errors_total Errors by kind.\n# TYPE pg_outbox_relay_errors_total counter\n";
-        for (const auto& [kind, n] : errors_)
-            out << "pg_outbox_relay_errors_total{" << labels << ",kind=\"" << kind << "\"} " << n << '\n';
-    }
+    render_errors(out, labels);
     return out.str();
+}
+
+void Metrics::render_errors(std::ostream& out, const std::string& labels) const {
+    std::lock_guard lock(errors_mutex_);
+    out << "# HELP pg_outbox_relay_errors_total Errors by kind.\n# TYPE pg_outbox_relay_errors_total counter\n";
+    for (const auto& [kind, n] : errors_)
+        out << "pg_outbox_relay_errors_total{" << labels << ",kind=\"" << kind << "\"} " << n << '\n';
 }
 
 MetricsServer::MetricsServer(const std::string& address, const Metrics& metrics)
@@ -84,7 +111,8 @@ MetricsServer::MetricsServer(const std::string& address, const Metrics& metrics)
     server_->Get("/health", [&metrics](const httplib::Request&, httplib::Response& res) {
         const bool ok = metrics.healthy(std::chrono::seconds(60));
         res.status = ok ? 200 : 503;
-        res.set_content(ok ? (metrics.leader.load() ? "ok leader\n" : "ok standby\n") : "unhealthy\n", "text/plain");
+        const char* role = metrics.mode() == "consume" ? "ok\n" : metrics.leader.load() ? "ok leader\n" : "ok standby\n";
+        res.set_content(ok ? role : "unhealthy\n", "text/plain");
     });
     if (!server_->bind_to_port(host.c_str(), port))
         throw ConfigError("--metrics-address: could not listen on " + address);

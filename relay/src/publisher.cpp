@@ -36,27 +36,20 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 Publisher::Publisher(const Config& config, Metrics& metrics, const std::atomic<bool>& stop)
-    : config_(config),
-      metrics_(metrics),
-      stop_(stop),
-      backoff_(config.retry_min, config.retry_max),
-      maxlen_text_(std::to_string(config.maxlen)) {}
+    : Service(config, metrics, stop, "pg_outbox_relay publish " + config.group),
+      maxlen_text_(std::to_string(config.maxlen)) {
+    spdlog::info("publishing group \"{}\" to {} as {}", config_.group, config_.redis.to_string(),
+                 config_.stream_template);
+}
 
-void Publisher::connect() {
-    if (!pg_) {
-        pg_.emplace(config_.pg_conninfo, "pg_outbox_relay publish " + config_.group);
-        if (config_.listen) pg_->listen("pg_outbox");
-        metrics_.pg_connected = true;
-        streams_checked_ = false;
-        spdlog::info("connected to PostgreSQL (backend pid {})", pg_->backend_pid());
-    }
-    if (!redis_) {
-        redis_.emplace(config_.redis, config_.redis_password, config_.redis_db, config_.redis_timeout);
-        metrics_.redis_connected = true;
-        streams_checked_ = false;
-        load_script();
-        spdlog::info("connected to Redis at {}", config_.redis.to_string());
-    }
+void Publisher::on_pg_connected() {
+    if (config_.listen) pg_->listen("pg_outbox");
+    streams_checked_ = false;
+}
+
+void Publisher::on_redis_connected() {
+    streams_checked_ = false;
+    load_script();
 }
 
 void Publisher::load_script() {
@@ -65,16 +58,15 @@ void Publisher::load_script() {
     script_sha_ = std::string(reply_text(r.get()));
 }
 
-void Publisher::disconnect_pg() {
-    pg_.reset();
+void Publisher::on_pg_lost() {
     prefetched_.clear();
-    metrics_.pg_connected = false;
-    if (metrics_.leader.exchange(false)) spdlog::warn("lost the leadership of group \"{}\" with the connection", config_.group);
+    if (metrics_.leader.exchange(false))
+        spdlog::warn("lost the leadership of group \"{}\" with the connection", config_.group);
 }
 
-void Publisher::disconnect_redis() {
-    redis_.reset();
-    metrics_.redis_connected = false;
+void Publisher::on_redis_fault() {
+    prefetched_.clear();
+    streams_checked_ = false;
 }
 
 bool Publisher::take_leadership() {
@@ -217,6 +209,11 @@ std::map<std::string, std::string> Publisher::publish(const std::vector<Event>& 
                                                              std::string(reply_text(r->element[2]).substr(kBehindError.size())));
         } else if (r->elements >= 3 && !failure) {
             const Event& bad = *per_stream[s][w + a];
+            if (reply_text(r->element[2]).rfind("PGOUTBOX_FOREIGN", 0) == 0)
+                spdlog::error("stream \"{}\" holds an entry this group did not write at or above {}: the event {} "
+                              "cannot be appended at its position, and is not skipped; remove the foreign entries "
+                              "or publish to another stream (--stream)",
+                              keys[s], bad.position, bad.event_id);
             failure.emplace(RedisError::Kind::reply,
                             std::string(reply_text(r->element[2])) + " (event " + bad.event_id + " at " +
                                 bad.position + " to stream \"" + keys[s] + "\")");
@@ -268,92 +265,63 @@ void Publisher::wait(std::chrono::milliseconds timeout) {
     }
 }
 
-// Sleeps, unless asked to stop.
-void Publisher::pause(std::chrono::milliseconds d) {
-    const auto until = std::chrono::steady_clock::now() + d;
-    while (!stop_ && std::chrono::steady_clock::now() < until)
-        std::this_thread::sleep_for(std::min(d, std::chrono::milliseconds(50)));
+void Publisher::turn() {
+    if (!metrics_.leader && !take_leadership()) {
+        wait(config_.poll_interval);
+        return;
+    }
+    if (!streams_checked_ || std::chrono::steady_clock::now() >= next_check_) {
+        prefetched_.clear();
+        check_streams();
+        streams_checked_ = true;
+    }
+    refresh_lag();
+    const auto t0 = std::chrono::steady_clock::now();
+    auto batch = std::move(prefetched_);
+    prefetched_.clear();
+    if (batch.empty()) batch = fetch();
+    if (batch.empty()) {
+        wait(config_.poll_interval);
+        return;
+    }
+    const auto t1 = std::chrono::steady_clock::now();
+    // Fetch the next batch while Redis writes this one.
+    send_fetch(&batch.back().position);
+    std::map<std::string, std::string> streams;
+    try {
+        streams = publish(batch);
+    } catch (...) {
+        try {
+            pg_->receive();
+        } catch (const PgError&) {
+            // The next turn finds the connection broken, if it is.
+        }
+        throw;
+    }
+    const auto t2 = std::chrono::steady_clock::now();
+    auto next = receive_fetch();
+    try {
+        advance(batch.back().position, streams);
+    } catch (const LostLeadership&) {
+        prefetched_.clear();
+        metrics_.leader = false;
+        spdlog::warn("group \"{}\" is led by another session now; standing by", config_.group);
+        return;
+    }
+    prefetched_ = std::move(next);
+    spdlog::debug("published {} events up to {} (fetch {:.2f} ms, redis and next fetch {:.2f} ms, advance {:.2f} ms)",
+                  batch.size(), batch.back().position, std::chrono::duration<double, std::milli>(t1 - t0).count(),
+                  std::chrono::duration<double, std::milli>(t2 - t1).count(), seconds_since(t2) * 1000);
 }
 
-int Publisher::run() {
-    spdlog::info("publishing group \"{}\" to {} as {}", config_.group, config_.redis.to_string(), config_.stream_template);
-    while (!stop_) {
-        try {
-            connect();
-            metrics_.heartbeat();
-            if (!metrics_.leader && !take_leadership()) {
-                wait(config_.poll_interval);
-                continue;
-            }
-            if (!streams_checked_ || std::chrono::steady_clock::now() >= next_check_) {
-                prefetched_.clear();
-                check_streams();
-                streams_checked_ = true;
-            }
-            refresh_lag();
-            const auto t0 = std::chrono::steady_clock::now();
-            auto batch = std::move(prefetched_);
-            prefetched_.clear();
-            if (batch.empty()) batch = fetch();
-            if (batch.empty()) {
-                wait(config_.poll_interval);
-                continue;
-            }
-            const auto t1 = std::chrono::steady_clock::now();
-            // Fetch the next batch while Redis writes this one.
-            send_fetch(&batch.back().position);
-            std::map<std::string, std::string> streams;
-            try {
-                streams = publish(batch);
-            } catch (...) {
-                try {
-                    pg_->receive();
-                } catch (const PgError&) {
-                    // The next loop finds the connection broken, if it is.
-                }
-                throw;
-            }
-            const auto t2 = std::chrono::steady_clock::now();
-            auto next = receive_fetch();
-            advance(batch.back().position, streams);
-            prefetched_ = std::move(next);
-            spdlog::debug("published {} events up to {} (fetch {:.2f} ms, redis and next fetch {:.2f} ms, advance {:.2f} ms)",
-                          batch.size(), batch.back().position,
-                          std::chrono::duration<double, std::milli>(t1 - t0).count(),
-                          std::chrono::duration<double, std::milli>(t2 - t1).count(), seconds_since(t2) * 1000);
-            backoff_.reset();
-        } catch (const LostLeadership&) {
-            prefetched_.clear();
-            metrics_.leader = false;
-            spdlog::warn("group \"{}\" is led by another session now; standing by", config_.group);
-        } catch (const PgError& e) {
-            metrics_.count_error("pg");
-            if (!e.retryable()) {
-                spdlog::critical("PostgreSQL: {} (SQLSTATE {})", e.what(), e.sqlstate());
-                return 1;
-            }
-            spdlog::warn("PostgreSQL: {}; retrying", e.what());
-            disconnect_pg();
-            pause(backoff_.next());
-        } catch (const RedisError& e) {
-            metrics_.count_error(e.kind() == RedisError::Kind::io ? "redis_io" : "redis_" + e.code());
-            spdlog::warn("Redis: {}; the batch will be retried, the cursor did not move", e.what());
-            if (e.kind() == RedisError::Kind::io) disconnect_redis();
-            prefetched_.clear();
-            streams_checked_ = false;
-            pause(backoff_.next());
-        }
+void Publisher::on_stop() {
+    if (!pg_ || !metrics_.leader) return;
+    try {
+        pg_->exec(kResignSql, {config_.group});
+        spdlog::info("resigned the leadership of group \"{}\"", config_.group);
+    } catch (const PgError&) {
+        // The connection is going away anyway, and the lock with it.
     }
-    if (pg_ && metrics_.leader) {
-        try {
-            pg_->exec(kResignSql, {config_.group});
-            spdlog::info("resigned the leadership of group \"{}\"", config_.group);
-        } catch (const PgError&) {
-            // The connection is going away anyway, and the lock with it.
-        }
-    }
-    spdlog::info("stopped");
-    return 0;
 }
 
 }  // namespace pg_outbox

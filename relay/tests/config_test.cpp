@@ -110,3 +110,26 @@ TEST(CommandLine, HelpExitsZero) {
     EXPECT_FALSE(r.config);
     EXPECT_EQ(r.exit_code, 0);
 }
+
+TEST(CommandLine, ConsumeWithDefaults) {
+    auto r = parse({"consume", "--consumer", "accounting", "--stream", "outbox:a,outbox:b", "--stream", "outbox:c",
+                    "--handler", "SELECT 1"});
+    ASSERT_TRUE(r.config);
+    EXPECT_EQ(r.config->mode, Config::Mode::consume);
+    EXPECT_EQ(r.config->streams, (std::vector<std::string>{"outbox:a", "outbox:b", "outbox:c"}));
+    EXPECT_EQ(r.config->consumer_group, "accounting");
+    EXPECT_NE(r.config->worker.find(':'), std::string::npos);
+    EXPECT_EQ(r.config->consume_batch_size, 100);
+    EXPECT_EQ(r.config->min_idle, 30000ms);
+    EXPECT_EQ(r.config->max_deliveries, 5);
+    EXPECT_EQ(r.config->start_id, "0");
+}
+
+TEST(CommandLine, ConsumeBadSettings) {
+    EXPECT_NE(parse({"consume", "--stream", "s", "--handler", "SELECT 1"}).exit_code, 0);
+    EXPECT_NE(parse({"consume", "--consumer", "c", "--handler", "SELECT 1"}).exit_code, 0);
+    EXPECT_NE(parse({"consume", "--consumer", "c", "--stream", "s"}).exit_code, 0);
+    EXPECT_NE(parse({"consume", "--consumer", "c", "--stream", "s", "--handler", "x", "--start", "1-1"}).exit_code, 0);
+    EXPECT_NE(parse({"consume", "--consumer", "c", "--stream", "s", "--handler", "x", "--max-deliveries", "0"}).exit_code, 0);
+    EXPECT_NE(parse({"consume", "--consumer", "c", "--stream", "s", "--handler", "x", "--min-idle", "later"}).exit_code, 0);
+}

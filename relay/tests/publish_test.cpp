@@ -13,7 +13,7 @@
 
 #include <httplib.h>
 
-#include "servers.hpp"
+#include "fixture.hpp"
 
 using namespace pg_outbox;
 using namespace pg_outbox::testing;
@@ -21,52 +21,8 @@ using namespace std::chrono_literals;
 
 namespace {
 
-const std::vector<std::string> kTopics{"orders", "payments", "audit"};
-
-class PublishTest : public ::testing::Test {
+class PublishTest : public RelayTest {
 protected:
-    void SetUp() override { start_servers(false); }
-
-    void start_servers(bool aof) {
-        dir_ = make_temp_dir("pg_outbox_test_");
-        pg_ = std::make_unique<PgServer>();
-        redis_ = std::make_unique<RedisServer>(aof);
-        conninfo_ = pg_->create_database("app");
-        PgConnection admin(conninfo_, "tests");
-        admin.exec("CREATE ROLE relay_user LOGIN IN ROLE outbox_relay");
-        admin.exec("SELECT outbox_group_create('g', start_at => 'beginning')");
-    }
-
-    void TearDown() override {
-        relays_.clear();
-        redis_.reset();
-        pg_.reset();
-        std::error_code ec;
-        std::filesystem::remove_all(dir_, ec);
-    }
-
-    Process& start_relay(const std::vector<std::string>& extra = {}) {
-        std::vector<std::string> args{PG_OUTBOX_RELAY_BINARY, "publish", "--group", "g",
-                                      "--pg", pg_->conninfo("app", "relay_user"),
-                                      "--redis", redis_->address(), "--poll-interval", "50ms",
-                                      "--retry-min", "20ms", "--retry-max", "300ms",
-                                      "--stats-interval", "500ms", "--batch-size", "100", "--log-level", "debug"};
-        args.insert(args.end(), extra.begin(), extra.end());
-        const auto log = dir_ + "/relay" + std::to_string(relays_.size()) + ".log";
-        relays_.push_back(std::make_unique<Process>(args, log));
-        return *relays_.back();
-    }
-
-    PgConnection connect() { return PgConnection(conninfo_, "tests"); }
-
-    // Emits n committed events, one transaction each, on rotating topics.
-    void emit(int n) {
-        auto pg = connect();
-        for (int i = 0; i < n; ++i)
-            pg.exec("SELECT outbox_emit($1, $2, jsonb_build_object('n', $3::int))",
-                    {kTopics[i % kTopics.size()], "k" + std::to_string(i), std::to_string(i)});
-    }
-
     // Every committed event, by topic, in feed order.
     std::map<std::string, std::vector<std::string>> committed() {
         auto pg = connect();
@@ -74,22 +30,6 @@ protected:
         std::map<std::string, std::vector<std::string>> out;
         for (int i = 0; i < r.rows(); ++i) out[std::string(r.get(i, 0))].emplace_back(r.get(i, 1));
         return out;
-    }
-
-    std::size_t published_count() {
-        auto redis = redis_->connect();
-        std::size_t n = 0;
-        for (const auto& t : kTopics) n += read_stream(redis, "outbox:" + t).size();
-        return n;
-    }
-
-    std::size_t committed_count() {
-        auto pg = connect();
-        return std::stoul(query_column(pg, "SELECT count(*) FROM outbox.event")[0]);
-    }
-
-    bool wait_all_published(std::chrono::milliseconds timeout = 30s) {
-        return eventually([&] { return published_count() >= committed_count(); }, timeout, 100ms);
     }
 
     // Each stream holds exactly its topic's committed events, once each, in
@@ -120,12 +60,6 @@ protected:
         auto pg = connect();
         return query_column(pg, "SELECT cursor_txid || '-' || cursor_seq FROM outbox.groups WHERE name = 'g'")[0];
     }
-
-    std::string dir_;
-    std::string conninfo_;
-    std::unique_ptr<PgServer> pg_;
-    std::unique_ptr<RedisServer> redis_;
-    std::vector<std::unique_ptr<Process>> relays_;
 };
 
 }  // namespace
@@ -346,4 +280,29 @@ TEST_F(PublishTest, MetricsAndHealthEndpoints) {
     ASSERT_TRUE(health);
     EXPECT_EQ(health->status, 200);
     EXPECT_EQ(health->body, "ok leader\n");
+}
+
+// Another writer put an entry with a higher id into the relay's stream:
+// Redis refuses the relay's next entries as "smaller than the top", but they
+// were never published. The relay does not count them as published; it
+// stops, loudly, and resumes once the foreign entry is gone.
+TEST_F(PublishTest, ForeignEntryAboveTheRelayIsNotMistakenForPublished) {
+    auto& relay = start_relay();
+    emit(3);
+    ASSERT_TRUE(wait_all_published());
+    {
+        auto redis = redis_->connect();
+        redis.command({"XADD", "outbox:orders", "99999999999-1", "event_id", "not-ours", "payload", "{}"});
+    }
+    emit(3, 3);
+    ASSERT_TRUE(eventually([&] { return relay.log().find("did not write") != std::string::npos; }, 10s)) << relay.log();
+    EXPECT_EQ(cursor().substr(0, 1) != "0", true);
+    {
+        auto redis = redis_->connect();
+        auto entries = read_stream(redis, "outbox:orders");
+        EXPECT_EQ(entries.size(), 2u);  // one of ours, the foreign one
+        redis.command({"DEL", "outbox:orders"});
+    }
+    ASSERT_TRUE(wait_all_published());
+    expect_exactly_once_in_order();
 }

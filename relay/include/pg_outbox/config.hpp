@@ -48,6 +48,19 @@ struct Config {
     std::int64_t maxlen = 0;  // 0: no trimming
     IdMode id_mode = IdMode::explicit_position;
 
+    // Consume mode.
+    std::string consumer;              // the inbox identity
+    std::vector<std::string> streams;  // stream keys to read
+    std::string consumer_group;        // Redis consumer group; default: the consumer
+    std::string worker;                // Redis consumer name; default: host:pid
+    std::string handler;               // SQL run for each new event, with $1..$5
+    int consume_batch_size = 100;
+    std::chrono::milliseconds block{1000};
+    std::string start_id = "0";
+    std::chrono::milliseconds min_idle{30000};
+    std::chrono::milliseconds claim_interval{5000};
+    int max_deliveries = 5;
+
     // Faults.
     std::chrono::milliseconds retry_min{100};
     std::chrono::milliseconds retry_max{10000};

@@ -37,7 +37,11 @@ void append_entry_fields(std::vector<std::string_view>& out, const Event& event)
 // "already there": a later entry of the same stream can then never be
 // written before an earlier one that failed, which with explicit ids would
 // make the earlier one impossible to write (Redis refuses ids below the
-// top). And it writes nothing when the stream's last id is below the last
+// top). "Already there" is checked, not assumed: the entry with that id
+// must be in the stream with the same event id, or have been trimmed;
+// otherwise another writer put higher ids into the stream, and the script
+// stops with "PGOUTBOX_FOREIGN <id>" rather than skip the event. And it
+// writes nothing when the stream's last id is below the last
 // position the relay knows it published there: Redis lost entries
 // (FLUSHALL, a restart without the last writes, a failover), and writing
 // newer entries first would make the lost ones impossible to republish.

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <ostream>
 #include <string>
 #include <thread>
 
@@ -31,6 +32,17 @@ public:
     std::atomic<double> pg_rtt_seconds{0};
     std::atomic<double> redis_rtt_seconds{0};
     std::atomic<bool> leader{false};
+
+    // consume
+    std::atomic<std::uint64_t> events_applied{0};
+    std::atomic<std::uint64_t> events_duplicate{0};
+    std::atomic<std::uint64_t> events_conflict{0};
+    std::atomic<std::uint64_t> events_failed{0};
+    std::atomic<std::uint64_t> dead_letters{0};
+    std::atomic<std::uint64_t> entries_reclaimed{0};
+    std::atomic<double> pending_oldest_idle_seconds{0};
+
+    // both
     std::atomic<bool> pg_connected{false};
     std::atomic<bool> redis_connected{false};
 
@@ -42,8 +54,11 @@ public:
     bool healthy(std::chrono::seconds max_silence) const;
 
     std::string render() const;
+    const std::string& mode() const { return mode_; }
 
 private:
+    void render_errors(std::ostream& out, const std::string& labels) const;
+
     std::string mode_;
     std::string group_;
     mutable std::mutex errors_mutex_;

@@ -1,34 +1,30 @@
 // Publish mode: a group's feed to Redis Streams.
 #pragma once
 
-#include <atomic>
+#include <chrono>
 #include <map>
-#include <optional>
 #include <string>
 #include <vector>
 
-#include "pg_outbox/backoff.hpp"
-#include "pg_outbox/config.hpp"
 #include "pg_outbox/event.hpp"
-#include "pg_outbox/metrics.hpp"
-#include "pg_outbox/pg.hpp"
 #include "pg_outbox/position.hpp"
-#include "pg_outbox/redis.hpp"
+#include "pg_outbox/service.hpp"
 
 namespace pg_outbox {
 
-class Publisher {
+class Publisher : public Service {
 public:
     Publisher(const Config& config, Metrics& metrics, const std::atomic<bool>& stop);
 
-    // Runs until asked to stop (returns 0) or a fatal error (returns 1).
-    int run();
-
 private:
-    void connect();
+    void turn() override;
+    void on_pg_connected() override;
+    void on_redis_connected() override;
+    void on_pg_lost() override;
+    void on_redis_fault() override;
+    void on_stop() override;
+
     void load_script();
-    void disconnect_pg();
-    void disconnect_redis();
     bool take_leadership();
     void check_streams();
     // The next batch after the cursor, or after "after" when given (the
@@ -46,14 +42,7 @@ private:
     void advance(const std::string& position, const std::map<std::string, std::string>& streams);
     void refresh_lag();
     void wait(std::chrono::milliseconds timeout);
-    void pause(std::chrono::milliseconds d);
 
-    const Config& config_;
-    Metrics& metrics_;
-    const std::atomic<bool>& stop_;
-    Backoff backoff_;
-    std::optional<PgConnection> pg_;
-    std::optional<RedisConnection> redis_;
     bool streams_checked_ = false;
     // The batch fetched while the previous one was being written to Redis.
     std::vector<Event> prefetched_;
@@ -61,9 +50,9 @@ private:
     std::string script_sha_;
     // Last position published to each stream, as far as this relay knows.
     std::map<std::string, Position> known_;
+    std::chrono::steady_clock::time_point next_stats_{};
     std::chrono::steady_clock::time_point next_check_{};
     std::chrono::steady_clock::time_point fetch_sent_{};
-    std::chrono::steady_clock::time_point next_stats_{};
 };
 
 }  // namespace pg_outbox

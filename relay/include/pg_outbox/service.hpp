@@ -1,0 +1,57 @@
+// What both relay modes share: the connections, the retry loop with
+// backoff, and the classification of faults.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <optional>
+#include <string>
+
+#include "pg_outbox/backoff.hpp"
+#include "pg_outbox/config.hpp"
+#include "pg_outbox/metrics.hpp"
+#include "pg_outbox/pg.hpp"
+#include "pg_outbox/redis.hpp"
+
+namespace pg_outbox {
+
+class Service {
+public:
+    virtual ~Service() = default;
+
+    // Runs turn() until asked to stop (returns 0) or a fatal error (returns
+    // 1). Lost connections and transient errors are retried with backoff;
+    // the connections are made again before the next turn.
+    int run();
+
+protected:
+    Service(const Config& config, Metrics& metrics, const std::atomic<bool>& stop, std::string application_name);
+
+    // One unit of work: a batch, or a wait when there is none.
+    virtual void turn() = 0;
+    // Called after a new connection to PostgreSQL or Redis.
+    virtual void on_pg_connected() {}
+    virtual void on_redis_connected() {}
+    // Called when a connection is dropped after a fault.
+    virtual void on_pg_lost() {}
+    virtual void on_redis_fault() {}
+    // Called once when the loop ends without a fatal error.
+    virtual void on_stop() {}
+
+    // Sleeps, unless asked to stop.
+    void pause(std::chrono::milliseconds d);
+
+    const Config& config_;
+    Metrics& metrics_;
+    const std::atomic<bool>& stop_;
+    std::optional<PgConnection> pg_;
+    std::optional<RedisConnection> redis_;
+
+private:
+    void connect();
+
+    std::string application_name_;
+    Backoff backoff_;
+};
+
+}  // namespace pg_outbox

@@ -1,0 +1,329 @@
+// Integration tests of consume mode: the five fault windows of DESIGN.md
+// and the reclaim, dead-letter and race cases, against real PostgreSQL and
+// Redis. The consumer's database ("sink") is separate from the producer's.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+
+#include <set>
+#include <thread>
+
+#include "fixture.hpp"
+#include "pg_outbox/consumer.hpp"
+
+using namespace pg_outbox;
+using namespace pg_outbox::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+const char* const kHandler = "SELECT apply_event($1, $2, $3, $4, $5)";
+
+class ConsumeTest : public RelayTest {
+protected:
+    void SetUp() override {
+        RelayTest::SetUp();
+        sink_ = pg_->create_database("sink");
+        PgConnection db(sink_, "tests");
+        db.exec("CREATE ROLE consumer_user LOGIN IN ROLE outbox_consumer, outbox_writer");
+        // The projection, a switch to make the handler fail for some keys,
+        // and a handler that also emits (consume-transform-produce).
+        db.exec("CREATE TABLE projection (event_id uuid, topic text, key text, n int, amount int)");
+        db.exec("CREATE TABLE fail_keys (key text PRIMARY KEY)");
+        db.exec(R"(CREATE FUNCTION apply_event(topic text, key text, payload jsonb, headers jsonb, event_id uuid)
+            RETURNS void LANGUAGE plpgsql AS $$
+            BEGIN
+                IF EXISTS (SELECT 1 FROM fail_keys f WHERE f.key = apply_event.key) THEN
+                    RAISE EXCEPTION 'handler refuses key %', key;
+                END IF;
+                INSERT INTO projection VALUES (event_id, topic, key, (payload->>'n')::int, (payload->>'amount')::int);
+                PERFORM outbox_emit('applied', key, jsonb_build_object('of', event_id));
+            END $$)");
+        db.exec("GRANT ALL ON projection, fail_keys TO consumer_user");
+    }
+
+    Process& start_consumer(const std::string& worker, const std::vector<std::string>& extra = {}) {
+        std::vector<std::string> args{PG_OUTBOX_RELAY_BINARY, "consume", "--consumer", "accounting",
+                                      "--pg", pg_->conninfo("sink", "consumer_user"),
+                                      "--redis", redis_->address(), "--worker", worker,
+                                      "--stream", "outbox:orders,outbox:payments,outbox:audit",
+                                      "--handler", kHandler, "--block", "100ms",
+                                      "--retry-min", "20ms", "--retry-max", "300ms", "--log-level", "debug"};
+        args.insert(args.end(), extra.begin(), extra.end());
+        return start_process(args);
+    }
+
+    PgConnection sink() { return PgConnection(sink_, "tests"); }
+
+    long long sink_count(const std::string& sql) {
+        auto db = sink();
+        return std::stoll(query_column(db, sql)[0]);
+    }
+
+    // Every committed event of the producer is in the projection exactly
+    // once, and the handler's own emit happened once per event.
+    void expect_projection_exactly_once() {
+        auto db = sink();
+        const auto dups = query_column(db, "SELECT count(*) FROM (SELECT event_id FROM projection GROUP BY event_id "
+                                           "HAVING count(*) > 1) d");
+        EXPECT_EQ(dups[0], "0");
+        EXPECT_EQ(sink_count("SELECT count(*) FROM projection"), static_cast<long long>(committed_count()));
+        EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.event"), sink_count("SELECT count(*) FROM projection"));
+        auto app = connect();
+        std::set<std::string> produced;
+        for (const auto& id : query_column(app, "SELECT event_id::text FROM outbox.event")) produced.insert(id);
+        for (const auto& id : query_column(db, "SELECT event_id::text FROM projection"))
+            EXPECT_TRUE(produced.count(id)) << "applied an event that was never committed: " << id;
+    }
+
+    bool wait_applied(long long n, std::chrono::milliseconds timeout = 30s) {
+        return eventually([&] { return sink_count("SELECT count(*) FROM projection") >= n; }, timeout, 100ms);
+    }
+
+    long long pending(const std::string& stream) {
+        auto redis = redis_->connect();
+        auto r = redis.command({"XPENDING", stream, "accounting"});
+        return r->type == REDIS_REPLY_ARRAY ? r->element[0]->integer : -1;
+    }
+
+    // An entry id above the stream's top and below the relay's next ones.
+    std::string id_between(const std::string& stream) {
+        auto redis = redis_->connect();
+        auto r = redis.command({"XREVRANGE", stream, "+", "-", "COUNT", "1"});
+        const std::string top(reply_text(r->element[0]->element[0]));
+        return top.substr(0, top.find('-')) + "-999999";
+    }
+
+    // Appends an entry by hand, as a broken or replaying producer would.
+    void xadd(const std::string& stream, const std::string& id, const std::string& event_id,
+              const std::string& payload, const std::string& key = "manual") {
+        auto redis = redis_->connect();
+        auto r = redis.command({"XADD", stream, id, "event_id", event_id, "topic", "orders", "key", key, "payload",
+                                payload, "position", id, "created_at", "now"});
+        ASSERT_NE(r->type, REDIS_REPLY_ERROR) << reply_text(r.get());
+    }
+
+    std::string sink_;
+};
+
+}  // namespace
+
+// The normal path: every committed event applied once, in one local
+// transaction with the handler's own emit.
+TEST_F(ConsumeTest, AppliesEveryEventOnce) {
+    start_relay();
+    start_consumer("w1");
+    emit(300);
+    ASSERT_TRUE(wait_applied(300));
+    std::this_thread::sleep_for(300ms);
+    expect_projection_exactly_once();
+    EXPECT_EQ(pending("outbox:orders"), 0);
+}
+
+// Window 1: XADD succeeded, the relay died before advancing its cursor.
+// After the restart the events are refused by Redis as present; the inbox
+// applies each once.
+TEST_F(ConsumeTest, Window1RelayDiesAfterXaddBeforeAdvance) {
+    emit(120);
+    {
+        auto pg = connect();
+        pg.exec("REVOKE EXECUTE ON FUNCTION outbox_advance(text, text, jsonb) FROM outbox_relay");
+    }
+    auto& relay = start_relay();
+    EXPECT_EQ(relay.wait(30s), 1);
+    {
+        auto pg = connect();
+        pg.exec("GRANT EXECUTE ON FUNCTION outbox_advance(text, text, jsonb) TO outbox_relay");
+    }
+    start_consumer("w1");
+    start_relay();
+    ASSERT_TRUE(wait_applied(120));
+    ASSERT_TRUE(wait_all_published());
+    std::this_thread::sleep_for(300ms);
+    expect_projection_exactly_once();
+}
+
+// Window 2: the consumer's transaction fails after inserting the inbox
+// row. Neither inbox nor projection change; the entry stays pending, is
+// reclaimed, and applied once when the handler works again.
+TEST_F(ConsumeTest, Window2TransactionFailsAfterInboxInsert) {
+    {
+        auto db = sink();
+        db.exec("INSERT INTO fail_keys VALUES ('k7')");
+    }
+    start_relay();
+    auto& consumer = start_consumer("w1", {"--min-idle", "300ms", "--claim-interval", "100ms"});
+    emit(20);
+    ASSERT_TRUE(wait_applied(19));
+    ASSERT_TRUE(eventually([&] { return consumer.log().find("stays pending") != std::string::npos; }, 10s));
+    EXPECT_EQ(sink_count("SELECT count(*) FROM projection WHERE key = 'k7'"), 0);
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.inbox i JOIN projection p USING (event_id)"), 19);
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.inbox"), 19);
+    EXPECT_EQ(pending("outbox:payments"), 1);  // k7: event 7 is on topic 7 % 3, payments
+    {
+        auto db = sink();
+        db.exec("DELETE FROM fail_keys");
+    }
+    ASSERT_TRUE(wait_applied(20));
+    ASSERT_TRUE(eventually([&] { return pending("outbox:payments") == 0; }, 10s));
+    expect_projection_exactly_once();
+    EXPECT_NE(consumer.log().find("reclaimed"), std::string::npos);
+}
+
+// Window 3: the consumer committed (inbox and projection) and died before
+// XACK. The entry is pending for the dead worker; reclaimed, it is a
+// duplicate: acknowledged, projection unchanged.
+TEST_F(ConsumeTest, Window3CommittedButNotAcknowledged) {
+    start_relay();
+    emit(10);
+    ASSERT_TRUE(wait_all_published());
+    {
+        // The dead worker: it read the entries, applied them, committed, and
+        // died before XACK.
+        auto redis = redis_->connect();
+        for (const auto& t : kTopics)
+            redis.command({"XGROUP", "CREATE", "outbox:" + t, "accounting", "0", "MKSTREAM"});
+        auto db = sink();
+        for (const auto& t : kTopics) {
+            auto r = redis.command({"XREADGROUP", "GROUP", "accounting", "dead-worker", "COUNT", "100", "STREAMS",
+                                    "outbox:" + t, ">"});
+            for (const auto& e : parse_entries("outbox:" + t, r->element[0]->element[1]))
+                db.exec("SELECT * FROM inbox_consume('accounting', $1, ARRAY[$2], ARRAY[$3], ARRAY[$4], ARRAY[$5], NULL)",
+                        {std::string(kHandler), e.fields.at("event_id"), e.fields.at("topic"), e.fields.at("key"),
+                         e.fields.at("payload")});
+        }
+    }
+    EXPECT_EQ(sink_count("SELECT count(*) FROM projection"), 10);
+    EXPECT_EQ(pending("outbox:orders") + pending("outbox:payments") + pending("outbox:audit"), 10);
+    auto& consumer = start_consumer("w2", {"--min-idle", "200ms", "--claim-interval", "100ms"});
+    ASSERT_TRUE(eventually(
+        [&] { return pending("outbox:orders") + pending("outbox:payments") + pending("outbox:audit") == 0; }, 15s));
+    EXPECT_EQ(sink_count("SELECT count(*) FROM projection"), 10);
+    expect_projection_exactly_once();
+    EXPECT_NE(consumer.log().find("was applied before; acknowledged"), std::string::npos);
+}
+
+// Window 4: a new stream entry carrying a known event id (same payload):
+// the inbox reports a duplicate; nothing changes.
+TEST_F(ConsumeTest, Window4NewEntryWithKnownEventId) {
+    start_relay();
+    start_consumer("w1");
+    emit(3);
+    ASSERT_TRUE(wait_applied(3));
+    auto app = connect();
+    auto r = app.exec("SELECT event_id, payload::text FROM outbox.event WHERE topic = 'orders'");
+    xadd("outbox:orders", id_between("outbox:orders"), std::string(r.get(0, 0)), std::string(r.get(0, 1)), "k0");
+    ASSERT_TRUE(eventually([&] { return pending("outbox:orders") == 0 && sink_count(
+        "SELECT count(*) FROM outbox.inbox") == 3; }, 10s));
+    std::this_thread::sleep_for(500ms);
+    expect_projection_exactly_once();
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.dead_letters"), 0);
+}
+
+// Window 5: the same event id with another payload: identity conflict,
+// dead-lettered with both payloads, nothing applied, the stream flows on.
+TEST_F(ConsumeTest, Window5SameIdDifferentPayload) {
+    start_relay();
+    auto& consumer = start_consumer("w1");
+    emit(3);
+    ASSERT_TRUE(wait_applied(3));
+    auto app = connect();
+    auto r = app.exec("SELECT event_id FROM outbox.event WHERE topic = 'orders'");
+    const std::string id(r.get(0, 0));
+    const auto entry = id_between("outbox:orders");
+    xadd("outbox:orders", entry, id, "{\"n\": 0, \"amount\": 1000000}", "k0");
+    emit(3, 3);
+    ASSERT_TRUE(wait_applied(6));
+    ASSERT_TRUE(eventually([&] { return sink_count("SELECT count(*) FROM outbox.dead_letters") == 1; }, 10s));
+    auto db = sink();
+    auto dl = db.exec("SELECT event_id::text, sqlstate, payload->>'amount', applied_payload->>'amount', entry_id "
+                      "FROM outbox.dead_letters");
+    EXPECT_EQ(dl.get(0, 0), id);
+    EXPECT_EQ(dl.get(0, 1), "OB001");
+    EXPECT_EQ(dl.get(0, 2), "1000000");
+    EXPECT_EQ(dl.get(0, 3), "10");
+    EXPECT_EQ(dl.get(0, 4), entry);
+    EXPECT_EQ(sink_count("SELECT sum(amount) FROM projection"), 60);
+    EXPECT_EQ(pending("outbox:orders"), 0);
+    EXPECT_NE(consumer.log().find("another payload"), std::string::npos);
+}
+
+// A handler that always fails for one key: dead-lettered after
+// --max-deliveries, acknowledged; later entries keep flowing.
+TEST_F(ConsumeTest, AlwaysFailingHandlerIsDeadLettered) {
+    {
+        auto db = sink();
+        db.exec("INSERT INTO fail_keys VALUES ('k4')");
+    }
+    start_relay();
+    auto& consumer =
+        start_consumer("w1", {"--min-idle", "100ms", "--claim-interval", "50ms", "--max-deliveries", "3"});
+    emit(30);
+    ASSERT_TRUE(wait_applied(29));
+    ASSERT_TRUE(eventually([&] { return sink_count("SELECT count(*) FROM outbox.dead_letters") == 1; }, 20s))
+        << consumer.log();
+    auto db = sink();
+    auto dl = db.exec("SELECT key, deliveries, sqlstate, reason FROM outbox.dead_letters");
+    EXPECT_EQ(dl.get(0, 0), "k4");
+    EXPECT_EQ(dl.get(0, 1), "3");
+    EXPECT_EQ(dl.get(0, 2), "P0001");
+    EXPECT_NE(std::string(dl.get(0, 3)).find("handler refuses key k4"), std::string::npos);
+    ASSERT_TRUE(eventually([&] { return pending("outbox:payments") == 0; }, 10s));
+    emit(6, 30);
+    ASSERT_TRUE(wait_applied(35));
+    // Replaying the dead letter once the handler is fixed applies it once.
+    db.exec("DELETE FROM fail_keys");
+    db.exec("SELECT inbox_replay(id, $1) FROM outbox.dead_letters", {std::string(kHandler)});
+    EXPECT_EQ(sink_count("SELECT count(*) FROM projection"), 36);
+    expect_projection_exactly_once();
+}
+
+// 5,000 stale pending entries of a dead worker, reclaimed with a small
+// COUNT: all recovered.
+TEST_F(ConsumeTest, ReclaimsThousandsOfStalePendingEntries) {
+    {
+        auto app = connect();
+        app.exec("SELECT count(*) FROM outbox_emit_many('orders', NULL, "
+                 "(SELECT array_agg(jsonb_build_object('n', i, 'amount', 1)) FROM generate_series(1, 5000) i))");
+    }
+    auto& relay = start_relay({"--batch-size", "1000"});
+    ASSERT_TRUE(wait_all_published()) << relay.log();
+    {
+        auto redis = redis_->connect();
+        redis.command({"XGROUP", "CREATE", "outbox:orders", "accounting", "0", "MKSTREAM"});
+        auto r = redis.command({"XREADGROUP", "GROUP", "accounting", "dead-worker", "COUNT", "10000", "STREAMS",
+                                "outbox:orders", ">"});
+        ASSERT_EQ(r->element[0]->element[1]->elements, 5000u);
+    }
+    EXPECT_EQ(pending("outbox:orders"), 5000);
+    start_consumer("w1", {"--min-idle", "100ms", "--claim-interval", "100ms", "--batch-size", "50"});
+    ASSERT_TRUE(wait_applied(5000, 60s));
+    ASSERT_TRUE(eventually([&] { return pending("outbox:orders") == 0; }, 10s));
+    expect_projection_exactly_once();
+}
+
+// Two workers racing on the same entries (each reclaims what the other
+// holds almost at once): every event applied once.
+TEST_F(ConsumeTest, TwoWorkersRacingApplyOnce) {
+    start_relay();
+    const std::vector<std::string> racy{"--min-idle", "1ms", "--claim-interval", "5ms", "--batch-size", "10"};
+    start_consumer("w1", racy);
+    start_consumer("w2", racy);
+    emit(400);
+    ASSERT_TRUE(wait_applied(400, 60s));
+    ASSERT_TRUE(eventually(
+        [&] { return pending("outbox:orders") + pending("outbox:payments") + pending("outbox:audit") == 0; }, 20s));
+    expect_projection_exactly_once();
+}
+
+// SIGTERM finishes the batch and exits 0; a bad setting exits 2 at once.
+TEST_F(ConsumeTest, SigtermAndBadSettings) {
+    auto& consumer = start_consumer("w1");
+    std::this_thread::sleep_for(500ms);
+    consumer.signal(SIGTERM);
+    EXPECT_EQ(consumer.wait(10s), 0) << consumer.log();
+    auto& bad = start_process({PG_OUTBOX_RELAY_BINARY, "consume", "--consumer", "c", "--stream", "s", "--handler",
+                               kHandler, "--max-deliveries", "0"});
+    EXPECT_NE(bad.wait(10s), 0);
+    EXPECT_NE(bad.log().find("--max-deliveries"), std::string::npos) << bad.log();
+}
