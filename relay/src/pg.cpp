@@ -43,19 +43,34 @@ PgResult PgConnection::exec(const std::string& sql, const std::vector<Param>& pa
 }
 
 void PgConnection::send(const std::string& sql, const std::vector<Param>& params) {
+    if (queued_ == 0 && PQenterPipelineMode(conn_.get()) == 0) throw_error(nullptr, "could not enter pipeline mode");
     std::vector<const char*> values;
     values.reserve(params.size());
     for (const auto& p : params) values.push_back(p ? p->c_str() : nullptr);
     if (PQsendQueryParams(conn_.get(), sql.c_str(), static_cast<int>(values.size()), nullptr, values.data(), nullptr,
-                          nullptr, 0) == 0)
+                          nullptr, 0) == 0 ||
+        PQpipelineSync(conn_.get()) == 0 || PQflush(conn_.get()) != 0)
         throw_error(nullptr, "could not send a query");
+    ++queued_;
 }
 
 PgResult PgConnection::receive() {
     PGresult* raw = PQgetResult(conn_.get());
     PgResult result(raw);
-    // Consume the end of the command, so that the connection is idle again.
-    while (PGresult* extra = PQgetResult(conn_.get())) PQclear(extra);
+    // Then the end of the statement (NULL) and its sync point. Two NULLs in
+    // a row mean the connection broke.
+    for (int nulls = 0; nulls < 2;) {
+        PGresult* extra = PQgetResult(conn_.get());
+        if (extra == nullptr) {
+            ++nulls;
+            continue;
+        }
+        nulls = 0;
+        const bool sync = PQresultStatus(extra) == PGRES_PIPELINE_SYNC;
+        PQclear(extra);
+        if (sync) break;
+    }
+    if (--queued_ == 0) PQexitPipelineMode(conn_.get());
     const auto status = raw ? PQresultStatus(raw) : PGRES_FATAL_ERROR;
     if (status != PGRES_TUPLES_OK && status != PGRES_COMMAND_OK) throw_error(raw, "query failed");
     return result;

@@ -60,12 +60,15 @@ void Publisher::load_script() {
 
 void Publisher::on_pg_lost() {
     prefetched_.clear();
+    unadvanced_.reset();
+    advance_sent_ = false;
     if (metrics_.leader.exchange(false))
         spdlog::warn("lost the leadership of group \"{}\" with the connection", config_.group);
 }
 
 void Publisher::on_redis_fault() {
     prefetched_.clear();
+    unadvanced_.reset();
     streams_checked_ = false;
 }
 
@@ -230,15 +233,30 @@ std::map<std::string, std::string> Publisher::publish(const std::vector<Event>& 
     return last;
 }
 
-void Publisher::advance(const std::string& position, const std::map<std::string, std::string>& streams) {
-    nlohmann::json j(streams);
+void Publisher::send_advance() {
+    if (!unadvanced_) return;
+    nlohmann::json j(unadvanced_->second);
+    pg_->send(kAdvanceSql, {config_.group, unadvanced_->first, j.dump()});
+    advance_sent_ = true;
+}
+
+void Publisher::receive_advance() {
+    if (!advance_sent_) return;
+    advance_sent_ = false;
     try {
-        pg_->exec(kAdvanceSql, {config_.group, position, j.dump()});
+        pg_->receive();
     } catch (const PgError& e) {
+        unadvanced_.reset();
         if (e.sqlstate() == "55000" && !e.connection_lost()) throw LostLeadership{};
         throw;
     }
+    unadvanced_.reset();
     metrics_.batches_published++;
+}
+
+void Publisher::flush_advance() {
+    send_advance();
+    receive_advance();
 }
 
 void Publisher::refresh_lag() {
@@ -270,57 +288,72 @@ void Publisher::turn() {
         wait(config_.poll_interval);
         return;
     }
-    if (!streams_checked_ || std::chrono::steady_clock::now() >= next_check_) {
-        prefetched_.clear();
-        check_streams();
-        streams_checked_ = true;
-    }
-    refresh_lag();
-    const auto t0 = std::chrono::steady_clock::now();
-    auto batch = std::move(prefetched_);
-    prefetched_.clear();
-    if (batch.empty()) batch = fetch();
-    if (batch.empty()) {
-        wait(config_.poll_interval);
-        return;
-    }
-    const auto t1 = std::chrono::steady_clock::now();
-    // Fetch the next batch while Redis writes this one.
-    send_fetch(&batch.back().position);
-    std::map<std::string, std::string> streams;
     try {
-        streams = publish(batch);
-    } catch (...) {
-        try {
-            pg_->receive();
-        } catch (const PgError&) {
-            // The next turn finds the connection broken, if it is.
+        if (!streams_checked_ || std::chrono::steady_clock::now() >= next_check_) {
+            flush_advance();
+            prefetched_.clear();
+            check_streams();
+            streams_checked_ = true;
         }
-        throw;
-    }
-    const auto t2 = std::chrono::steady_clock::now();
-    auto next = receive_fetch();
-    try {
-        advance(batch.back().position, streams);
+        refresh_lag();
+        auto batch = std::move(prefetched_);
+        prefetched_.clear();
+        if (batch.empty()) batch = fetch();
+        if (batch.empty()) {
+            flush_advance();
+            wait(config_.poll_interval);
+            return;
+        }
+        const auto t0 = std::chrono::steady_clock::now();
+        // While Redis writes this batch, PostgreSQL advances the cursor past
+        // the previous one and fetches the next.
+        send_advance();
+        send_fetch(&batch.back().position);
+        std::map<std::string, std::string> streams;
+        try {
+            streams = publish(batch);
+        } catch (...) {
+            try {
+                receive_advance();
+                pg_->receive();
+            } catch (const PgError&) {
+                // The next turn finds the connection broken, if it is.
+            } catch (const LostLeadership&) {
+            }
+            throw;
+        }
+        const auto t1 = std::chrono::steady_clock::now();
+        receive_advance();
+        prefetched_ = receive_fetch();
+        unadvanced_.emplace(batch.back().position, std::move(streams));
+        if (prefetched_.empty()) flush_advance();
+        spdlog::debug("published {} events up to {} (redis {:.2f} ms, overlapped with the advance and next fetch; "
+                      "turn {:.2f} ms)",
+                      batch.size(), batch.back().position, metrics_.redis_rtt_seconds * 1000,
+                      std::chrono::duration<double, std::milli>(t1 - t0).count() + seconds_since(t1) * 1000);
     } catch (const LostLeadership&) {
+        while (pg_->queued() > 0) {
+            try {
+                pg_->receive();
+            } catch (const PgError&) {
+                // results of the lost turn: nothing to keep
+            }
+        }
         prefetched_.clear();
         metrics_.leader = false;
         spdlog::warn("group \"{}\" is led by another session now; standing by", config_.group);
-        return;
     }
-    prefetched_ = std::move(next);
-    spdlog::debug("published {} events up to {} (fetch {:.2f} ms, redis and next fetch {:.2f} ms, advance {:.2f} ms)",
-                  batch.size(), batch.back().position, std::chrono::duration<double, std::milli>(t1 - t0).count(),
-                  std::chrono::duration<double, std::milli>(t2 - t1).count(), seconds_since(t2) * 1000);
 }
 
 void Publisher::on_stop() {
     if (!pg_ || !metrics_.leader) return;
     try {
+        flush_advance();
         pg_->exec(kResignSql, {config_.group});
         spdlog::info("resigned the leadership of group \"{}\"", config_.group);
     } catch (const PgError&) {
         // The connection is going away anyway, and the lock with it.
+    } catch (const LostLeadership&) {
     }
 }
 

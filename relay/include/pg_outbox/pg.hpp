@@ -53,9 +53,13 @@ public:
     PgResult exec(const std::string& sql, const std::vector<Param>& params = {});
 
     // The same in two steps, so that the caller can work while the server
-    // runs the statement. Exactly one receive() must follow each send().
+    // runs the statements: send() queues a statement (libpq pipeline mode,
+    // each statement its own transaction), receive() returns the results
+    // in order, one per send(). exec() waits for nothing queued, so every
+    // send() must be received first.
     void send(const std::string& sql, const std::vector<Param>& params = {});
     PgResult receive();
+    int queued() const { return queued_; }
 
     // LISTEN on a channel.
     void listen(const std::string& channel);
@@ -71,6 +75,7 @@ private:
     [[noreturn]] void throw_error(const PGresult* r, const std::string& what) const;
 
     std::unique_ptr<PGconn, PGconnDeleter> conn_;
+    int queued_ = 0;
 };
 
 }  // namespace pg_outbox

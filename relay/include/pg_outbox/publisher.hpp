@@ -3,6 +3,8 @@
 
 #include <chrono>
 #include <map>
+#include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -39,13 +41,20 @@ private:
     // Publishes a batch; returns the last position per stream. Throws
     // RedisError after reading every reply when any entry failed.
     std::map<std::string, std::string> publish(const std::vector<Event>& batch);
-    void advance(const std::string& position, const std::map<std::string, std::string>& streams);
+    // Queues the cursor advance of a batch Redis acknowledged: it is sent
+    // with the next fetch, or alone when the feed runs dry.
+    void send_advance();
+    void receive_advance();
+    void flush_advance();
     void refresh_lag();
     void wait(std::chrono::milliseconds timeout);
 
     bool streams_checked_ = false;
     // The batch fetched while the previous one was being written to Redis.
     std::vector<Event> prefetched_;
+    // The last position Redis acknowledged, not yet sent to the cursor.
+    std::optional<std::pair<std::string, std::map<std::string, std::string>>> unadvanced_;
+    bool advance_sent_ = false;
     std::string maxlen_text_;
     std::string script_sha_;
     // Last position published to each stream, as far as this relay knows.
