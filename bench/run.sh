@@ -3,21 +3,23 @@
 # run, on throwaway PostgreSQL and Redis servers on loopback. Prints a
 # markdown table and writes it to bench/results/. Asserts nothing.
 #
-#   BENCH_ONLY="drain latency coldstart"   workloads to run (default: all)
+#   BENCH_ONLY="drain latency coldstart consume"   workloads to run (default: all)
 #   BENCH_ROUNDS=3                         interleaved rounds per workload
 #   BENCH_EVENTS=1000000                   events drained per round
 #   BENCH_BURST=500000                     events of the cold-start burst
 #   BENCH_RATE=2000 BENCH_SECONDS=15       latency: transactions/s and duration
+#   BENCH_CONSUME=100000                   consume: entries applied per round
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
-ONLY=${BENCH_ONLY:-drain latency coldstart}
+ONLY=${BENCH_ONLY:-drain latency coldstart consume}
 ROUNDS=${BENCH_ROUNDS:-3}
 EVENTS=${BENCH_EVENTS:-1000000}
 BURST=${BENCH_BURST:-500000}
 RATE=${BENCH_RATE:-2000}
 SECONDS_LAT=${BENCH_SECONDS:-15}
+CONSUME=${BENCH_CONSUME:-100000}
 
 ensure_packages
 build_extension
@@ -133,12 +135,12 @@ if [[ " $ONLY " == *" drain "* ]]; then
 		echo "   round $r: relay $relay_eps/s, XADD ceiling $ceiling_eps/s, naive relay $naive_eps/s, relay peak RSS ${rss} kB"
 	done
 	redis flushall >/dev/null
-	row "drain $EVENTS events: pg_outbox_relay (events/s) | $(awk '{print $1}' "$WORK/drain" | stats) | |"
-	row "drain: bare pipelined XADD, the ceiling (events/s) | $(awk '{print $2}' "$WORK/drain" | stats) | |"
-	row "drain: naive status-column relay (events/s) | $(awk '{print $3}' "$WORK/drain" | stats) | |"
-	row "drain: relay / ceiling | $(awk '{print $1 / $2}' "$WORK/drain" | stats) | ≥ 0.5 |"
-	row "drain: relay / naive | $(awk '{print $1 / $3}' "$WORK/drain" | stats) | ≥ 3 |"
-	row "relay peak RSS during drain (MB) | $(awk '{print $4 / 1024}' "$WORK/drain" | stats) | < 64 |"
+	row "drain $EVENTS events: pg_outbox_relay (events/s) | $(awk '{print $1}' "$WORK/drain" | stats) |"
+	row "drain: bare pipelined XADD, the ceiling (events/s) | $(awk '{print $2}' "$WORK/drain" | stats) |"
+	row "drain: naive status-column relay (events/s) | $(awk '{print $3}' "$WORK/drain" | stats) |"
+	row "drain: relay / ceiling | $(awk '{print $1 / $2}' "$WORK/drain" | stats) | ≥ 0.5"
+	row "drain: relay / naive | $(awk '{print $1 / $3}' "$WORK/drain" | stats) | ≥ 3"
+	row "relay peak RSS during drain (MB) | $(awk '{print $4 / 1024}' "$WORK/drain" | stats) | < 64"
 	psql_db postgres -c "DROP DATABASE drain"
 fi
 
@@ -178,10 +180,10 @@ if [[ " $ONLY " == *" latency "* ]]; then
 	for mode in listen poll; do
 		label="LISTEN/NOTIFY"
 		[ "$mode" = poll ] && label="polling every 100ms"
-		row "latency at $RATE tx/s, $label: commit to stream p50 (ms) | $(awk '{print $1}' "$WORK/lat_$mode" | stats) | |"
-		row "latency at $RATE tx/s, $label: p99 (ms) | $(awk '{print $2}' "$WORK/lat_$mode" | stats) | $([ $mode = listen ] && echo '< 5')|"
-		row "latency at $RATE tx/s, $label: p99.9 (ms) | $(awk '{print $3}' "$WORK/lat_$mode" | stats) | |"
-		row "latency at $RATE tx/s, $label: max (ms) | $(awk '{print $4}' "$WORK/lat_$mode" | stats) | |"
+		row "latency at $RATE tx/s, $label: commit to stream p50 (ms) | $(awk '{print $1}' "$WORK/lat_$mode" | stats) |"
+		row "latency at $RATE tx/s, $label: p99 (ms) | $(awk '{print $2}' "$WORK/lat_$mode" | stats) | $([ $mode = listen ] && echo '< 5')"
+		row "latency at $RATE tx/s, $label: p99.9 (ms) | $(awk '{print $3}' "$WORK/lat_$mode" | stats) |"
+		row "latency at $RATE tx/s, $label: max (ms) | $(awk '{print $4}' "$WORK/lat_$mode" | stats) |"
 	done
 	psql_db postgres -c "DROP DATABASE lat"
 fi
@@ -206,8 +208,44 @@ if [[ " $ONLY " == *" coldstart "* ]]; then
 		echo "$t_commit $t_done" | awk '{printf "%.3f\n", $2 - $1}' >>"$WORK/cold"
 		echo "   round $r: last commit to last XADD $(tail -n 1 "$WORK/cold") s"
 	done
-	row "cold start: last commit to last XADD of a $BURST-event burst (s) | $(stats <"$WORK/cold") | < 2 |"
+	row "cold start: last commit to last XADD of a $BURST-event burst (s) | $(stats <"$WORK/cold") | < 2"
 	psql_db postgres -c "DROP DATABASE cold"
+fi
+
+if [[ " $ONLY " == *" consume "* ]]; then
+	say "consume: $CONSUME entries through pg_outbox_relay consume (trivial handler) vs a bare XREADGROUP + XACK loop"
+	redis flushall >/dev/null
+	psql_db postgres -c "CREATE DATABASE src" -c "CREATE DATABASE sink"
+	psql_db src -c "CREATE EXTENSION pg_outbox" -c "SELECT outbox_group_create('src', start_at => 'beginning')" >/dev/null
+	psql_db sink -c "CREATE EXTENSION pg_outbox"
+	psql_db src -c "SELECT count(*) FROM outbox_emit_many('c', NULL, (SELECT array_agg(jsonb_build_object('i', i,
+		'note', 'lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor incididunt'))
+		FROM generate_series(1, $CONSUME) i))" >/dev/null
+	"$RELAY" publish --pg "$(conninfo src)" --redis "$REDIS" --group src --log-level warn >"$WORK/relay.log" 2>&1 &
+	RELAY_PID=$!
+	wait_streams "$CONSUME"
+	stop_pid "$RELAY_PID"
+	RELAY_PID=
+	: >"$WORK/consume"
+	for r in $(seq 1 "$ROUNDS"); do
+		psql_db sink -c "TRUNCATE outbox.inbox" >/dev/null
+		redis xgroup destroy outbox:c bench >/dev/null
+		t0=$(now)
+		"$RELAY" consume --pg "$(conninfo sink)" --redis "$REDIS" --consumer bench --stream outbox:c \
+			--handler 'SELECT $5' --batch-size 100 --block 100ms --log-level warn >"$WORK/consume.log" 2>&1 &
+		RELAY_PID=$!
+		while [ "$(psql_db sink -At -c "SELECT count(*) FROM outbox.inbox")" -lt "$CONSUME" ]; do sleep 0.05; done
+		t1=$(now)
+		stop_pid "$RELAY_PID"
+		RELAY_PID=
+		relay_eps=$(echo "$CONSUME $t0 $t1" | awk '{printf "%.0f", $1 / ($3 - $2)}')
+		bare_eps=$("$TOOL" read-ack --redis "$REDIS" --stream outbox:c --batch 100 | result events_per_second)
+		echo "$relay_eps $bare_eps" >>"$WORK/consume"
+		echo "   round $r: consume $relay_eps/s, bare XREADGROUP + XACK $bare_eps/s"
+	done
+	row "consume $CONSUME entries, trivial handler: pg_outbox_relay consume (events/s) | $(awk '{print $1}' "$WORK/consume" | stats) | ≥ 10000"
+	row "consume: bare XREADGROUP + XACK loop (events/s) | $(awk '{print $2}' "$WORK/consume" | stats) |"
+	psql_db postgres -c "DROP DATABASE src" -c "DROP DATABASE sink"
 fi
 
 mkdir -p bench/results

@@ -7,6 +7,8 @@
 //   latency       reads a stream as entries arrive and reports how long after
 //                 the emitting commit (payload field "t", epoch seconds) each
 //                 one appeared
+//   read-ack      a bare consumer: XREADGROUP and XACK until the stream is
+//                 read, the ceiling of a consumer
 //
 // Each prints "RESULT <name> <value>" lines.
 #include <CLI/CLI.hpp>
@@ -152,6 +154,29 @@ int latency(const std::string& redis_address, const std::string& stream, std::si
     return 0;
 }
 
+int read_ack(const std::string& redis_address, const std::string& stream, int batch) {
+    auto redis = redis_connect(redis_address);
+    const std::string group = "bench-read-ack";
+    redis.command({"XGROUP", "DESTROY", stream, group});
+    redis.command({"XGROUP", "CREATE", stream, group, "0"});
+    const auto count = std::to_string(batch);
+    std::size_t total = 0;
+    const auto t0 = Clock::now();
+    while (true) {
+        auto r = redis.command({"XREADGROUP", "GROUP", group, "w", "COUNT", count, "STREAMS", stream, ">"});
+        if (r->type != REDIS_REPLY_ARRAY || r->element[0]->element[1]->elements == 0) break;
+        const redisReply* entries = r->element[0]->element[1];
+        std::vector<std::string_view> argv{"XACK", stream, group};
+        for (size_t i = 0; i < entries->elements; ++i) argv.push_back(reply_text(entries->element[i]->element[0]));
+        redis.command(argv);
+        total += entries->elements;
+    }
+    const double secs = seconds_since(t0);
+    redis.command({"XGROUP", "DESTROY", stream, group});
+    std::printf("RESULT events %zu\nRESULT seconds %.3f\nRESULT events_per_second %.0f\n", total, secs, total / secs);
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -163,16 +188,20 @@ int main(int argc, char** argv) {
     auto* ceiling = app.add_subcommand("xadd-ceiling", "pipelined XADD of the outbox's events, preloaded");
     auto* naive = app.add_subcommand("naive-relay", "the status-column outbox relay");
     auto* lat = app.add_subcommand("latency", "commit-to-stream latency of arriving entries");
+    auto* ra = app.add_subcommand("read-ack", "a bare XREADGROUP and XACK loop over a stream");
     for (auto* sub : {ceiling, naive}) {
         sub->add_option("--pg", pg)->required();
         sub->add_option("--batch", batch);
     }
-    for (auto* sub : {ceiling, naive, lat}) sub->add_option("--redis", redis);
+    for (auto* sub : {ceiling, naive, lat, ra}) sub->add_option("--redis", redis);
+    ra->add_option("--stream", stream)->required();
+    ra->add_option("--batch", batch);
     lat->add_option("--stream", stream)->required();
     lat->add_option("--count", count)->required();
     lat->add_option("--timeout", timeout_s);
     CLI11_PARSE(app, argc, argv);
     if (ceiling->parsed()) return xadd_ceiling(pg, redis, batch);
     if (naive->parsed()) return naive_relay(pg, redis, batch);
+    if (ra->parsed()) return read_ack(redis, stream, batch);
     return latency(redis, stream, count, timeout_s);
 }
