@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs all of pg_outbox's tests on a fresh Debian 12 machine: installs what
 # is missing, builds, starts throwaway servers on loopback, runs the
-# pg_regress tests and isolation specs, and ends with one summary line.
+# pg_regress tests and isolation specs, the relay's unit and integration
+# tests and the demo, and ends with one summary line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -49,6 +50,15 @@ if [ -z "$total" ]; then
 else
 	passed=$((passed + total - bad))
 	failed=$((failed + bad))
+fi
+
+say "the demo (make demo), which must pass on its own servers"
+if ./scripts/demo.sh >"$log/demo" 2>&1; then
+	passed=$((passed + 1))
+	tail -n 12 "$log/demo"
+else
+	failed=$((failed + 1))
+	cat "$log/demo"
 fi
 
 echo

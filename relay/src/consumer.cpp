@@ -197,7 +197,7 @@ void Consumer::apply(const std::vector<StreamEntry>& entries) {
                 done.push_back(&e);
             } else if (status == "duplicate") {
                 metrics_.events_duplicate++;
-                spdlog::debug("entry {} of \"{}\": event {} was applied before; acknowledged", e.id, e.stream,
+                spdlog::info("entry {} of \"{}\": event {} was applied before; acknowledged", e.id, e.stream,
                               *field(e, "event_id"));
                 done.push_back(&e);
             } else if (status == "conflict") {
