@@ -9,14 +9,14 @@ OBJS = \
 	extension/pg_outbox.o \
 	extension/emit.o \
 	extension/lead.o \
-	extension/inbox.o
+	extension/locks.o
 
 DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql
 DATA = $(wildcard sql/$(EXTENSION)--*--*.sql)
 
-REGRESS = install emit emit_errors groups feed privileges explain inbox drop
+REGRESS = install emit emit_errors groups feed privileges explain inbox maintain drop
 REGRESS_OPTS = --inputdir=test --outputdir=test --load-extension=$(EXTENSION)
-ISOLATION = xid_order abort_savepoint open_tx prepared two_relays inbox_race
+ISOLATION = xid_order abort_savepoint open_tx prepared two_relays inbox_race maintain_concurrent
 ISOLATION_OPTS = --inputdir=test --outputdir=test/isolation --load-extension=$(EXTENSION)
 
 EXTRA_CLEAN = test/results test/isolation test/regression.diffs test/regression.out

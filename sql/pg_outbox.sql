@@ -36,14 +36,26 @@ CREATE TABLE outbox.config (
 	only_row boolean NOT NULL DEFAULT true,
 	partition_width bigint NOT NULL DEFAULT 10000000,
 	premake integer NOT NULL DEFAULT 4,
+	retention interval NOT NULL DEFAULT '3 days',
+	retire_mode text NOT NULL DEFAULT 'drop',
+	lock_timeout interval NOT NULL DEFAULT '200 milliseconds',
+	max_group_lag interval NOT NULL DEFAULT '1 day',
 	CONSTRAINT config_pkey PRIMARY KEY (only_row),
 	CONSTRAINT config_only_row CHECK (only_row),
-	CONSTRAINT config_partition_width_range CHECK (partition_width BETWEEN 1000 AND 1000000000000),
-	CONSTRAINT config_premake_range CHECK (premake BETWEEN 1 AND 1000)
+	CONSTRAINT config_partition_width_range CHECK (partition_width BETWEEN 100 AND 1000000000000),
+	CONSTRAINT config_premake_range CHECK (premake BETWEEN 1 AND 1000),
+	CONSTRAINT config_retention_check CHECK (retention >= interval '0'),
+	CONSTRAINT config_retire_mode_check CHECK (retire_mode IN ('drop', 'detach')),
+	CONSTRAINT config_lock_timeout_check CHECK (lock_timeout BETWEEN interval '1 millisecond' AND interval '1 minute'),
+	CONSTRAINT config_max_group_lag_check CHECK (max_group_lag > interval '0')
 );
 COMMENT ON TABLE outbox.config IS 'pg_outbox settings (one row)';
 COMMENT ON COLUMN outbox.config.partition_width IS 'transaction ids covered by one event partition';
 COMMENT ON COLUMN outbox.config.premake IS 'partitions kept ready ahead of the current transaction id';
+COMMENT ON COLUMN outbox.config.retention IS 'how long events are kept after every live group passed them';
+COMMENT ON COLUMN outbox.config.retire_mode IS 'drop: retired partitions are dropped; detach: kept as tables outside the feed';
+COMMENT ON COLUMN outbox.config.lock_timeout IS 'longest wait of maintenance DDL for a lock before it retries on a later run';
+COMMENT ON COLUMN outbox.config.max_group_lag IS 'a group whose oldest waiting event is older than this is reported as lagging';
 INSERT INTO outbox.config DEFAULT VALUES;
 SELECT pg_catalog.pg_extension_config_dump('outbox.config', '');
 
@@ -80,50 +92,97 @@ SET search_path = pg_catalog, pg_temp
 AS $$ SELECT pg_catalog.format('event_%s', lower)::name $$;
 COMMENT ON FUNCTION outbox.partition_name(xid8) IS 'pg_outbox: name of the event partition starting at a transaction id';
 
--- Lower bound of the partition that holds transaction id "x".
-CREATE FUNCTION outbox.partition_lower(x xid8)
-RETURNS xid8
-LANGUAGE sql STABLE STRICT PARALLEL SAFE
+-- The range partitions of outbox.event with their bounds.
+CREATE FUNCTION outbox.partition_bounds(OUT relid regclass, OUT name name, OUT lower xid8, OUT upper xid8)
+RETURNS SETOF record
+LANGUAGE sql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
-	SELECT (pg_catalog.div(x::text::numeric, c.partition_width) * c.partition_width)::text::xid8
-	  FROM outbox.config c
+	SELECT c.oid::regclass, c.relname, b[1]::xid8, b[2]::xid8
+	  FROM pg_inherits i
+	  JOIN pg_class c ON c.oid = i.inhrelid
+	 CROSS JOIN LATERAL regexp_match(pg_get_expr(c.relpartbound, c.oid),
+									 'FROM \(''(\d+)''\) TO \(''(\d+)''\)') b
+	 WHERE i.inhparent = 'outbox.event'::regclass
+	   AND b IS NOT NULL
+	 ORDER BY 3
 $$;
-COMMENT ON FUNCTION outbox.partition_lower(xid8) IS 'pg_outbox: lower bound of the event partition that holds a transaction id';
+COMMENT ON FUNCTION outbox.partition_bounds() IS 'pg_outbox: the range partitions of outbox.event and their bounds';
 
--- Creates the partitions from the one holding the current transaction id to
--- "premake" partitions ahead. Returns how many it created.
-CREATE FUNCTION outbox.premake_partitions()
-RETURNS integer
+-- The range a new partition for transaction id "x" gets: partition_width
+-- wide and aligned, clipped so as not to overlap the partitions around it
+-- (they may have another width). NULL when a partition holds "x" already.
+CREATE FUNCTION outbox.free_range(x xid8, OUT lower xid8, OUT upper xid8)
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	width numeric := (SELECT partition_width FROM outbox.config);
+	lo numeric := div(x::text::numeric, width) * width;
+	hi numeric := lo + width;
+	b record;
+BEGIN
+	FOR b IN SELECT * FROM outbox.partition_bounds() LOOP
+		IF b.lower <= x AND x < b.upper THEN
+			RETURN;
+		END IF;
+		IF b.upper <= x AND b.upper::text::numeric > lo THEN
+			lo := b.upper::text::numeric;
+		END IF;
+		IF b.lower > x AND b.lower::text::numeric < hi THEN
+			hi := b.lower::text::numeric;
+		END IF;
+	END LOOP;
+	lower := lo::text::xid8;
+	upper := hi::text::xid8;
+END
+$$;
+COMMENT ON FUNCTION outbox.free_range(xid8) IS 'pg_outbox: the bounds a new event partition holding a transaction id gets';
+
+-- Creates the partition [lower, upper) and attaches it, moving into it the
+-- rows of the default partition that belong to it, all in the caller's
+-- (sub)transaction: readers see the rows in the default partition or in
+-- the new one, never in neither. The default partition is locked first:
+-- the attach scans it. Returns the rows moved.
+CREATE FUNCTION outbox.attach_range(lower xid8, upper xid8)
+RETURNS bigint
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-	width bigint;
-	ahead integer;
-	lower numeric;
-	created integer := 0;
+	part name := outbox.partition_name(lower);
+	moved bigint;
 BEGIN
-	SELECT c.partition_width, c.premake INTO width, ahead FROM outbox.config c;
-	lower := outbox.partition_lower(pg_snapshot_xmax(pg_current_snapshot()))::text::numeric;
-	FOR i IN 0 .. ahead LOOP
-		IF NOT EXISTS (SELECT 1
-						 FROM pg_class c
-						 JOIN pg_namespace n ON n.oid = c.relnamespace
-						WHERE n.nspname = 'outbox'
-						  AND c.relname = outbox.partition_name(lower::text::xid8)) THEN
-			EXECUTE format('CREATE TABLE outbox.%I PARTITION OF outbox.event FOR VALUES FROM (%L) TO (%L)',
-						   outbox.partition_name(lower::text::xid8), lower, lower + width);
-			created := created + 1;
-		END IF;
-		lower := lower + width;
-	END LOOP;
-	RETURN created;
+	LOCK TABLE outbox.event_default IN ACCESS EXCLUSIVE MODE;
+	EXECUTE format('CREATE TABLE outbox.%I (LIKE outbox.event INCLUDING DEFAULTS)', part);
+	EXECUTE format('WITH moved AS (DELETE FROM outbox.event_default WHERE txid >= %L AND txid < %L RETURNING *)
+					INSERT INTO outbox.%I SELECT * FROM moved', lower, upper, part);
+	GET DIAGNOSTICS moved = ROW_COUNT;
+	-- A valid constraint spares the attach a scan of the new table.
+	EXECUTE format('ALTER TABLE outbox.%I ADD CONSTRAINT %I CHECK (txid >= %L AND txid < %L)',
+				   part, part || '_bounds', lower, upper);
+	EXECUTE format('ALTER TABLE outbox.event ATTACH PARTITION outbox.%I FOR VALUES FROM (%L) TO (%L)',
+				   part, lower, upper);
+	EXECUTE format('ALTER TABLE outbox.%I DROP CONSTRAINT %I', part, part || '_bounds');
+	RETURN moved;
 END
 $$;
-COMMENT ON FUNCTION outbox.premake_partitions() IS 'pg_outbox: creates the event partitions from the current transaction id to the configured headroom';
+COMMENT ON FUNCTION outbox.attach_range(xid8, xid8) IS 'pg_outbox: creates and attaches an event partition, moving its rows out of the default partition';
 
-SELECT outbox.premake_partitions();
+-- Install: the partitions from the current transaction id to the headroom.
+DO $install$
+DECLARE
+	x numeric := pg_snapshot_xmax(pg_current_snapshot())::text::numeric;
+	r record;
+BEGIN
+	FOR i IN 0 .. (SELECT premake FROM outbox.config) LOOP
+		SELECT * INTO r FROM outbox.free_range((x + i * (SELECT partition_width FROM outbox.config))::text::xid8);
+		IF r.lower IS NOT NULL THEN
+			PERFORM outbox.attach_range(r.lower, r.upper);
+		END IF;
+	END LOOP;
+END
+$install$;
 
 --
 -- The feed horizon: every transaction id below it has finished, so the
@@ -157,12 +216,14 @@ CREATE TABLE outbox.groups (
 	created_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
 	advanced_at timestamptz,
 	streams jsonb NOT NULL DEFAULT '{}',
+	stale boolean NOT NULL DEFAULT false,
 	CONSTRAINT groups_pkey PRIMARY KEY (id),
 	CONSTRAINT groups_name_key UNIQUE (name),
 	CONSTRAINT groups_name_check CHECK (name ~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$'),
 	CONSTRAINT groups_topics_check CHECK (topics IS NULL OR pg_catalog.cardinality(topics) > 0)
 );
 COMMENT ON TABLE outbox.groups IS 'pg_outbox groups: one cursor over the feed each';
+COMMENT ON COLUMN outbox.groups.stale IS 'a stale group no longer keeps events from retention (outbox_group_set_stale)';
 COMMENT ON COLUMN outbox.groups.streams IS 'last position the group''s relay published to each stream, as reported to outbox_advance()';
 SELECT pg_catalog.pg_extension_config_dump('outbox.groups', '');
 
@@ -821,6 +882,248 @@ COMMENT ON FUNCTION @extschema@.inbox_replay(bigint, text) IS
 	'pg_outbox: applies a dead letter again with its original event id, through a handler; returns applied or duplicate';
 
 --
+-- Maintenance: partitions ahead of the transaction ids, rows out of the
+-- default partition, retention, lagging groups.
+--
+CREATE TABLE outbox.maintenance (
+	only_row boolean NOT NULL DEFAULT true,
+	last_started_at timestamptz,
+	last_finished_at timestamptz,
+	last_summary jsonb,
+	CONSTRAINT maintenance_pkey PRIMARY KEY (only_row),
+	CONSTRAINT maintenance_only_row CHECK (only_row)
+);
+COMMENT ON TABLE outbox.maintenance IS 'pg_outbox: when maintenance last ran, and what it did';
+INSERT INTO outbox.maintenance DEFAULT VALUES;
+
+-- Why a partition may not be retired yet, or NULL when it may: it must be
+-- entirely below the horizon, behind every live group's cursor, and its
+-- last event (in feed order) older than the retention.
+CREATE FUNCTION outbox.retire_blocker(part regclass, upper xid8)
+RETURNS text
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+SET enable_sort = off
+AS $$
+DECLARE
+	g record;
+	holders text[] := '{}';
+	ahead boolean;
+	newest timestamptz;
+	retention interval := (SELECT c.retention FROM outbox.config c);
+BEGIN
+	IF upper > outbox.horizon() THEN
+		RETURN 'current or future transactions';
+	END IF;
+	FOR g IN SELECT * FROM outbox.groups WHERE NOT stale AND cursor_txid < upper ORDER BY name LOOP
+		EXECUTE format('SELECT EXISTS (SELECT 1 FROM %s WHERE (txid, seq) > ($1, $2))', part)
+			INTO ahead USING g.cursor_txid, g.cursor_seq;
+		IF ahead THEN
+			holders := holders || format('"%s"', g.name);
+		END IF;
+	END LOOP;
+	IF cardinality(holders) > 0 THEN
+		RETURN 'not yet passed by group ' || array_to_string(holders, ', ');
+	END IF;
+	EXECUTE format('SELECT created_at FROM %s ORDER BY txid DESC, seq DESC LIMIT 1', part) INTO newest;
+	IF newest >= now() - retention THEN
+		RETURN format('its last event is younger than the retention (%s)', retention);
+	END IF;
+	RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION outbox.retire_blocker(regclass, xid8) IS 'pg_outbox: why an event partition may not be retired yet, or NULL';
+
+CREATE FUNCTION outbox.try_maintenance_lock()
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'outbox_try_maintenance_lock'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+COMMENT ON FUNCTION outbox.try_maintenance_lock() IS 'pg_outbox: takes the maintenance lock for this transaction if free';
+
+-- Runs everything maintenance does, once; idempotent. When another run
+-- holds the maintenance lock it returns at once. Each step that takes a
+-- lock does so with outbox.config.lock_timeout, in its own subtransaction:
+-- one that cannot get its lock is reported as deferred and retried on the
+-- next run, so emitters never wait on maintenance longer than that.
+CREATE FUNCTION @extschema@.outbox_maintain()
+RETURNS TABLE (action text, object text, detail text)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET lock_timeout = '200ms'
+SET enable_sort = off
+AS $$
+DECLARE
+	cfg outbox.config;
+	x numeric;
+	r record;
+	b record;
+	g record;
+	n bigint;
+BEGIN
+	IF NOT outbox.try_maintenance_lock() THEN
+		action := 'skipped'; detail := 'another maintenance run is in progress';
+		RETURN NEXT;
+		RETURN;
+	END IF;
+	SELECT * INTO cfg FROM outbox.config;
+	PERFORM set_config('lock_timeout', (extract(epoch FROM cfg.lock_timeout) * 1000)::int || 'ms', true);
+	UPDATE outbox.maintenance SET last_started_at = clock_timestamp();
+
+	-- 1. Rows that landed in the default partition: give each range its
+	-- partition and move the rows there, a range per subtransaction.
+	FOR r IN SELECT DISTINCT f.lower, f.upper
+			   FROM (SELECT DISTINCT e.txid FROM outbox.event_default e) d,
+					LATERAL outbox.free_range(d.txid) f
+			  WHERE f.lower IS NOT NULL
+			  ORDER BY 1
+			  LIMIT 16
+	LOOP
+		BEGIN
+			n := outbox.attach_range(r.lower, r.upper);
+			RAISE WARNING 'pg_outbox: % rows of outbox.event were in the default partition; moved to %',
+				n, outbox.partition_name(r.lower)
+				USING HINT = 'Maintenance did not run often enough, or premake is too small for the transaction rate.';
+			action := 'moved'; object := 'outbox.' || outbox.partition_name(r.lower);
+			detail := format('%s rows out of the default partition, transactions %s to %s', n, r.lower, r.upper);
+			RETURN NEXT;
+		EXCEPTION WHEN lock_not_available OR check_violation OR duplicate_table THEN
+			action := 'deferred'; object := 'outbox.' || outbox.partition_name(r.lower);
+			detail := format('could not move rows out of the default partition: %s', sqlerrm);
+			RETURN NEXT;
+		END;
+	END LOOP;
+
+	-- 2. Premake: partitions from the current transaction id to the headroom.
+	x := pg_snapshot_xmax(pg_current_snapshot())::text::numeric;
+	FOR i IN 0 .. cfg.premake LOOP
+		SELECT * INTO r FROM outbox.free_range((x + i * cfg.partition_width)::text::xid8);
+		CONTINUE WHEN r.lower IS NULL;
+		BEGIN
+			n := outbox.attach_range(r.lower, r.upper);
+			action := 'created'; object := 'outbox.' || outbox.partition_name(r.lower);
+			detail := format('transactions %s to %s', r.lower, r.upper);
+			RETURN NEXT;
+		EXCEPTION WHEN lock_not_available OR check_violation OR duplicate_table THEN
+			action := 'deferred'; object := 'outbox.' || outbox.partition_name(r.lower);
+			detail := format('could not create the partition: %s', sqlerrm);
+			RETURN NEXT;
+		END;
+	END LOOP;
+
+	-- 3. Retention: a partition leaves when every live group has passed all
+	-- of it and its last event is older than the retention.
+	FOR b IN SELECT * FROM outbox.partition_bounds() p WHERE p.upper <= outbox.horizon() ORDER BY p.lower LOOP
+		CONTINUE WHEN outbox.retire_blocker(b.relid, b.upper) IS NOT NULL;
+		BEGIN
+			EXECUTE format('ALTER TABLE outbox.event DETACH PARTITION %s', b.relid);
+			IF cfg.retire_mode = 'drop' THEN
+				EXECUTE format('DROP TABLE %s', b.relid);
+				action := 'dropped';
+			ELSE
+				-- Kept for inspection, and dropped with the extension.
+				EXECUTE format('ALTER TABLE %s RENAME TO %I', b.relid, b.name || '_detached');
+				EXECUTE format('ALTER EXTENSION pg_outbox ADD TABLE outbox.%I', b.name || '_detached');
+				action := 'detached';
+			END IF;
+			object := 'outbox.' || b.name;
+			detail := format('transactions %s to %s', b.lower, b.upper);
+			RETURN NEXT;
+		EXCEPTION WHEN lock_not_available THEN
+			action := 'deferred'; object := 'outbox.' || b.name;
+			detail := format('could not retire the partition: %s', sqlerrm);
+			RETURN NEXT;
+		END;
+	END LOOP;
+
+	-- 4. The inbox: partitions ahead, and retention.
+	BEGIN
+		n := outbox.inbox_premake_partitions();
+		IF n > 0 THEN
+			action := 'created'; object := 'outbox.inbox'; detail := format('%s partitions', n);
+			RETURN NEXT;
+		END IF;
+		n := outbox.inbox_retire_partitions();
+		IF n > 0 THEN
+			action := 'dropped'; object := 'outbox.inbox'; detail := format('%s partitions older than %s', n, (SELECT inbox_retention FROM outbox.config));
+			RETURN NEXT;
+		END IF;
+	EXCEPTION WHEN lock_not_available THEN
+		action := 'deferred'; object := 'outbox.inbox'; detail := sqlerrm;
+		RETURN NEXT;
+	END;
+
+	-- 5. Groups that lag: reported, never skipped.
+	FOR g IN SELECT q.group_name, q.oldest_waiting_age
+			   FROM (SELECT gr.name AS group_name,
+							now() - (SELECT e.created_at FROM outbox.event e
+									  WHERE e.txid >= gr.cursor_txid AND (e.txid, e.seq) > (gr.cursor_txid, gr.cursor_seq)
+										AND e.txid < outbox.horizon()
+										AND (gr.topics IS NULL OR e.topic = ANY (gr.topics))
+									  ORDER BY e.txid, e.seq LIMIT 1) AS oldest_waiting_age
+					   FROM outbox.groups gr WHERE NOT gr.stale) q
+			  WHERE q.oldest_waiting_age > cfg.max_group_lag
+	LOOP
+		RAISE WARNING 'pg_outbox: group "%" lags: its oldest waiting event is % old', g.group_name, g.oldest_waiting_age
+			USING HINT = 'Its events are kept until it passes them. Start its relay, or mark it stale with outbox_group_set_stale() so that it stops keeping storage.';
+		action := 'lagging'; object := g.group_name; detail := format('oldest waiting event is %s old', g.oldest_waiting_age);
+		RETURN NEXT;
+	END LOOP;
+
+	UPDATE outbox.maintenance SET last_finished_at = clock_timestamp();
+END
+$$;
+COMMENT ON FUNCTION @extschema@.outbox_maintain() IS
+	'pg_outbox: premakes partitions, moves rows out of the default partition, retires old partitions, reports lagging groups; one run at a time';
+
+-- Marks a group stale (it stops keeping events from retention) or live.
+CREATE FUNCTION @extschema@.outbox_group_set_stale(group_name text, stale boolean DEFAULT true)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	IF stale IS NULL THEN
+		RAISE EXCEPTION 'stale must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	UPDATE outbox.groups SET stale = outbox_group_set_stale.stale WHERE id = (outbox.get_group(group_name)).id;
+	RAISE LOG 'pg_outbox: group "%" marked %', group_name, CASE WHEN stale THEN 'stale' ELSE 'live' END;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.outbox_group_set_stale(text, boolean) IS
+	'pg_outbox: marks a group stale (its cursor no longer keeps events from retention) or live again';
+
+-- The event partitions: bounds, size, and whether retention may retire
+-- them, or why not.
+CREATE FUNCTION @extschema@.outbox_partitions()
+RETURNS TABLE (partition_name name, lower xid8, upper xid8, rows_estimate bigint, total_bytes bigint,
+			   retirable boolean, reason text)
+LANGUAGE plpgsql STABLE PARALLEL SAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	b record;
+BEGIN
+	FOR b IN SELECT * FROM outbox.partition_bounds() LOOP
+		partition_name := b.name; lower := b.lower; upper := b.upper;
+		SELECT greatest(c.reltuples, 0)::bigint INTO rows_estimate FROM pg_class c WHERE c.oid = b.relid;
+		total_bytes := pg_total_relation_size(b.relid);
+		reason := outbox.retire_blocker(b.relid, b.upper);
+		retirable := reason IS NULL;
+		RETURN NEXT;
+	END LOOP;
+	partition_name := 'event_default'; lower := NULL; upper := NULL;
+	SELECT count(*) INTO rows_estimate FROM outbox.event_default;
+	total_bytes := pg_total_relation_size('outbox.event_default');
+	retirable := false;
+	reason := CASE WHEN rows_estimate > 0 THEN 'holds rows beyond the premade partitions: run outbox_maintain()'
+				   ELSE 'the default partition catches rows beyond the premade partitions' END;
+	RETURN NEXT;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.outbox_partitions() IS
+	'pg_outbox: the event partitions with bounds, size, and whether retention may retire them or why not; the default partition''s exact row count';
+
+--
 -- Statistics.
 --
 
@@ -857,7 +1160,7 @@ COMMENT ON FUNCTION @extschema@.outbox_horizon_holders() IS
 CREATE FUNCTION @extschema@.outbox_group_stats()
 RETURNS TABLE (group_name text, topics text[], cursor_position text, leader_pid integer,
 			   waiting bigint, oldest_waiting_age interval, advanced_at timestamptz,
-			   horizon xid8, held_by_pid integer, held_by_gid text, held_for interval)
+			   horizon xid8, held_by_pid integer, held_by_gid text, held_for interval, stale boolean)
 LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -867,7 +1170,7 @@ AS $$
 			   AND l.classid = outbox.lock_class() AND l.objid = g.id AND l.objsubid = 3 AND l.granted
 			 LIMIT 1),
 		   w.n, now() - w.oldest, g.advanced_at,
-		   outbox.horizon(), hh.pid, hh.gid, hh.held_for
+		   outbox.horizon(), hh.pid, hh.gid, hh.held_for, g.stale
 	  FROM outbox.groups g
 	  CROSS JOIN LATERAL (
 		SELECT count(*) AS n, min(e.created_at) AS oldest
@@ -909,7 +1212,10 @@ REVOKE ALL ON FUNCTION
 	@extschema@.inbox_apply(text, uuid, jsonb),
 	@extschema@.inbox_dead_letter(text, text, text, uuid, text, text, jsonb, jsonb, text, text, integer),
 	@extschema@.inbox_consume(text, text, text[], text[], text[], text[], text[]),
-	@extschema@.inbox_replay(bigint, text)
+	@extschema@.inbox_replay(bigint, text),
+	@extschema@.outbox_maintain(),
+	@extschema@.outbox_group_set_stale(text, boolean),
+	@extschema@.outbox_partitions()
 FROM PUBLIC;
 
 GRANT USAGE ON SCHEMA outbox TO outbox_writer, outbox_relay, outbox_consumer, outbox_admin;
@@ -929,6 +1235,12 @@ GRANT EXECUTE ON FUNCTION
 	@extschema@.outbox_group_stats()
 TO outbox_relay, outbox_admin;
 GRANT EXECUTE ON FUNCTION outbox.horizon() TO outbox_relay, outbox_admin;
+GRANT EXECUTE ON FUNCTION
+	@extschema@.outbox_maintain(),
+	@extschema@.outbox_partitions()
+TO outbox_relay, outbox_admin;
+GRANT EXECUTE ON FUNCTION @extschema@.outbox_group_set_stale(text, boolean) TO outbox_admin;
+GRANT SELECT ON outbox.maintenance TO outbox_relay, outbox_admin;
 GRANT SELECT ON outbox.feed, outbox.groups, outbox.group_stats, outbox.horizon_holders TO outbox_relay, outbox_admin;
 
 GRANT EXECUTE ON FUNCTION

@@ -35,11 +35,8 @@ SELECT count(*) FILTER (WHERE c.relname ~ '^event_[0-9]+$') >= 5 AS premade,
  WHERE i.inhparent = 'outbox.event'::regclass;
 
 SELECT EXISTS (
-    SELECT 1
-      FROM pg_inherits i
-      JOIN pg_class c ON c.oid = i.inhrelid
-     WHERE i.inhparent = 'outbox.event'::regclass
-       AND c.relname = outbox.partition_name(outbox.partition_lower(pg_current_xact_id()))) AS current_partition_exists;
+    SELECT 1 FROM outbox.partition_bounds()
+     WHERE lower <= pg_current_xact_id() AND pg_current_xact_id() < upper) AS current_partition_exists;
 
 -- Every partition has the (txid, seq) index.
 SELECT count(*) = 0 AS all_partitions_indexed

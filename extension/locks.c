@@ -1,8 +1,12 @@
 /*-------------------------------------------------------------------------
  *
- * inbox.c
- *	  The lock that serializes applies of one event by one consumer.
+ * locks.c
+ *	  Transaction-level advisory locks of pg_outbox.
  *
+ * Both use objsubids the SQL advisory lock functions never use, so they
+ * cannot collide with an application's advisory locks.
+ *
+ * The inbox lock serializes applies of one event by one consumer.
  * inbox_apply() must see an event applied by a concurrent transaction,
  * whichever partition of outbox.inbox holds it. It takes a
  * transaction-level advisory lock keyed by a hash of (consumer, event id)
@@ -23,8 +27,10 @@
 #include "pg_outbox.h"
 
 #define OUTBOX_INBOX_LOCK_SUBID	4
+#define OUTBOX_MAINTENANCE_LOCK_SUBID	5
 
 PG_FUNCTION_INFO_V1(outbox_inbox_lock);
+PG_FUNCTION_INFO_V1(outbox_try_maintenance_lock);
 
 /* outbox.inbox_lock(key bigint): waits for the event's apply lock. */
 Datum
@@ -37,4 +43,18 @@ outbox_inbox_lock(PG_FUNCTION_ARGS)
 						 OUTBOX_INBOX_LOCK_SUBID);
 	(void) LockAcquire(&tag, ExclusiveLock, false, false);
 	PG_RETURN_VOID();
+}
+
+/*
+ * outbox.try_maintenance_lock(): takes the database's maintenance lock for
+ * this transaction if it is free; false when another run holds it, so that
+ * concurrent maintenance runs return at once instead of queueing.
+ */
+Datum
+outbox_try_maintenance_lock(PG_FUNCTION_ARGS)
+{
+	LOCKTAG		tag;
+
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, 0, 0, OUTBOX_MAINTENANCE_LOCK_SUBID);
+	PG_RETURN_BOOL(LockAcquire(&tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL);
 }

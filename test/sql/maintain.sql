@@ -1,0 +1,108 @@
+-- Partition maintenance: premaking ahead of the transaction ids, rows
+-- moved out of the default partition, retention that waits for every live
+-- group, stale groups. In a database of its own, with small partitions.
+\set VERBOSITY terse
+SET client_min_messages = warning;
+\set regress_db :DBNAME
+CREATE DATABASE regress_outbox_maintain;
+\c regress_outbox_maintain
+\set VERBOSITY terse
+SET client_min_messages = warning;
+CREATE EXTENSION pg_outbox;
+
+-- Transaction ids go fast here: partitions of 200, three ahead. The wide
+-- partitions made at install are detached so that the small ones apply.
+DO $$
+DECLARE
+    p record;
+BEGIN
+    FOR p IN SELECT * FROM outbox.partition_bounds() LOOP
+        EXECUTE format('ALTER TABLE outbox.event DETACH PARTITION %s', p.relid);
+        EXECUTE format('ALTER EXTENSION pg_outbox DROP TABLE %s', p.relid);
+        EXECUTE format('DROP TABLE %s', p.relid);
+    END LOOP;
+END
+$$;
+UPDATE outbox.config SET partition_width = 200, premake = 3, retention = '0';
+
+-- Burns n transaction ids.
+CREATE PROCEDURE burn(n int) LANGUAGE plpgsql AS $$
+BEGIN
+    FOR i IN 1 .. n LOOP
+        PERFORM pg_current_xact_id();
+        COMMIT;
+    END LOOP;
+END
+$$;
+
+-- No partition yet: an emit lands in the default partition, never fails.
+SELECT outbox_group_create('slow', start_at => 'beginning');
+SELECT outbox_group_create('fast', start_at => 'beginning');
+SELECT outbox_emit('t', 'early', '{}') IS NOT NULL AS emitted;
+SELECT partition_name, rows_estimate, reason FROM outbox_partitions();
+
+-- Maintenance moves the row into its partition (with a warning naming it)
+-- and premakes the headroom.
+SET client_min_messages = error;
+SELECT action, count(*) > 0 AS some FROM outbox_maintain() GROUP BY action ORDER BY action;
+SET client_min_messages = warning;
+SELECT count(*) AS in_default FROM outbox.event_default;
+SELECT key FROM outbox.feed;
+SELECT count(*) >= 3 AS headroom
+  FROM outbox.partition_bounds() WHERE upper > pg_current_xact_id();
+
+-- A second run has nothing to move and nothing deferred.
+SELECT count(*) AS moved_or_deferred FROM outbox_maintain() WHERE action IN ('moved', 'deferred');
+
+-- A jump of transaction ids beyond the premade range: writers still emit
+-- (into the default partition), and the next run fixes it.
+CALL burn(1000);
+SELECT outbox_emit('t', 'after-jump', '{}') IS NOT NULL AS emitted;
+SELECT count(*) AS in_default FROM outbox.event_default;
+SET client_min_messages = error;
+SELECT action, count(*) > 0 AS some FROM outbox_maintain() GROUP BY action ORDER BY action;
+SET client_min_messages = warning;
+SELECT count(*) AS in_default FROM outbox.event_default;
+SELECT key FROM outbox.feed ORDER BY txid;
+
+-- Retention keeps what a group still needs: both groups are at the
+-- beginning, so the partitions with events stay (empty old ones go).
+CALL burn(300);
+SELECT count(*) >= 0 AS ran FROM outbox_maintain();
+SELECT key FROM outbox.feed ORDER BY txid;
+SELECT reason FROM outbox_partitions() WHERE NOT retirable AND upper <= outbox.horizon() ORDER BY lower LIMIT 1;
+
+-- "fast" passes everything; "slow" still keeps the partitions.
+SELECT count(*) FROM outbox_fetch('fast', 1000);
+SELECT outbox_advance('fast', (SELECT max(pos) FROM outbox_fetch('fast', 1000) WHERE key = 'after-jump'));
+SELECT count(*) AS retired FROM outbox_maintain() WHERE action IN ('dropped', 'detached');
+
+-- "slow" passes the first event only: the partition of the first event
+-- leaves, the one of the second stays.
+SELECT outbox_advance('slow', (SELECT pos FROM outbox_fetch('slow', 1)));
+SELECT action, count(*) FROM outbox_maintain() WHERE action IN ('dropped', 'detached') GROUP BY action;
+SELECT key FROM outbox.feed;
+
+-- A stale group no longer keeps storage; a lagging one is reported.
+UPDATE outbox.config SET max_group_lag = '1 microsecond', retire_mode = 'detach';
+SET client_min_messages = error;  -- the warning names the lag, which varies
+SELECT action, object FROM outbox_maintain() WHERE action = 'lagging';
+SET client_min_messages = warning;
+SELECT outbox_group_set_stale('slow');
+SELECT action, count(*) FROM outbox_maintain() WHERE action IN ('dropped', 'detached', 'lagging') GROUP BY action;
+SELECT count(*) >= 1 AS detached_kept FROM pg_class WHERE relname LIKE 'event\_%\_detached';
+SELECT count(*) AS events_left FROM outbox.event;
+SELECT group_name, stale FROM outbox.group_stats ORDER BY 1;
+SELECT outbox_group_set_stale('slow', false);
+
+
+-- The summary of the last run.
+SELECT last_started_at <= last_finished_at AS ran FROM outbox.maintenance;
+
+-- Dropping the extension leaves nothing, partitions made by maintenance
+-- included.
+DROP EXTENSION pg_outbox;
+SELECT count(*) AS relations FROM pg_class WHERE relname LIKE 'event\_%' OR relname LIKE 'inbox\_%';
+
+\c :regress_db
+DROP DATABASE regress_outbox_maintain;
