@@ -9,7 +9,8 @@ OBJS = \
 	extension/pg_outbox.o \
 	extension/emit.o \
 	extension/lead.o \
-	extension/locks.o
+	extension/locks.o \
+	extension/worker.o
 
 DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql
 DATA = $(wildcard sql/$(EXTENSION)--*--*.sql)

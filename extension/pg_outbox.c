@@ -43,6 +43,7 @@ _PG_init(void)
 							 0,
 							 NULL, NULL, NULL);
 
+	OutboxWorkerInit();
 	MarkGUCPrefixReserved("pg_outbox");
 
 	OutboxEmitInit();

@@ -23,11 +23,21 @@
 /* Schema of the extension's storage. */
 #define OUTBOX_SCHEMA			"outbox"
 
+/* pg_outbox.maintenance_interval, in milliseconds */
+#define OUTBOX_DEFAULT_MAINTENANCE_INTERVAL	(60 * 1000)
+#define OUTBOX_MIN_MAINTENANCE_INTERVAL		100
+#define OUTBOX_MAX_MAINTENANCE_INTERVAL		(24 * 60 * 60 * 1000)
+
 /* GUCs */
 extern int	pg_outbox_max_payload_size;
 extern bool pg_outbox_notify;
+extern char *pg_outbox_database;
+extern int	pg_outbox_maintenance_interval;
 
 /* emit.c */
 extern void OutboxEmitInit(void);
+
+/* worker.c */
+extern void OutboxWorkerInit(void);
 
 #endif							/* PG_OUTBOX_H */

@@ -75,7 +75,7 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
     Config c;
     std::string redis = "127.0.0.1:6379";
     std::string poll = "500ms", retry_min = "100ms", retry_max = "10s", redis_timeout = "10s", stats = "10s";
-    std::string id_mode = "position", log_format = "text";
+    std::string id_mode = "position", log_format = "text", maintain = "60s";
 
     CLI::App app{"pg_outbox_relay: publishes pg_outbox feeds to Redis Streams", "pg_outbox_relay"};
     app.set_version_flag("--version", PG_OUTBOX_VERSION);
@@ -144,6 +144,11 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
                         "'redis' (Redis-generated: a replay after a crash duplicates entries, the inbox absorbs them)")
         ->envname("PG_OUTBOX_ID_MODE")
         ->check(CLI::IsMember({"position", "redis"}))
+        ->capture_default_str();
+    publish->add_option("--maintain-interval", maintain,
+                        "run outbox_maintain() this often while leading, unless the extension's background worker "
+                        "(or anything else) ran it within that time; 0: never")
+        ->envname("PG_OUTBOX_MAINTAIN_INTERVAL")
         ->capture_default_str();
     publish->add_option("--stats-interval", stats, "how often to measure the backlog for the lag metric")
         ->envname("PG_OUTBOX_STATS_INTERVAL")
@@ -220,6 +225,7 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
         c.retry_max = duration("--retry-max", retry_max, c.retry_min);
         c.redis_timeout = duration("--redis-timeout", redis_timeout, std::chrono::milliseconds(100));
         c.stats_interval = duration("--stats-interval", stats, std::chrono::milliseconds(100));
+        c.maintain_interval = duration("--maintain-interval", maintain, std::chrono::milliseconds(0));
         c.id_mode = id_mode == "redis" ? IdMode::redis_generated : IdMode::explicit_position;
         c.log_format = log_format == "json" ? LogFormat::json : LogFormat::text;
         if (publish->parsed()) c.mode = Config::Mode::publish;

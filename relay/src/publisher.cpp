@@ -25,6 +25,11 @@ constexpr const char* kStreamsSql =
     "SELECT streams::text, cursor_txid::text || '-' || cursor_seq FROM outbox.groups WHERE name = $1";
 constexpr const char* kRewindSql = "SELECT outbox_rewind($1, $2)";
 constexpr const char* kLagSql = "SELECT waiting FROM outbox_group_stats() WHERE group_name = $1";
+// Maintenance, unless something ran it within the interval ($1, in ms).
+constexpr const char* kMaintainSql =
+    "SELECT CASE WHEN coalesce(m.last_finished_at < now() - $1 * interval '1 millisecond', true)"
+    "            THEN (SELECT count(*) FROM outbox_maintain() WHERE action <> 'skipped') END"
+    "  FROM outbox.maintenance m";
 
 // Raised when the session no longer leads its group (a standby took over).
 struct LostLeadership {};
@@ -259,6 +264,25 @@ void Publisher::flush_advance() {
     receive_advance();
 }
 
+// Runs partition maintenance when no background worker does (the
+// extension's worker needs shared_preload_libraries). A failure is logged
+// and does not stop publishing.
+void Publisher::maybe_maintain() {
+    if (config_.maintain_interval.count() == 0) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (now < next_maintain_) return;
+    next_maintain_ = now + config_.maintain_interval;
+    try {
+        auto r = pg_->exec(kMaintainSql, {std::to_string(config_.maintain_interval.count())});
+        if (r.rows() > 0 && !r.is_null(0, 0) && r.get(0, 0) != "0")
+            spdlog::info("partition maintenance: {} actions (see outbox.maintenance and the server log)", r.get(0, 0));
+    } catch (const PgError& e) {
+        if (e.connection_lost()) throw;
+        metrics_.count_error("maintenance");
+        spdlog::warn("partition maintenance failed, publishing goes on: {}", e.what());
+    }
+}
+
 void Publisher::refresh_lag() {
     const auto now = std::chrono::steady_clock::now();
     if (now < next_stats_) return;
@@ -296,6 +320,7 @@ void Publisher::turn() {
             streams_checked_ = true;
         }
         refresh_lag();
+        maybe_maintain();
         auto batch = std::move(prefetched_);
         prefetched_.clear();
         if (batch.empty()) batch = fetch();

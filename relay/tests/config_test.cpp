@@ -65,6 +65,8 @@ TEST(CommandLine, PublishWithDefaults) {
     EXPECT_EQ(r.config->id_mode, IdMode::explicit_position);
     EXPECT_EQ(r.config->redis.port, 6379);
     EXPECT_TRUE(r.config->listen);
+    EXPECT_EQ(r.config->maintain_interval, 60000ms);
+    EXPECT_EQ(parse({"publish", "--group", "g", "--maintain-interval", "0"}).config->maintain_interval, 0ms);
     EXPECT_FALSE(parse({"publish", "--group", "g", "--no-listen"}).config->listen);
 }
 

@@ -306,3 +306,33 @@ TEST_F(PublishTest, ForeignEntryAboveTheRelayIsNotMistakenForPublished) {
     ASSERT_TRUE(wait_all_published());
     expect_exactly_once_in_order();
 }
+
+// Without a background worker, the leading relay runs partition
+// maintenance: an event that landed in the default partition is moved out
+// and published.
+TEST_F(PublishTest, RelayRunsMaintenanceWhenNoWorkerDoes) {
+    {
+        auto pg = connect();
+        pg.exec(R"(DO $$
+            DECLARE p record;
+            BEGIN
+                UPDATE outbox.config SET partition_width = 100, premake = 2;
+                FOR p IN SELECT * FROM outbox.partition_bounds() LOOP
+                    EXECUTE format('ALTER TABLE outbox.event DETACH PARTITION %s', p.relid);
+                    EXECUTE format('ALTER EXTENSION pg_outbox DROP TABLE %s', p.relid);
+                    EXECUTE format('DROP TABLE %s', p.relid);
+                END LOOP;
+            END $$)");
+    }
+    emit(3);
+    auto& relay = start_relay({"--maintain-interval", "200ms"});
+    ASSERT_TRUE(wait_all_published());
+    auto pg = connect();
+    ASSERT_TRUE(eventually([&] { return query_column(pg, "SELECT count(*) FROM outbox.event_default")[0] == "0"; },
+                           10s))
+        << relay.log();
+    EXPECT_NE(relay.log().find("partition maintenance:"), std::string::npos) << relay.log();
+    emit(3, 3);
+    ASSERT_TRUE(wait_all_published());
+    expect_exactly_once_in_order();
+}

@@ -74,7 +74,8 @@ bool eventually(const std::function<bool()>& condition, std::chrono::millisecond
 
 // ---- PostgreSQL
 
-PgServer::PgServer() : dir_(make_temp_dir("pg_outbox_pg_")), port_(free_port()) {
+PgServer::PgServer(const std::vector<std::string>& settings)
+    : dir_(make_temp_dir("pg_outbox_pg_")), port_(free_port()) {
     if (::geteuid() == 0) {
         passwd* pw = ::getpwnam("postgres");
         if (pw == nullptr) throw std::runtime_error("user postgres is missing");
@@ -85,6 +86,7 @@ PgServer::PgServer() : dir_(make_temp_dir("pg_outbox_pg_")), port_(free_port()) 
     std::ofstream conf(dir_ + "/data/postgresql.conf", std::ios::app);
     conf << "listen_addresses = '127.0.0.1'\nport = " << port_ << "\nunix_socket_directories = '" << dir_
          << "'\nmax_prepared_transactions = 20\nfsync = off\nmax_connections = 100\n";
+    for (const auto& line : settings) conf << line << '\n';
     conf.close();
     start();
 }
@@ -112,6 +114,13 @@ void PgServer::stop() {
 
 std::string PgServer::conninfo(const std::string& db, const std::string& user) const {
     return "host=127.0.0.1 port=" + std::to_string(port_) + " dbname=" + db + " user=" + user;
+}
+
+std::string PgServer::log() const {
+    std::ifstream in(dir_ + "/server.log");
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
 }
 
 std::string PgServer::create_database(const std::string& db) {

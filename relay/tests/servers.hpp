@@ -24,7 +24,8 @@ int free_port();
 // server run as the "postgres" user.
 class PgServer {
 public:
-    PgServer();
+    // Extra postgresql.conf lines, e.g. "shared_preload_libraries = 'pg_outbox'".
+    explicit PgServer(const std::vector<std::string>& settings = {});
     ~PgServer();
     PgServer(const PgServer&) = delete;
     PgServer& operator=(const PgServer&) = delete;
@@ -37,6 +38,8 @@ public:
     std::string conninfo(const std::string& db, const std::string& user = "postgres") const;
     // Creates a database with the extension installed; returns its conninfo.
     std::string create_database(const std::string& db);
+    // The server's log so far.
+    std::string log() const;
 
 private:
     std::string dir_;

@@ -47,6 +47,7 @@ struct Config {
     bool listen = true;  // wake on NOTIFY; else poll only
     std::int64_t maxlen = 0;  // 0: no trimming
     IdMode id_mode = IdMode::explicit_position;
+    std::chrono::milliseconds maintain_interval{60000};  // 0: never
 
     // Consume mode.
     std::string consumer;              // the inbox identity

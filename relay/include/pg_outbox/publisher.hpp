@@ -47,6 +47,7 @@ private:
     void receive_advance();
     void flush_advance();
     void refresh_lag();
+    void maybe_maintain();
     void wait(std::chrono::milliseconds timeout);
 
     bool streams_checked_ = false;
@@ -61,6 +62,7 @@ private:
     std::map<std::string, Position> known_;
     std::chrono::steady_clock::time_point next_stats_{};
     std::chrono::steady_clock::time_point next_check_{};
+    std::chrono::steady_clock::time_point next_maintain_{};
     std::chrono::steady_clock::time_point fetch_sent_{};
 };
 
