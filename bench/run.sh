@@ -3,23 +3,27 @@
 # run, on throwaway PostgreSQL and Redis servers on loopback. Prints a
 # markdown table and writes it to bench/results/. Asserts nothing.
 #
-#   BENCH_ONLY="drain latency coldstart consume"   workloads to run (default: all)
+#   BENCH_ONLY="drain latency coldstart consume catchup bloat"   workloads (default: all)
 #   BENCH_ROUNDS=3                         interleaved rounds per workload
 #   BENCH_EVENTS=1000000                   events drained per round
 #   BENCH_BURST=500000                     events of the cold-start burst
 #   BENCH_RATE=2000 BENCH_SECONDS=15       latency: transactions/s and duration
 #   BENCH_CONSUME=100000                   consume: entries applied per round
+#   BENCH_BACKLOGS="10000 1000000 5000000" catchup: backlogs behind the cursor
+#   BENCH_BLOAT=1000000                    bloat: events through emit, publish, retention
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
-ONLY=${BENCH_ONLY:-drain latency coldstart consume}
+ONLY=${BENCH_ONLY:-drain latency coldstart consume catchup bloat}
 ROUNDS=${BENCH_ROUNDS:-3}
 EVENTS=${BENCH_EVENTS:-1000000}
 BURST=${BENCH_BURST:-500000}
 RATE=${BENCH_RATE:-2000}
 SECONDS_LAT=${BENCH_SECONDS:-15}
 CONSUME=${BENCH_CONSUME:-100000}
+BACKLOGS=${BENCH_BACKLOGS:-10000 1000000 5000000}
+BLOAT=${BENCH_BLOAT:-1000000}
 
 ensure_packages
 build_extension
@@ -246,6 +250,106 @@ if [[ " $ONLY " == *" consume "* ]]; then
 	row "consume $CONSUME entries, trivial handler: pg_outbox_relay consume (events/s) | $(awk '{print $1}' "$WORK/consume" | stats) | ≥ 10000"
 	row "consume: bare XREADGROUP + XACK loop (events/s) | $(awk '{print $2}' "$WORK/consume" | stats) |"
 	psql_db postgres -c "DROP DATABASE src" -c "DROP DATABASE sink"
+fi
+
+if [[ " $ONLY " == *" catchup "* ]]; then
+	largest=$(echo "$BACKLOGS" | tr ' ' '\n' | sort -n | tail -n 1)
+	say "catch-up: one batch of 1000 with $BACKLOGS events behind the cursor"
+	psql_db postgres -c "CREATE DATABASE catchup"
+	psql_db catchup -c "CREATE EXTENSION pg_outbox" -c "SELECT outbox_group_create('c', start_at => 'beginning')" >/dev/null
+	load_events catchup "$largest"
+	psql_db catchup -c "VACUUM ANALYZE outbox.event"
+	# The median of 21 fetches of one batch, in milliseconds, with the
+	# cursor "b" events before the end.
+	psql_db catchup -c "
+	CREATE FUNCTION fetch_ms(b bigint) RETURNS numeric LANGUAGE plpgsql AS \$\$
+	DECLARE
+		t0 timestamptz;
+		ms numeric[] := '{}';
+	BEGIN
+		PERFORM outbox_rewind('c', coalesce((SELECT txid || '-' || seq FROM outbox.event ORDER BY txid DESC, seq DESC OFFSET b LIMIT 1), '0-0'));
+		FOR i IN 1 .. 21 LOOP
+			t0 := clock_timestamp();
+			PERFORM count(*) FROM outbox_fetch('c', 1000);
+			ms := ms || extract(epoch FROM clock_timestamp() - t0) * 1000;
+		END LOOP;
+		RETURN (SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY m) FROM unnest(ms) m);
+	END
+	\$\$"
+	: >"$WORK/catchup"
+	for r in $(seq 1 "$ROUNDS"); do
+		line=""
+		for b in $BACKLOGS; do
+			line="$line $(psql_db catchup -At -c "SELECT round(fetch_ms($b), 3)")"
+		done
+		echo "$line" >>"$WORK/catchup"
+		echo "   round $r: ms per batch at backlogs $BACKLOGS:$line"
+	done
+	i=1
+	for b in $BACKLOGS; do
+		row "catch-up: one batch of 1000 with $b events waiting (ms) | $(awk -v i=$i '{print $i}' "$WORK/catchup" | stats) |"
+		i=$((i + 1))
+	done
+	n=$(echo "$BACKLOGS" | wc -w)
+	row "catch-up: largest / smallest backlog | $(awk -v n=$n '{print $n / $1}' "$WORK/catchup" | stats) | ≤ 1.5"
+	psql_db postgres -c "DROP DATABASE catchup"
+fi
+
+if [[ " $ONLY " == *" bloat "* ]]; then
+	say "bloat: $BLOAT events through emit, publish and retention, vs the naive outbox with its DELETE cleanup"
+	redis flushall >/dev/null
+	psql_db postgres -c "CREATE DATABASE bloat"
+	psql_db bloat -c "CREATE EXTENSION pg_outbox" -c "SELECT outbox_group_create('b', start_at => 'beginning')" >/dev/null
+	# Small partitions, so that retention can act on this much traffic.
+	psql_db bloat -c "UPDATE outbox.config SET partition_width = 200, premake = 4, retention = '0'" -c "SELECT count(*) FROM outbox_maintain()" >/dev/null
+	psql_db bloat -c "CREATE TABLE naive_outbox (id bigserial PRIMARY KEY, event_id uuid, topic text, key text, payload jsonb,
+		headers jsonb, created_at timestamptz DEFAULT now(), status text NOT NULL DEFAULT 'new', updated_at timestamptz);
+		CREATE INDEX naive_outbox_new ON naive_outbox (id) WHERE status = 'new';"
+	# The same traffic into both: 1000 events a transaction, maintenance
+	# running as a relay would run it.
+	psql_db bloat -c "
+	DO \$\$
+	BEGIN
+		FOR c IN 0 .. ($BLOAT - 1) / 1000 LOOP
+			PERFORM count(*) FROM outbox_emit_many('t', NULL,
+				(SELECT array_agg(jsonb_build_object('i', c * 1000 + i, 'note', 'lorem ipsum dolor sit amet, consectetur adipiscing elit'))
+				   FROM generate_series(1, 1000) i));
+			INSERT INTO naive_outbox (event_id, topic, payload)
+				SELECT gen_random_uuid(), 't', jsonb_build_object('i', c * 1000 + i, 'note', 'lorem ipsum dolor sit amet, consectetur adipiscing elit')
+				  FROM generate_series(1, 1000) i;
+			COMMIT;
+			IF c % 50 = 0 THEN
+				PERFORM count(*) FROM outbox_maintain();
+				COMMIT;
+			END IF;
+		END LOOP;
+	END
+	\$\$"
+	"$RELAY" publish --pg "$(conninfo bloat)" --redis "$REDIS" --group b --log-level warn --maintain-interval 0 >"$WORK/relay.log" 2>&1 &
+	RELAY_PID=$!
+	wait_streams "$BLOAT"
+	stop_pid "$RELAY_PID"
+	RELAY_PID=
+	"$TOOL" naive-relay --pg "$(conninfo bloat)" --redis "$REDIS" >/dev/null
+	# Time passes (other transactions move the horizon past the last
+	# partition), then retention for pg_outbox; the naive outbox's own
+	# cleanup: DELETE what was sent.
+	psql_db bloat -c "DO \$\$ BEGIN FOR i IN 1 .. 1000 LOOP PERFORM pg_current_xact_id(); COMMIT; END LOOP; END \$\$"
+	psql_db bloat -c "SELECT count(*) FROM outbox_maintain()" -c "SELECT count(*) FROM outbox_maintain()" >/dev/null
+	psql_db bloat -c "DELETE FROM naive_outbox WHERE status = 'sent'" -c "SELECT pg_stat_force_next_flush()" >/dev/null
+	sleep 1
+	read -r o_dead o_size o_rows < <(psql_db bloat -At -F ' ' -c "
+		SELECT coalesce(sum(s.n_dead_tup), 0), coalesce(sum(pg_total_relation_size(s.relid)), 0), coalesce(sum(s.n_live_tup), 0)
+		  FROM pg_stat_user_tables s
+		 WHERE s.relid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = 'outbox.event'::regclass)")
+	read -r n_dead n_size < <(psql_db bloat -At -F ' ' -c "
+		SELECT n_dead_tup, pg_total_relation_size(relid) FROM pg_stat_user_tables WHERE relname = 'naive_outbox'")
+	echo "   pg_outbox: $o_dead dead tuples, $o_size bytes, $o_rows live rows; naive: $n_dead dead tuples, $n_size bytes"
+	row "bloat after $BLOAT events and retention: pg_outbox event table dead tuples | $o_dead | 0"
+	row "bloat: pg_outbox event table size, retained partitions only (MB) | $(echo "$o_size" | awk '{printf "%.1f", $1 / 1048576}') |"
+	row "bloat: naive outbox dead tuples after its DELETE cleanup, before VACUUM | $n_dead |"
+	row "bloat: naive outbox size (MB) | $(echo "$n_size" | awk '{printf "%.1f", $1 / 1048576}') |"
+	psql_db postgres -c "DROP DATABASE bloat"
 fi
 
 mkdir -p bench/results
