@@ -10,6 +10,7 @@ OBJS = \
 	extension/emit.o \
 	extension/lead.o \
 	extension/locks.o \
+	extension/wakeup.o \
 	extension/worker.o
 
 DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql

@@ -3,9 +3,10 @@
 # run, on throwaway PostgreSQL and Redis servers on loopback. Prints a
 # markdown table and writes it to bench/results/. Asserts nothing.
 #
-#   BENCH_ONLY="drain latency coldstart consume catchup bloat"   workloads (default: all)
+#   BENCH_ONLY="emit drain latency coldstart consume catchup bloat"   workloads (default: all)
 #   BENCH_ROUNDS=3                         interleaved rounds per workload
 #   BENCH_EVENTS=1000000                   events drained per round
+#   BENCH_EMIT_SECONDS=10 BENCH_BULK=200000 emit: pgbench duration per run; rows of a bulk emit
 #   BENCH_BURST=500000                     events of the cold-start burst
 #   BENCH_RATE=2000 BENCH_SECONDS=15       latency: transactions/s and duration
 #   BENCH_CONSUME=100000                   consume: entries applied per round
@@ -15,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
-ONLY=${BENCH_ONLY:-drain latency coldstart consume catchup bloat}
+ONLY=${BENCH_ONLY:-emit drain latency coldstart consume catchup bloat}
 ROUNDS=${BENCH_ROUNDS:-3}
 EVENTS=${BENCH_EVENTS:-1000000}
 BURST=${BENCH_BURST:-500000}
@@ -24,8 +25,10 @@ SECONDS_LAT=${BENCH_SECONDS:-15}
 CONSUME=${BENCH_CONSUME:-100000}
 BACKLOGS=${BENCH_BACKLOGS:-10000 1000000 5000000}
 BLOAT=${BENCH_BLOAT:-1000000}
+EMIT_SECONDS=${BENCH_EMIT_SECONDS:-10}
+BULK=${BENCH_BULK:-200000}
 
-ensure_packages
+ensure_packages postgresql-15-pgq3
 build_extension
 build_relay pg_outbox_relay pg_outbox_bench
 RELAY=build/relay/pg_outbox_relay
@@ -49,7 +52,7 @@ trap 'exit 130' INT TERM
 
 say "starting PostgreSQL on 127.0.0.1:$PG_PORT and Redis on 127.0.0.1:$REDIS_PORT"
 pg_start "$WORK/pg" "$PG_PORT" "shared_buffers = '1GB'" "max_wal_size = '8GB'" "checkpoint_timeout = '30min'" \
-	"max_connections = 50"
+	"max_connections = 50" "shared_preload_libraries = 'pg_outbox'"
 redis_start "$WORK/redis" "$REDIS_PORT"
 REDIS="127.0.0.1:$REDIS_PORT"
 
@@ -100,11 +103,93 @@ TABLE="$WORK/table.md"
 : >"$TABLE"
 row() { echo "| $* |" >>"$TABLE"; }
 
+# The payload of every workload: about 200 bytes of JSON.
+PAYLOAD='{"order_id": 1234567, "customer": "customer-000000001", "amount": 12345, "currency": "EUR", "status": "confirmed", "note": "lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod"}'
+
+if [[ " $ONLY " == *" emit "* ]]; then
+	say "emission: pg_outbox vs plain INSERT vs naive status-column outbox vs PgQ; 4 clients, 1 and 100 events a transaction; bulk"
+	psql_db postgres -c "CREATE DATABASE emit"
+	psql_db emit -c "CREATE EXTENSION pg_outbox" -c "CREATE EXTENSION pgq" -c "SELECT pgq.create_queue('emit')" >/dev/null
+	psql_db emit -c "
+		CREATE TABLE plain_events (id bigserial PRIMARY KEY, topic text, key text, payload jsonb, headers jsonb,
+			event_id uuid, created_at timestamptz DEFAULT now());
+		CREATE TABLE naive_outbox (id bigserial PRIMARY KEY, topic text, key text, payload jsonb, headers jsonb,
+			event_id uuid, created_at timestamptz DEFAULT now(), status text NOT NULL DEFAULT 'new', updated_at timestamptz);
+		CREATE INDEX naive_outbox_new ON naive_outbox (id) WHERE status = 'new';"
+	declare -A STMT=(
+		[plain]="INSERT INTO plain_events (topic, key, payload, event_id) VALUES ('orders', lpad(:k::text, 16, '0'), '$PAYLOAD', gen_random_uuid());"
+		[outbox]="SELECT outbox_emit('orders', lpad(:k::text, 16, '0'), '$PAYLOAD');"
+		[naive]="INSERT INTO naive_outbox (topic, key, payload, event_id) VALUES ('orders', lpad(:k::text, 16, '0'), '$PAYLOAD', gen_random_uuid());"
+		[pgq]="SELECT pgq.insert_event('emit', lpad(:k::text, 16, '0'), '$PAYLOAD');"
+	)
+	declare -A BULKSQL=(
+		[plain]="INSERT INTO plain_events (topic, key, payload, event_id) SELECT 'orders', lpad(i::text, 16, '0'), '$PAYLOAD', gen_random_uuid() FROM generate_series(1, $BULK) i"
+		[outbox]="SELECT count(*) FROM outbox_emit_many('orders', (SELECT array_agg(lpad(i::text, 16, '0')) FROM generate_series(1, $BULK) i), (SELECT array_agg('$PAYLOAD'::jsonb) FROM generate_series(1, $BULK)))"
+		[naive]="INSERT INTO naive_outbox (topic, key, payload, event_id) SELECT 'orders', lpad(i::text, 16, '0'), '$PAYLOAD', gen_random_uuid() FROM generate_series(1, $BULK) i"
+		[pgq]="SELECT count(pgq.insert_event('emit', lpad(i::text, 16, '0'), '$PAYLOAD')) FROM generate_series(1, $BULK) i"
+	)
+	reset_tables() { psql_db emit -c "TRUNCATE plain_events, naive_outbox, outbox.event" -c "SELECT pgq.drop_queue('emit', true)" -c "SELECT pgq.create_queue('emit')" -c "CHECKPOINT" >/dev/null; }
+	for v in plain outbox naive pgq; do
+		{ echo '\set k random(1, 100000000)'; echo "${STMT[$v]}"; } >"$WORK/emit1_$v.sql"
+		{ echo '\set k random(1, 100000000)'; echo 'BEGIN;'; for i in $(seq 1 100); do echo "${STMT[$v]}"; done; echo 'COMMIT;'; } >"$WORK/emit100_$v.sql"
+	done
+	: >"$WORK/emit"
+	for r in $(seq 1 "$ROUNDS"); do
+		line=""
+		for shape in 1 100; do
+			for v in plain outbox naive pgq; do
+				reset_tables
+				tps=$(pgbench -n -M prepared -h 127.0.0.1 -p "$PG_PORT" -U postgres -c 4 -j 2 -T "$EMIT_SECONDS" \
+					-f "$WORK/emit${shape}_$v.sql" emit 2>&1 | sed -n 's/^tps = \([0-9.]*\) .*/\1/p')
+				line="$line $(echo "$tps $shape" | awk '{printf "%.0f", $1 * $2}')"
+			done
+		done
+		for v in plain outbox naive pgq; do
+			reset_tables
+			t0=$(now)
+			psql_db emit -c "${BULKSQL[$v]}" >/dev/null
+			t1=$(now)
+			line="$line $(echo "$BULK $t0 $t1" | awk '{printf "%.0f", $1 / ($3 - $2)}')"
+		done
+		echo "$line" >>"$WORK/emit"
+		echo "   round $r: events/s (1/tx: plain outbox naive pgq; 100/tx: same; bulk: same):$line"
+	done
+	i=0
+	for shape in "1 event a transaction, 4 clients" "100 events a transaction, 4 clients" "bulk, one session, $BULK events"; do
+		p=$((i * 4 + 1))
+		row "emit, $shape: plain INSERT (events/s) | $(awk -v c=$p '{print $c}' "$WORK/emit" | stats) |"
+		row "emit, $shape: outbox_emit$([ $i = 2 ] && echo _many) (events/s) | $(awk -v c=$((p + 1)) '{print $c}' "$WORK/emit" | stats) |"
+		row "emit, $shape: naive status-column outbox (events/s) | $(awk -v c=$((p + 2)) '{print $c}' "$WORK/emit" | stats) |"
+		row "emit, $shape: PgQ insert_event (events/s) | $(awk -v c=$((p + 3)) '{print $c}' "$WORK/emit" | stats) |"
+		row "emit, $shape: cost of outbox_emit / plain INSERT | $(awk -v c=$p '{print $c / $(c + 1)}' "$WORK/emit" | stats) | ≤ 1.15"
+		row "emit, $shape: cost of PgQ / plain INSERT | $(awk -v c=$p '{print $c / $(c + 3)}' "$WORK/emit" | stats) |"
+		i=$((i + 1))
+	done
+	psql_db postgres -c "DROP DATABASE emit"
+fi
+
 if [[ " $ONLY " == *" drain "* ]]; then
 	say "drain: $EVENTS waiting events, $ROUNDS rounds"
 	psql_db postgres -c "CREATE DATABASE drain"
 	psql_db drain -c "CREATE EXTENSION pg_outbox" -c "SELECT outbox_group_create('drain', start_at => 'beginning')" >/dev/null
 	load_events drain "$EVENTS"
+	# PgQ: the same events in a queue, a tick every 10,000 (as its ticker
+	# would make them), one consumer per round.
+	psql_db drain -c "CREATE EXTENSION pgq" -c "SELECT pgq.create_queue('bench')" >/dev/null
+	for r in $(seq 1 "$ROUNDS"); do psql_db drain -c "SELECT pgq.register_consumer('bench', 'round$r')" >/dev/null; done
+	psql_db drain -c "
+	DO \$\$
+	BEGIN
+		FOR c IN 0 .. ($EVENTS - 1) / 10000 LOOP
+			PERFORM pgq.insert_event('bench', e.key, e.payload::text)
+			   FROM outbox.event e ORDER BY txid, seq OFFSET c * 10000 LIMIT 10000;
+			COMMIT;
+			PERFORM pgq.force_tick('bench');
+			PERFORM pgq.ticker('bench');
+			COMMIT;
+		END LOOP;
+	END
+	\$\$"
 	psql_db drain -c "
 		CREATE TABLE naive_template AS
 			SELECT row_number() OVER (ORDER BY txid, seq) AS id, event_id, topic, key, payload, headers, created_at
@@ -135,15 +220,19 @@ if [[ " $ONLY " == *" drain "* ]]; then
 		psql_db drain -c "TRUNCATE naive_outbox; INSERT INTO naive_outbox (id, event_id, topic, key, payload, headers, created_at)
 			SELECT * FROM naive_template" -c "VACUUM ANALYZE naive_outbox" >/dev/null
 		naive_eps=$("$TOOL" naive-relay --pg "$(conninfo drain)" --redis "$REDIS" | result events_per_second)
-		echo "$relay_eps $ceiling_eps $naive_eps $rss" >>"$WORK/drain"
-		echo "   round $r: relay $relay_eps/s, XADD ceiling $ceiling_eps/s, naive relay $naive_eps/s, relay peak RSS ${rss} kB"
+		redis flushall >/dev/null
+		pgq_eps=$("$TOOL" pgq-relay --pg "$(conninfo drain)" --redis "$REDIS" --consumer "round$r" | result events_per_second)
+		echo "$relay_eps $ceiling_eps $naive_eps $rss $pgq_eps" >>"$WORK/drain"
+		echo "   round $r: relay $relay_eps/s, XADD ceiling $ceiling_eps/s, naive relay $naive_eps/s, PgQ consumer $pgq_eps/s, relay peak RSS ${rss} kB"
 	done
 	redis flushall >/dev/null
 	row "drain $EVENTS events: pg_outbox_relay (events/s) | $(awk '{print $1}' "$WORK/drain" | stats) |"
 	row "drain: bare pipelined XADD, the ceiling (events/s) | $(awk '{print $2}' "$WORK/drain" | stats) |"
 	row "drain: naive status-column relay (events/s) | $(awk '{print $3}' "$WORK/drain" | stats) |"
+	row "drain: PgQ consumer, batches of 10,000 (events/s) | $(awk '{print $5}' "$WORK/drain" | stats) |"
 	row "drain: relay / ceiling | $(awk '{print $1 / $2}' "$WORK/drain" | stats) | ≥ 0.5"
 	row "drain: relay / naive | $(awk '{print $1 / $3}' "$WORK/drain" | stats) | ≥ 3"
+	row "drain: relay / PgQ consumer | $(awk '{print $1 / $5}' "$WORK/drain" | stats) |"
 	row "relay peak RSS during drain (MB) | $(awk '{print $4 / 1024}' "$WORK/drain" | stats) | < 64"
 	psql_db postgres -c "DROP DATABASE drain"
 fi
@@ -370,7 +459,8 @@ out="bench/results/$(date -u +%Y-%m-%dT%H%M%SZ).md"
 	echo "# pg_outbox benchmark, $(date -u '+%Y-%m-%d %H:%M UTC')"
 	echo
 	echo "Machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo), $(uname -sr)."
-	echo "PostgreSQL $(pg_run postgres --version | awk '{print $3}') (shared_buffers 1GB, fsync and synchronous_commit on),"
+	echo "PostgreSQL $(pg_run postgres --version | awk '{print $3}') (shared_buffers 1GB, fsync and synchronous_commit on,"
+	echo "pg_outbox in shared_preload_libraries: relays are notified when they wait, not on every commit),"
 	echo "Redis $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/') (no persistence), both on this machine."
 	echo "Each figure: median (min–max) of $ROUNDS interleaved rounds; ratios computed round by round."
 	echo

@@ -9,6 +9,8 @@
 //                 one appeared
 //   read-ack      a bare consumer: XREADGROUP and XACK until the stream is
 //                 read, the ceiling of a consumer
+//   pgq-relay     a PgQ consumer publishing to Redis: next_batch,
+//                 get_batch_events, pipelined XADD, finish_batch, COMMIT
 //
 // Each prints "RESULT <name> <value>" lines.
 #include <CLI/CLI.hpp>
@@ -154,6 +156,40 @@ int latency(const std::string& redis_address, const std::string& stream, std::si
     return 0;
 }
 
+int pgq_relay(const std::string& pg_conninfo, const std::string& redis_address, const std::string& consumer) {
+    PgConnection pg(pg_conninfo, "pg_outbox_bench");
+    auto redis = redis_connect(redis_address);
+    std::size_t total = 0;
+    const auto t0 = Clock::now();
+    while (true) {
+        pg.exec("BEGIN");
+        auto b = pg.exec("SELECT pgq.next_batch('bench', $1)", {consumer});
+        if (b.is_null(0, 0)) {
+            pg.exec("COMMIT");
+            break;
+        }
+        const std::string batch(b.get(0, 0));
+        auto r = pg.exec("SELECT ev_id, ev_type, ev_data, ev_time FROM pgq.get_batch_events($1)", {batch});
+        std::vector<std::string> keys;
+        keys.reserve(r.rows());
+        for (int i = 0; i < r.rows(); ++i) {
+            Event e{std::string(r.get(i, 0)), std::string(r.get(i, 0)), "topic", std::string(r.get(i, 1)),
+                    std::string(r.get(i, 2)), std::nullopt, std::string(r.get(i, 3))};
+            keys.push_back("outbox:pgq");
+            std::vector<std::string_view> argv{"XADD", keys.back(), "*"};
+            append_entry_fields(argv, e);
+            redis.append(argv);
+        }
+        drain_replies(redis, r.rows());
+        pg.exec("SELECT pgq.finish_batch($1)", {batch});
+        pg.exec("COMMIT");
+        total += r.rows();
+    }
+    const double secs = seconds_since(t0);
+    std::printf("RESULT events %zu\nRESULT seconds %.3f\nRESULT events_per_second %.0f\n", total, secs, total / secs);
+    return 0;
+}
+
 int read_ack(const std::string& redis_address, const std::string& stream, int batch) {
     auto redis = redis_connect(redis_address);
     const std::string group = "bench-read-ack";
@@ -189,11 +225,15 @@ int main(int argc, char** argv) {
     auto* naive = app.add_subcommand("naive-relay", "the status-column outbox relay");
     auto* lat = app.add_subcommand("latency", "commit-to-stream latency of arriving entries");
     auto* ra = app.add_subcommand("read-ack", "a bare XREADGROUP and XACK loop over a stream");
+    auto* pq = app.add_subcommand("pgq-relay", "a PgQ consumer publishing to Redis");
+    std::string consumer;
+    pq->add_option("--pg", pg)->required();
+    pq->add_option("--consumer", consumer)->required();
     for (auto* sub : {ceiling, naive}) {
         sub->add_option("--pg", pg)->required();
         sub->add_option("--batch", batch);
     }
-    for (auto* sub : {ceiling, naive, lat, ra}) sub->add_option("--redis", redis);
+    for (auto* sub : {ceiling, naive, lat, ra, pq}) sub->add_option("--redis", redis);
     ra->add_option("--stream", stream)->required();
     ra->add_option("--batch", batch);
     lat->add_option("--stream", stream)->required();
@@ -203,5 +243,6 @@ int main(int argc, char** argv) {
     if (ceiling->parsed()) return xadd_ceiling(pg, redis, batch);
     if (naive->parsed()) return naive_relay(pg, redis, batch);
     if (ra->parsed()) return read_ack(redis, stream, batch);
+    if (pq->parsed()) return pgq_relay(pg, redis, consumer);
     return latency(redis, stream, count, timeout_s);
 }

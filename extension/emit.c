@@ -90,8 +90,9 @@ OutboxRelcacheCallback(Datum arg, Oid relid)
 /*
  * Wakes relays once per committing transaction that emitted.
  *
- * The notification is queued at pre-commit rather than by outbox_emit()
- * itself: a transaction that queued a NOTIFY cannot be prepared, and
+ * When pg_outbox is preloaded, only when a relay waits for it (see
+ * wakeup.c). The notification is queued at pre-commit rather than by
+ * outbox_emit() itself: a transaction that queued a NOTIFY cannot be prepared, and
  * emitting transactions must support two-phase commit. Prepared
  * transactions therefore wake nobody when they commit; relays find their
  * events by polling. A savepoint that emitted and rolled back still counts:
@@ -103,7 +104,7 @@ OutboxXactCallback(XactEvent event, void *arg)
 	switch (event)
 	{
 		case XACT_EVENT_PRE_COMMIT:
-			if (EmittedInXact && pg_outbox_notify)
+			if (EmittedInXact && pg_outbox_notify && OutboxShouldNotify())
 				Async_Notify(OUTBOX_NOTIFY_CHANNEL, NULL);
 			break;
 		case XACT_EVENT_COMMIT:

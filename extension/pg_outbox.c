@@ -47,4 +47,5 @@ _PG_init(void)
 	MarkGUCPrefixReserved("pg_outbox");
 
 	OutboxEmitInit();
+	OutboxWakeupInit();
 }

@@ -37,6 +37,10 @@ extern int	pg_outbox_maintenance_interval;
 /* emit.c */
 extern void OutboxEmitInit(void);
 
+/* wakeup.c */
+extern void OutboxWakeupInit(void);
+extern bool OutboxShouldNotify(void);
+
 /* worker.c */
 extern void OutboxWorkerInit(void);
 

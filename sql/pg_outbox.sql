@@ -533,6 +533,16 @@ $$;
 COMMENT ON FUNCTION @extschema@.outbox_advance(text, text, jsonb) IS
 	'pg_outbox: moves the group''s cursor forward to the last published position (leader only), recording the last position per stream';
 
+-- A relay is about to wait for a notification: the next commit that
+-- emitted sends one. True when notifications are sent on demand like this
+-- (pg_outbox is preloaded), false when every such commit notifies anyway.
+CREATE FUNCTION @extschema@.outbox_relay_waiting()
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'outbox_relay_waiting'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.outbox_relay_waiting() IS
+	'pg_outbox: a relay waits for a notification; the next committing transaction that emitted sends one';
+
 -- Takes the group's leadership for this session if it is free.
 CREATE FUNCTION @extschema@.outbox_lead(group_name text)
 RETURNS boolean
@@ -1206,6 +1216,7 @@ REVOKE ALL ON FUNCTION
 	@extschema@.outbox_advance(text, text, jsonb),
 	@extschema@.outbox_lead(text),
 	@extschema@.outbox_resign(text),
+	@extschema@.outbox_relay_waiting(),
 	@extschema@.outbox_rewind(text, text),
 	@extschema@.outbox_horizon_holders(),
 	@extschema@.outbox_group_stats(),
@@ -1230,6 +1241,7 @@ GRANT EXECUTE ON FUNCTION
 	@extschema@.outbox_advance(text, text, jsonb),
 	@extschema@.outbox_lead(text),
 	@extschema@.outbox_resign(text),
+	@extschema@.outbox_relay_waiting(),
 	@extschema@.outbox_rewind(text, text),
 	@extschema@.outbox_horizon_holders(),
 	@extschema@.outbox_group_stats()

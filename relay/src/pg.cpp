@@ -83,16 +83,16 @@ void PgConnection::listen(const std::string& channel) {
     exec(std::string("LISTEN ") + quoted.get());
 }
 
-bool PgConnection::wait_for_notification(std::chrono::milliseconds timeout) {
+int PgConnection::wait_for_notification(std::chrono::milliseconds timeout) {
     auto drain = [this] {
-        bool any = false;
-        while (PGnotify* n = PQnotifies(conn_.get())) {
-            PQfreemem(n);
-            any = true;
+        int n = 0;
+        while (PGnotify* notify = PQnotifies(conn_.get())) {
+            PQfreemem(notify);
+            ++n;
         }
-        return any;
+        return n;
     };
-    if (drain()) return true;
+    if (const int n = drain(); n > 0) return n;
     pollfd pfd{PQsocket(conn_.get()), POLLIN, 0};
     if (pfd.fd < 0) throw_error(nullptr, "waiting for notifications");
     int rc = ::poll(&pfd, 1, static_cast<int>(timeout.count()));
@@ -100,7 +100,7 @@ bool PgConnection::wait_for_notification(std::chrono::milliseconds timeout) {
         if (PQconsumeInput(conn_.get()) == 0) throw_error(nullptr, "waiting for notifications");
         return drain();
     }
-    return false;
+    return 0;
 }
 
 }  // namespace pg_outbox

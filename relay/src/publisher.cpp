@@ -16,6 +16,7 @@ namespace {
 // The relay's SQL: calls of the extension's API, with parameters.
 constexpr const char* kLeadSql = "SELECT outbox_lead($1)";
 constexpr const char* kResignSql = "SELECT outbox_resign($1)";
+constexpr const char* kWaitingSql = "SELECT outbox_relay_waiting()";
 constexpr const char* kFetchSql =
     "SELECT pos, event_id, topic, key, payload, headers, created_at,"
     "       extract(epoch FROM clock_timestamp() - created_at)"
@@ -300,7 +301,7 @@ void Publisher::wait(std::chrono::milliseconds timeout) {
         if (left.count() <= 0) return;
         const auto slice = std::min(left, std::chrono::milliseconds(100));
         if (pg_) {
-            if (pg_->wait_for_notification(slice)) return;
+            if (pg_->wait_for_notification(slice) > 0) return;
         } else {
             std::this_thread::sleep_for(slice);
         }
@@ -324,6 +325,14 @@ void Publisher::turn() {
         auto batch = std::move(prefetched_);
         prefetched_.clear();
         if (batch.empty()) batch = fetch();
+        if (batch.empty() && config_.listen) {
+            // About to sleep: ask for a notification (the next committing
+            // emitter sends one), then look once more for what committed
+            // before the request.
+            flush_advance();
+            pg_->exec(kWaitingSql);
+            batch = fetch();
+        }
         if (batch.empty()) {
             flush_advance();
             wait(config_.poll_interval);

@@ -64,9 +64,9 @@ public:
     // LISTEN on a channel.
     void listen(const std::string& channel);
 
-    // Waits up to "timeout" for a notification; true when one arrived.
-    // Drains every pending notification.
-    bool wait_for_notification(std::chrono::milliseconds timeout);
+    // Waits up to "timeout" for notifications; returns how many arrived
+    // (0 on timeout), all of them consumed.
+    int wait_for_notification(std::chrono::milliseconds timeout);
 
     bool ok() const { return PQstatus(conn_.get()) == CONNECTION_OK; }
     int backend_pid() const { return PQbackendPID(conn_.get()); }

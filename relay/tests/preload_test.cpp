@@ -1,5 +1,7 @@
-// The maintenance background worker, in a throwaway instance that preloads
-// pg_outbox: it starts, maintains, reloads its settings and stops cleanly.
+// What pg_outbox does when preloaded, in throwaway instances: the
+// maintenance background worker starts, maintains, reloads its settings and
+// stops cleanly; and relays are woken by one notification when they wait,
+// not one per commit.
 #include <gtest/gtest.h>
 
 #include "servers.hpp"
@@ -60,4 +62,47 @@ TEST(MaintenanceWorker, StartsMaintainsReloadsAndStops) {
     const auto log = pg.log();
     EXPECT_NE(log.find("pg_outbox maintenance worker stopping"), std::string::npos) << log;
     EXPECT_EQ(log.find("terminated by signal"), std::string::npos) << log;
+}
+
+// Preloaded, committing emitters notify only when a relay asked for it:
+// the first commit of a database, then the first after each
+// outbox_relay_waiting().
+TEST(RelayWakeup, OneNotificationPerWaitNotPerCommit) {
+    PgServer pg({"shared_preload_libraries = 'pg_outbox'", "pg_outbox.database = 'postgres'"});
+    const auto conninfo = pg.create_database("app");
+    PgConnection listener(conninfo, "tests");
+    PgConnection writer(conninfo, "tests");
+    PgConnection relay(conninfo, "tests");
+    listener.listen("pg_outbox");
+
+    auto notifications_after = [&](int commits) {
+        for (int i = 0; i < commits; ++i) writer.exec("SELECT outbox_emit('t', 'k', '{}')");
+        int n = 0;
+        while (const int got = listener.wait_for_notification(300ms)) n += got;
+        return n;
+    };
+    EXPECT_EQ(notifications_after(20), 1);  // the first commit finds the flag armed
+    EXPECT_EQ(notifications_after(20), 0);  // nobody waits
+    EXPECT_EQ(query_column(relay, "SELECT outbox_relay_waiting()")[0], "t");
+    EXPECT_EQ(notifications_after(20), 1);
+    EXPECT_EQ(notifications_after(5), 0);
+    // A transaction that emitted nothing never notifies.
+    EXPECT_EQ(query_column(relay, "SELECT outbox_relay_waiting()")[0], "t");
+    writer.exec("SELECT 1");
+    EXPECT_EQ(notifications_after(0), 0);
+    EXPECT_EQ(notifications_after(1), 1);
+}
+
+// Not preloaded, every committing transaction that emitted notifies.
+TEST(RelayWakeup, WithoutPreloadEveryCommitNotifies) {
+    PgServer pg;
+    const auto conninfo = pg.create_database("app");
+    PgConnection listener(conninfo, "tests");
+    PgConnection writer(conninfo, "tests");
+    listener.listen("pg_outbox");
+    EXPECT_EQ(query_column(writer, "SELECT outbox_relay_waiting()")[0], "f");
+    for (int i = 0; i < 5; ++i) writer.exec("SELECT outbox_emit('t', 'k', '{}')");
+    int n = 0;
+    while (const int got = listener.wait_for_notification(300ms)) n += got;
+    EXPECT_EQ(n, 5);
 }
