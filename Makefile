@@ -53,6 +53,10 @@ demo:
 bench:
 	./bench/run.sh
 
+# The fault-injecting soak test with its history checker (SOAK_SECONDS).
+soak:
+	./test/soak/soak.sh
+
 # The version lives in the control file; META.json must agree.
 checkver:
 	@grep -q '"version": "$(EXTVERSION)"' META.json || \

@@ -43,6 +43,7 @@
 #include "utils/lsyscache.h"
 #include "utils/partcache.h"
 #include "utils/rel.h"
+#include "utils/resowner.h"
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 #include "utils/xid8.h"
@@ -76,6 +77,8 @@ enum
 static FullTransactionId SeqFxid = {0};
 static int64 SeqLast = 0;
 
+static void OutboxInsertStateEnd(bool close);
+
 /* Whether the current top-level transaction emitted; see OutboxXactCallback. */
 static bool EmittedInXact = false;
 
@@ -104,12 +107,19 @@ OutboxXactCallback(XactEvent event, void *arg)
 	switch (event)
 	{
 		case XACT_EVENT_PRE_COMMIT:
+			OutboxInsertStateEnd(true);
 			if (EmittedInXact && pg_outbox_notify && OutboxShouldNotify())
 				Async_Notify(OUTBOX_NOTIFY_CHANNEL, NULL);
 			break;
+		case XACT_EVENT_PRE_PREPARE:
+			OutboxInsertStateEnd(true);
+			break;
 		case XACT_EVENT_COMMIT:
-		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PREPARE:
+			EmittedInXact = false;
+			break;
+		case XACT_EVENT_ABORT:
+			OutboxInsertStateEnd(false);
 			EmittedInXact = false;
 			break;
 		default:
@@ -185,75 +195,156 @@ OutboxOpenPartition(Relation parent, Datum txid)
 }
 
 /*
+ * What inserting into the current transaction's partition needs, kept from
+ * the first emit of a transaction to its end: the parent and the partition
+ * (locked until then anyway), the partition's indexes, a slot and an
+ * executor state. Setting these up costs about as much as writing a row,
+ * so a transaction that emits many events sets them up once. They are
+ * opened under the top-level transaction's resource owner and closed at
+ * pre-commit or pre-prepare; an abort releases them with the resource
+ * owner and the transaction's memory.
+ */
+typedef struct OutboxInsertState
+{
+	FullTransactionId fxid;		/* whose partition; invalid when none */
+	Relation	parent;
+	Relation	part;
+	TupleConversionMap *map;	/* parent row to partition row, if they differ */
+	EState	   *estate;
+	ResultRelInfo *rri;
+	TupleTableSlot *slots[OUTBOX_MULTI_INSERT_ROWS];
+	int			nslots;			/* slots made so far */
+} OutboxInsertState;
+
+static OutboxInsertState InsertState;
+
+/* Opens what inserting rows of transaction "fxid" needs, once per transaction. */
+static OutboxInsertState *
+OutboxInsertStateFor(FullTransactionId fxid)
+{
+	OutboxInsertState *st = &InsertState;
+	ResourceOwner save_owner;
+	MemoryContext save_context;
+
+	if (FullTransactionIdIsValid(st->fxid) && FullTransactionIdEquals(st->fxid, fxid))
+		return st;
+
+	save_owner = CurrentResourceOwner;
+	save_context = MemoryContextSwitchTo(TopTransactionContext);
+	CurrentResourceOwner = TopTransactionResourceOwner;
+	st->parent = NULL;
+	st->part = NULL;
+	PG_TRY();
+	{
+		st->parent = table_open(OutboxEventRelid(), RowExclusiveLock);
+		if (RelationGetDescr(st->parent)->natts != EVENT_NATTS)
+			elog(ERROR, "outbox.event has %d columns, expected %d",
+				 RelationGetDescr(st->parent)->natts, EVENT_NATTS);
+		st->part = OutboxOpenPartition(st->parent, FullTransactionIdGetDatum(fxid));
+		st->map = convert_tuples_by_name(RelationGetDescr(st->parent), RelationGetDescr(st->part));
+		st->estate = CreateExecutorState();
+		st->rri = makeNode(ResultRelInfo);
+		InitResultRelInfo(st->rri, st->part, 1, NULL, 0);
+		ExecOpenIndices(st->rri, false);
+		st->nslots = 0;
+		st->fxid = fxid;
+	}
+	PG_CATCH();
+	{
+		/* A savepoint may catch the error: release what is open. */
+		if (st->part != NULL)
+			table_close(st->part, NoLock);
+		if (st->parent != NULL)
+			table_close(st->parent, NoLock);
+		CurrentResourceOwner = save_owner;
+		MemoryContextSwitchTo(save_context);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	CurrentResourceOwner = save_owner;
+	MemoryContextSwitchTo(save_context);
+	return st;
+}
+
+/*
+ * Closes what OutboxInsertStateFor opened; at pre-commit and pre-prepare.
+ * After an abort only forgets it: the resource owner released it.
+ */
+static void
+OutboxInsertStateEnd(bool close)
+{
+	OutboxInsertState *st = &InsertState;
+	ResourceOwner save_owner = CurrentResourceOwner;
+	int			i;
+
+	if (!FullTransactionIdIsValid(st->fxid))
+		return;
+	st->fxid = InvalidFullTransactionId;
+	if (!close)
+		return;
+	CurrentResourceOwner = TopTransactionResourceOwner;
+	for (i = 0; i < st->nslots; i++)
+		ExecDropSingleTupleTableSlot(st->slots[i]);
+	ExecCloseIndices(st->rri);
+	FreeExecutorState(st->estate);
+	table_close(st->part, NoLock);
+	table_close(st->parent, NoLock);
+	CurrentResourceOwner = save_owner;
+}
+
+/*
  * Inserts rows of one transaction into outbox.event: into the partition
  * that holds the transaction id, then into each of its indexes (unique
  * checks included).
  */
 static void
-OutboxInsertRows(Datum txid, Datum (*values)[EVENT_NATTS], bool (*nulls)[EVENT_NATTS], int nrows)
+OutboxInsertRows(FullTransactionId fxid, Datum (*values)[EVENT_NATTS], bool (*nulls)[EVENT_NATTS], int nrows)
 {
-	Relation	parent;
-	Relation	part;
-	TupleDesc	parentdesc;
-	TupleConversionMap *map;
-	EState	   *estate;
-	ResultRelInfo *rri;
-	TupleTableSlot **slots;
+	OutboxInsertState *st = OutboxInsertStateFor(fxid);
+	TupleDesc	parentdesc = RelationGetDescr(st->parent);
 	CommandId	cid = GetCurrentCommandId(true);
-	int			nslots = Min(nrows, OUTBOX_MULTI_INSERT_ROWS);
+	int			batch = Min(nrows, OUTBOX_MULTI_INSERT_ROWS);
 	int			done;
 	int			i;
 
-	parent = table_open(OutboxEventRelid(), RowExclusiveLock);
-	parentdesc = RelationGetDescr(parent);
-	if (parentdesc->natts != EVENT_NATTS)
-		elog(ERROR, "outbox.event has %d columns, expected %d", parentdesc->natts, EVENT_NATTS);
-
-	part = OutboxOpenPartition(parent, txid);
-	map = convert_tuples_by_name(parentdesc, RelationGetDescr(part));
-
-	estate = CreateExecutorState();
-	rri = makeNode(ResultRelInfo);
-	InitResultRelInfo(rri, part, 1, NULL, 0);
-	ExecOpenIndices(rri, false);
-
-	slots = palloc(sizeof(TupleTableSlot *) * nslots);
-	for (i = 0; i < nslots; i++)
-		slots[i] = MakeSingleTupleTableSlot(RelationGetDescr(part), &TTSOpsHeapTuple);
-
-	for (done = 0; done < nrows; done += nslots)
+	while (st->nslots < batch)
 	{
-		int			n = Min(nslots, nrows - done);
+		/* A slot pins its descriptor: under the transaction's owner too. */
+		MemoryContext save_context = MemoryContextSwitchTo(TopTransactionContext);
+		ResourceOwner save_owner = CurrentResourceOwner;
+
+		CurrentResourceOwner = TopTransactionResourceOwner;
+		st->slots[st->nslots++] = MakeSingleTupleTableSlot(RelationGetDescr(st->part), &TTSOpsHeapTuple);
+		CurrentResourceOwner = save_owner;
+		MemoryContextSwitchTo(save_context);
+	}
+
+	for (done = 0; done < nrows; done += batch)
+	{
+		int			n = Min(batch, nrows - done);
 
 		for (i = 0; i < n; i++)
 		{
 			HeapTuple	tuple = heap_form_tuple(parentdesc, values[done + i], nulls[done + i]);
 
-			if (map != NULL)
-				tuple = execute_attr_map_tuple(tuple, map);
-			ExecStoreHeapTuple(tuple, slots[i], true);
+			if (st->map != NULL)
+				tuple = execute_attr_map_tuple(tuple, st->map);
+			ExecStoreHeapTuple(tuple, st->slots[i], true);
 		}
 
 		if (n == 1)
-			table_tuple_insert(part, slots[0], cid, 0, NULL);
+			table_tuple_insert(st->part, st->slots[0], cid, 0, NULL);
 		else
-			table_multi_insert(part, slots, n, cid, 0, NULL);
+			table_multi_insert(st->part, st->slots, n, cid, 0, NULL);
 
 		for (i = 0; i < n; i++)
 		{
-			if (rri->ri_NumIndices > 0)
-				list_free(ExecInsertIndexTuples(rri, slots[i], estate, false, false, NULL, NIL));
-			ResetPerTupleExprContext(estate);
-			ExecClearTuple(slots[i]);
+			if (st->rri->ri_NumIndices > 0)
+				list_free(ExecInsertIndexTuples(st->rri, st->slots[i], st->estate, false, false, NULL, NIL));
+			ResetPerTupleExprContext(st->estate);
+			ExecClearTuple(st->slots[i]);
 		}
 	}
-
-	for (i = 0; i < nslots; i++)
-		ExecDropSingleTupleTableSlot(slots[i]);
-	ExecCloseIndices(rri);
-	FreeExecutorState(estate);
-	table_close(part, NoLock);
-	table_close(parent, NoLock);
 }
 
 /* Refuses emission where no row can be written. */
@@ -438,7 +529,7 @@ outbox_emit(PG_FUNCTION_ARGS)
 	values[0][EVENT_PAYLOAD] = PointerGetDatum(payload);
 	values[0][EVENT_CREATED_AT] = TimestampTzGetDatum(now);
 
-	OutboxInsertRows(values[0][EVENT_TXID], values, nulls, 1);
+	OutboxInsertRows(fxid, values, nulls, 1);
 	EmittedInXact = true;
 
 	PG_RETURN_UUID_P(event_id);
@@ -604,7 +695,7 @@ outbox_emit_many(PG_FUNCTION_ARGS)
 		values[i][EVENT_SEQ] = Int64GetDatum(seq + i + 1);
 	}
 
-	OutboxInsertRows(FullTransactionIdGetDatum(fxid), values, nulls, n);
+	OutboxInsertRows(fxid, values, nulls, n);
 	EmittedInXact = true;
 
 	for (i = 0; i < n; i++)

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "pg_outbox/errors.hpp"
+#include "pg_outbox/position.hpp"
 
 namespace pg_outbox {
 
@@ -156,11 +157,56 @@ void Consumer::reclaim() {
             spdlog::info("reclaimed {} pending entries of stream \"{}\"", entries.size(), stream);
             apply(entries);
         } while (cursor != "0-0" && !stop_);
+        report_trimmed_unread(stream);
         auto oldest = redis_->command({"XPENDING", stream, config_.consumer_group, "-", "+", "1"});
         if (oldest->type == REDIS_REPLY_ARRAY && oldest->elements > 0)
             oldest_idle = std::max(oldest_idle, oldest->element[0]->element[2]->integer / 1000.0);
     }
     metrics_.pending_oldest_idle_seconds = oldest_idle;
+}
+
+// Entries deleted from the stream (trimmed) before this group read them
+// never reach XREADGROUP: the stream's max-deleted-entry-id is then above
+// the group's last-delivered-id. They become one dead letter for the range
+// of ids, so that a loss is reported, never silent; republish them from
+// the producer's outbox (outbox_rewind) if they matter.
+void Consumer::report_trimmed_unread(const std::string& stream) {
+    auto info = redis_->command({"XINFO", "STREAM", stream});
+    auto groups = redis_->command({"XINFO", "GROUPS", stream});
+    if (info->type != REDIS_REPLY_ARRAY || groups->type != REDIS_REPLY_ARRAY) return;
+    std::optional<Position> max_deleted, last_delivered;
+    for (std::size_t i = 0; i + 1 < info->elements; i += 2)
+        if (reply_text(info->element[i]) == "max-deleted-entry-id")
+            max_deleted = Position::parse(reply_text(info->element[i + 1]));
+    for (std::size_t g = 0; g < groups->elements; ++g) {
+        const redisReply* fields = groups->element[g];
+        std::string_view name, last;
+        for (std::size_t i = 0; i + 1 < fields->elements; i += 2) {
+            if (reply_text(fields->element[i]) == "name") name = reply_text(fields->element[i + 1]);
+            if (reply_text(fields->element[i]) == "last-delivered-id") last = reply_text(fields->element[i + 1]);
+        }
+        if (name == config_.consumer_group) last_delivered = Position::parse(last);
+    }
+    if (!max_deleted || !last_delivered || !(*last_delivered < *max_deleted)) return;
+    // Trimming deletes from the head: every entry up to max_deleted is gone
+    // when the first one left is beyond it. (An entry deleted in the middle
+    // by XDEL leaves older ones unread; those are read as usual.)
+    auto first = redis_->command({"XRANGE", stream, "(" + last_delivered->to_string(), "+", "COUNT", "1"});
+    if (first->type == REDIS_REPLY_ARRAY && first->elements > 0) {
+        const auto id = Position::parse(reply_text(first->element[0]->element[0]));
+        if (id && *id < *max_deleted) return;
+    }
+    StreamEntry range;
+    range.stream = stream;
+    range.id = "(" + last_delivered->to_string() + " " + max_deleted->to_string() + "]";
+    const std::string reason = "entries with ids after " + last_delivered->to_string() + " up to " +
+                               max_deleted->to_string() +
+                               " were deleted from the stream (trimmed) before this consumer group read them";
+    spdlog::error("stream \"{}\": {}", stream, reason);
+    dead_letter(range, reason, std::nullopt);
+    // Move the group past them, so that the range is reported once.
+    auto r = redis_->command({"XGROUP", "SETID", stream, config_.consumer_group, max_deleted->to_string()});
+    check_reply(r, "XGROUP SETID " + stream);
 }
 
 void Consumer::apply(const std::vector<StreamEntry>& entries) {

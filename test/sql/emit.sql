@@ -47,6 +47,17 @@ SELECT key, seq, txid = pg_current_xact_id() AS top_level_txid
   FROM outbox.event WHERE txid = pg_current_xact_id() ORDER BY seq;
 COMMIT;
 
+-- An error caught by a savepoint leaves emission working in the transaction.
+BEGIN;
+SELECT outbox_emit('t', 'before error', '7') IS NOT NULL AS emitted;
+SAVEPOINT e;
+SELECT outbox_emit('', 'bad', '8');
+ROLLBACK TO SAVEPOINT e;
+SELECT outbox_emit('t', 'after error', '9') IS NOT NULL AS emitted;
+SELECT count(*) FROM outbox_emit_many('t', ARRAY['after error, many'], ARRAY['10']::jsonb[]);
+SELECT key, seq FROM outbox.event WHERE txid = pg_current_xact_id() ORDER BY seq;
+COMMIT;
+
 -- A rolled-back transaction leaves nothing.
 BEGIN;
 SELECT outbox_emit('t', 'aborted', '6') IS NOT NULL AS emitted;

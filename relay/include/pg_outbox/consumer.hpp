@@ -37,6 +37,7 @@ private:
     void ensure_groups();
     std::vector<StreamEntry> read_new();
     void reclaim();
+    void report_trimmed_unread(const std::string& stream);
     // Applies entries in one transaction (each in its own subtransaction),
     // then acknowledges what is done: applied, duplicate, dead-lettered.
     void apply(const std::vector<StreamEntry>& entries);

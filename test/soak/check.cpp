@@ -1,0 +1,172 @@
+// pg_outbox_check: checks a history of an outbox system for loss, phantoms,
+// duplicates and reordering, the way queue checkers judge message systems.
+//
+// It reads four tab-separated files from a directory, so it can check a
+// soak run as well as a history taken from a real deployment:
+//
+//   committed.tsv     event_id  topic  position  created_at (epoch seconds)
+//                     every event of a committed transaction (the outbox)
+//   streams.tsv       stream  entry_id  event_id  position
+//                     every stream entry, in stream order
+//   applied.tsv       event_id  applied_at (epoch seconds)
+//                     every application of an event by the consumer (one row
+//                     per application: a duplicate apply is two rows)
+//   dead_letters.tsv  stream  entry_id  event_id
+//                     entries the consumer gave up on; an entry_id "(A B]"
+//                     is a range of ids trimmed before the consumer read them
+//
+// It prints one line per measure and a verdict; the exit status is 0 when
+// lost, phantom, duplicate applies, order violations and duplicate stream
+// entries are all 0.
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+namespace {
+
+using Position = std::pair<std::uint64_t, std::uint64_t>;
+
+std::optional<Position> parse_position(const std::string& s) {
+    const auto dash = s.find('-');
+    if (dash == std::string::npos) return std::nullopt;
+    try {
+        return Position{std::stoull(s.substr(0, dash)), std::stoull(s.substr(dash + 1))};
+    } catch (const std::exception&) {
+        return std::nullopt;
+    }
+}
+
+std::vector<std::vector<std::string>> read_tsv(const std::string& path) {
+    std::vector<std::vector<std::string>> rows;
+    std::ifstream in(path);
+    if (!in) {
+        std::fprintf(stderr, "pg_outbox_check: cannot read %s\n", path.c_str());
+        std::exit(2);
+    }
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.empty()) continue;
+        std::vector<std::string> fields;
+        std::stringstream ss(line);
+        std::string f;
+        while (std::getline(ss, f, '\t')) fields.push_back(f);
+        while (fields.size() < 4) fields.emplace_back();
+        rows.push_back(std::move(fields));
+    }
+    return rows;
+}
+
+struct Committed {
+    std::string topic;
+    Position position;
+    double created_at;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (argc < 2) {
+        std::fprintf(stderr, "usage: pg_outbox_check HISTORY_DIR [STREAM_PREFIX]\n"
+                             "       (STREAM_PREFIX, default \"outbox:\", maps a topic to its stream)\n");
+        return 2;
+    }
+    const std::string dir = argv[1];
+    const std::string prefix = argc > 2 ? argv[2] : "outbox:";
+
+    std::unordered_map<std::string, Committed> committed;
+    for (const auto& r : read_tsv(dir + "/committed.tsv"))
+        committed[r[0]] = Committed{r[1], parse_position(r[2]).value_or(Position{}), std::stod(r[3])};
+
+    // Streams: distinct events, duplicates, order.
+    std::unordered_map<std::string, int> in_streams;
+    std::map<std::string, std::optional<Position>> last_in_stream;
+    std::size_t phantom = 0, duplicate_entries = 0, order_violations = 0;
+    for (const auto& r : read_tsv(dir + "/streams.tsv")) {
+        const auto& stream = r[0];
+        const auto& event_id = r[2];
+        if (++in_streams[event_id] == 2) ++duplicate_entries;
+        if (!committed.count(event_id)) ++phantom;
+        const auto pos = parse_position(r[3]);
+        auto& last = last_in_stream[stream];
+        if (pos && last && !(*last < *pos)) ++order_violations;
+        if (pos) last = pos;
+    }
+
+    // Applies: distinct, duplicates, delays.
+    std::unordered_map<std::string, int> applies;
+    std::vector<double> delays;
+    std::size_t duplicate_applies = 0, applied_phantom = 0;
+    for (const auto& r : read_tsv(dir + "/applied.tsv")) {
+        if (++applies[r[0]] == 2) ++duplicate_applies;
+        const auto it = committed.find(r[0]);
+        if (it == committed.end()) {
+            ++applied_phantom;
+            continue;
+        }
+        if (applies[r[0]] == 1) delays.push_back((std::stod(r[1]) - it->second.created_at) * 1000.0);
+    }
+
+    // Dead letters: single entries by event id, or by stream and entry id
+    // (an entry trimmed while pending has no event id left; with explicit
+    // ids its entry id is the position); ranges by stream and position.
+    std::unordered_set<std::string> dead_ids;
+    std::set<std::pair<std::string, Position>> dead_entries;
+    std::map<std::string, std::vector<std::pair<Position, Position>>> dead_ranges;
+    for (const auto& r : read_tsv(dir + "/dead_letters.tsv")) {
+        if (!r[2].empty()) dead_ids.insert(r[2]);
+        if (const auto p = parse_position(r[1]); p && r[1].front() != '(') dead_entries.emplace(r[0], *p);
+        if (!r[1].empty() && r[1].front() == '(') {
+            std::string from, to;
+            std::stringstream ss(r[1].substr(1, r[1].size() - 2));
+            ss >> from >> to;
+            const auto a = parse_position(from), b = parse_position(to);
+            if (a && b) dead_ranges[r[0]].emplace_back(*a, *b);
+        }
+    }
+    auto dead_lettered = [&](const std::string& id, const Committed& c) {
+        if (dead_ids.count(id) || dead_entries.count({prefix + c.topic, c.position})) return true;
+        const auto it = dead_ranges.find(prefix + c.topic);
+        if (it == dead_ranges.end()) return false;
+        for (const auto& [from, to] : it->second)
+            if (from < c.position && !(to < c.position)) return true;
+        return false;
+    };
+
+    std::size_t lost = 0, dead = 0, published = 0;
+    for (const auto& [id, c] : committed) {
+        if (in_streams.count(id)) ++published;
+        const bool applied = applies.count(id) > 0;
+        const bool is_dead = !applied && dead_lettered(id, c);
+        if (is_dead) ++dead;
+        if (!applied && !is_dead) ++lost;
+    }
+
+    std::sort(delays.begin(), delays.end());
+    const double p99 = delays.empty() ? 0 : delays[std::min(delays.size() - 1, delays.size() * 99 / 100)];
+    const double max = delays.empty() ? 0 : delays.back();
+
+    std::printf("committed: %zu\n", committed.size());
+    std::printf("published: %zu\n", published);
+    std::printf("applied: %zu\n", applies.size());
+    std::printf("dead-lettered: %zu\n", dead);
+    std::printf("lost (committed, never applied nor dead-lettered): %zu\n", lost);
+    std::printf("phantom (published or applied, never committed): %zu\n", phantom + applied_phantom);
+    std::printf("duplicate stream entries: %zu\n", duplicate_entries);
+    std::printf("duplicate applies: %zu\n", duplicate_applies);
+    std::printf("order violations: %zu\n", order_violations);
+    std::printf("end-to-end delay: p99 %.1f ms, max %.1f ms\n", p99, max);
+    const bool ok = lost == 0 && phantom + applied_phantom == 0 && duplicate_applies == 0 && order_violations == 0 &&
+                    duplicate_entries == 0 && !committed.empty();
+    std::printf("verdict: %s\n", ok ? "PASS" : "FAIL");
+    return ok ? 0 : 1;
+}
