@@ -2,7 +2,7 @@
 # Runs all of pg_outbox's tests on a fresh Debian 12 machine: installs what
 # is missing, builds, starts throwaway servers on loopback, runs the
 # pg_regress tests and isolation specs, the relay's unit and integration
-# tests and the demo, and ends with one summary line.
+# tests, the demo and a 45-second soak test, and ends with one summary line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -59,6 +59,15 @@ if ./scripts/demo.sh >"$log/demo" 2>&1; then
 else
 	failed=$((failed + 1))
 	cat "$log/demo"
+fi
+
+say "the soak test (45 seconds of faults, then the history checker)"
+if SOAK_SECONDS=45 ./test/soak/soak.sh >"$log/soak" 2>&1; then
+	passed=$((passed + 1))
+	tail -n 14 "$log/soak"
+else
+	failed=$((failed + 1))
+	cat "$log/soak"
 fi
 
 echo

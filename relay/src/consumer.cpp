@@ -165,47 +165,62 @@ void Consumer::reclaim() {
     metrics_.pending_oldest_idle_seconds = oldest_idle;
 }
 
-// Entries deleted from the stream (trimmed) before this group read them
-// never reach XREADGROUP: the stream's max-deleted-entry-id is then above
-// the group's last-delivered-id. They become one dead letter for the range
-// of ids, so that a loss is reported, never silent; republish them from
-// the producer's outbox (outbox_rewind) if they matter.
+// Entries trimmed from the stream before this group read them never reach
+// XREADGROUP. Redis 7 counts them: the group's lag (entries added after
+// its position) exceeds the entries the stream still holds after that
+// position, and the first entry left is beyond it. They become one dead
+// letter for the range of ids, so that a loss is reported, never silent
+// (republish them from the producer's outbox with outbox_rewind if they
+// matter), and the group moves to the first entry left.
 void Consumer::report_trimmed_unread(const std::string& stream) {
     auto info = redis_->command({"XINFO", "STREAM", stream});
     auto groups = redis_->command({"XINFO", "GROUPS", stream});
     if (info->type != REDIS_REPLY_ARRAY || groups->type != REDIS_REPLY_ARRAY) return;
-    std::optional<Position> max_deleted, last_delivered;
-    for (std::size_t i = 0; i + 1 < info->elements; i += 2)
-        if (reply_text(info->element[i]) == "max-deleted-entry-id")
-            max_deleted = Position::parse(reply_text(info->element[i + 1]));
+    long long length = -1, added = -1;
+    std::optional<Position> first;
+    for (std::size_t i = 0; i + 1 < info->elements; i += 2) {
+        const auto field = reply_text(info->element[i]);
+        const redisReply* v = info->element[i + 1];
+        if (field == "length") length = v->integer;
+        if (field == "entries-added") added = v->integer;
+        if (field == "recorded-first-entry-id") first = Position::parse(reply_text(v));
+    }
+    std::optional<Position> last;
+    long long lag = -1;
     for (std::size_t g = 0; g < groups->elements; ++g) {
         const redisReply* fields = groups->element[g];
-        std::string_view name, last;
+        std::string_view name;
+        std::optional<Position> group_last;
+        long long group_lag = -1;
         for (std::size_t i = 0; i + 1 < fields->elements; i += 2) {
-            if (reply_text(fields->element[i]) == "name") name = reply_text(fields->element[i + 1]);
-            if (reply_text(fields->element[i]) == "last-delivered-id") last = reply_text(fields->element[i + 1]);
+            const auto field = reply_text(fields->element[i]);
+            const redisReply* v = fields->element[i + 1];
+            if (field == "name") name = reply_text(v);
+            if (field == "last-delivered-id") group_last = Position::parse(reply_text(v));
+            if (field == "lag" && v->type == REDIS_REPLY_INTEGER) group_lag = v->integer;
         }
-        if (name == config_.consumer_group) last_delivered = Position::parse(last);
+        if (name == config_.consumer_group) {
+            last = group_last;
+            lag = group_lag;
+        }
     }
-    if (!max_deleted || !last_delivered || !(*last_delivered < *max_deleted)) return;
-    // Trimming deletes from the head: every entry up to max_deleted is gone
-    // when the first one left is beyond it. (An entry deleted in the middle
-    // by XDEL leaves older ones unread; those are read as usual.)
-    auto first = redis_->command({"XRANGE", stream, "(" + last_delivered->to_string(), "+", "COUNT", "1"});
-    if (first->type == REDIS_REPLY_ARRAY && first->elements > 0) {
-        const auto id = Position::parse(reply_text(first->element[0]->element[0]));
-        if (id && *id < *max_deleted) return;
-    }
+    if (!first || !last || length < 0 || added < 0 || lag < 0) return;  // lag unknown: nothing to tell
+    if (!(*last < *first) || lag <= length) return;
+    const auto lost = lag - length;
     StreamEntry range;
     range.stream = stream;
-    range.id = "(" + last_delivered->to_string() + " " + max_deleted->to_string() + "]";
-    const std::string reason = "entries with ids after " + last_delivered->to_string() + " up to " +
-                               max_deleted->to_string() +
-                               " were deleted from the stream (trimmed) before this consumer group read them";
+    range.id = "(" + last->to_string() + " " + first->to_string() + ")";
+    const std::string reason = std::to_string(lost) + " entries with ids after " + last->to_string() +
+                               " and before " + first->to_string() +
+                               " were trimmed from the stream before this consumer group read them";
     spdlog::error("stream \"{}\": {}", stream, reason);
     dead_letter(range, reason, std::nullopt);
-    // Move the group past them, so that the range is reported once.
-    auto r = redis_->command({"XGROUP", "SETID", stream, config_.consumer_group, max_deleted->to_string()});
+    // Move the group to just before the first entry left, with the count
+    // of entries read made right, so that the range is reported once.
+    const Position before = first->minor > 0 ? Position{first->major, first->minor - 1}
+                                             : Position{first->major - 1, UINT64_MAX};
+    auto r = redis_->command({"XGROUP", "SETID", stream, config_.consumer_group, before.to_string(), "ENTRIESREAD",
+                              std::to_string(added - length)});
     check_reply(r, "XGROUP SETID " + stream);
 }
 

@@ -12,8 +12,9 @@
 //                     every application of an event by the consumer (one row
 //                     per application: a duplicate apply is two rows)
 //   dead_letters.tsv  stream  entry_id  event_id
-//                     entries the consumer gave up on; an entry_id "(A B]"
-//                     is a range of ids trimmed before the consumer read them
+//                     entries the consumer gave up on; an entry_id "(A B)"
+//                     (or "(A B]") is a range of ids trimmed before the
+//                     consumer read them
 //
 // It prints one line per measure and a verdict; the exit status is 0 when
 // lost, phantom, duplicate applies, order violations and duplicate stream
@@ -121,7 +122,11 @@ int main(int argc, char** argv) {
     // ids its entry id is the position); ranges by stream and position.
     std::unordered_set<std::string> dead_ids;
     std::set<std::pair<std::string, Position>> dead_entries;
-    std::map<std::string, std::vector<std::pair<Position, Position>>> dead_ranges;
+    struct Range {
+        Position from, to;
+        bool to_included;
+    };
+    std::map<std::string, std::vector<Range>> dead_ranges;
     for (const auto& r : read_tsv(dir + "/dead_letters.tsv")) {
         if (!r[2].empty()) dead_ids.insert(r[2]);
         if (const auto p = parse_position(r[1]); p && r[1].front() != '(') dead_entries.emplace(r[0], *p);
@@ -130,15 +135,16 @@ int main(int argc, char** argv) {
             std::stringstream ss(r[1].substr(1, r[1].size() - 2));
             ss >> from >> to;
             const auto a = parse_position(from), b = parse_position(to);
-            if (a && b) dead_ranges[r[0]].emplace_back(*a, *b);
+            if (a && b) dead_ranges[r[0]].push_back(Range{*a, *b, r[1].back() == ']'});
         }
     }
     auto dead_lettered = [&](const std::string& id, const Committed& c) {
         if (dead_ids.count(id) || dead_entries.count({prefix + c.topic, c.position})) return true;
         const auto it = dead_ranges.find(prefix + c.topic);
         if (it == dead_ranges.end()) return false;
-        for (const auto& [from, to] : it->second)
-            if (from < c.position && !(to < c.position)) return true;
+        for (const auto& range : it->second)
+            if (range.from < c.position && (c.position < range.to || (range.to_included && c.position == range.to)))
+                return true;
         return false;
     };
 

@@ -148,7 +148,7 @@ faults() {
 }
 # The fault loop runs in this shell (it restarts processes whose PIDs the
 # cleanup needs), while the writers run in the background.
-faults >"$WORK/faults.log" 2>&1 || true
+faults >"$WORK/faults.log" 2>>"$WORK/shell.log" || true
 wait "$WRITERS_PID" || true
 WRITERS_PID=
 say "faults injected: $(wc -l <"$WORK/faults.log") ($(sort "$WORK/faults.log" | uniq -c | sort -rn | awk '{c=$1; $1=""; printf "%s%s x%s", sep, $0, c; sep=","}'))"
