@@ -177,9 +177,9 @@ if [[ " $ONLY " == *" drain "* ]]; then
 	# would make them), one consumer per round.
 	psql_db drain -c "CREATE EXTENSION pgq" -c "SELECT pgq.create_queue('bench')" >/dev/null
 	for r in $(seq 1 "$ROUNDS"); do psql_db drain -c "SELECT pgq.register_consumer('bench', 'round$r')" >/dev/null; done
+	psql_db drain -c "CREATE TABLE pgq_source AS SELECT row_number() OVER (ORDER BY txid, seq) AS n, key, payload::text AS payload FROM outbox.event" \
+		-c "CREATE INDEX ON pgq_source (n)"
 	psql_db drain -c "
-	CREATE TABLE pgq_source AS SELECT row_number() OVER (ORDER BY txid, seq) AS n, key, payload::text AS payload FROM outbox.event;
-	CREATE INDEX ON pgq_source (n);
 	DO \$\$
 	DECLARE
 		tick bigint;
