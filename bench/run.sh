@@ -173,8 +173,8 @@ if [[ " $ONLY " == *" drain "* ]]; then
 	psql_db postgres -c "CREATE DATABASE drain"
 	psql_db drain -c "CREATE EXTENSION pg_outbox" -c "SELECT outbox_group_create('drain', start_at => 'beginning')" >/dev/null
 	load_events drain "$EVENTS"
-	# PgQ: the same events in a queue, a tick every 10,000 (as its ticker
-	# would make them), one consumer per round.
+	# PgQ: the same events in a queue, a tick every 1000 (batches as large
+	# as the others'), one consumer per round.
 	psql_db drain -c "CREATE EXTENSION pgq" -c "SELECT pgq.create_queue('bench')" >/dev/null
 	for r in $(seq 1 "$ROUNDS"); do psql_db drain -c "SELECT pgq.register_consumer('bench', 'round$r')" >/dev/null; done
 	psql_db drain -c "CREATE TABLE pgq_source AS SELECT row_number() OVER (ORDER BY txid, seq) AS n, key, payload::text AS payload FROM outbox.event" \
@@ -184,11 +184,11 @@ if [[ " $ONLY " == *" drain "* ]]; then
 	DECLARE
 		tick bigint;
 	BEGIN
-		FOR c IN 0 .. ($EVENTS - 1) / 10000 LOOP
+		FOR c IN 0 .. ($EVENTS - 1) / 1000 LOOP
 			PERFORM pgq.insert_event('bench', s.key, s.payload)
-			   FROM pgq_source s WHERE s.n > c * 10000 AND s.n <= (c + 1) * 10000 ORDER BY s.n;
+			   FROM pgq_source s WHERE s.n > c * 1000 AND s.n <= (c + 1) * 1000 ORDER BY s.n;
 			COMMIT;
-			-- A tick after each 10,000: what pgqd does on a busy queue.
+			-- A tick after each 1000: what pgqd does on a busy queue.
 			tick := pgq.ticker('bench');
 			COMMIT;
 		END LOOP;
@@ -233,7 +233,7 @@ if [[ " $ONLY " == *" drain "* ]]; then
 	row "drain $EVENTS events: pg_outbox_relay (events/s) | $(awk '{print $1}' "$WORK/drain" | stats) |"
 	row "drain: bare pipelined XADD, the ceiling (events/s) | $(awk '{print $2}' "$WORK/drain" | stats) |"
 	row "drain: naive status-column relay (events/s) | $(awk '{print $3}' "$WORK/drain" | stats) |"
-	row "drain: PgQ consumer, batches of 10,000 (events/s) | $(awk '{print $5}' "$WORK/drain" | stats) |"
+	row "drain: PgQ consumer, batches of 1000 (events/s) | $(awk '{print $5}' "$WORK/drain" | stats) |"
 	row "drain: relay / ceiling | $(awk '{print $1 / $2}' "$WORK/drain" | stats) | ≥ 0.5"
 	row "drain: relay / naive | $(awk '{print $1 / $3}' "$WORK/drain" | stats) | ≥ 3"
 	row "drain: relay / PgQ consumer | $(awk '{print $1 / $5}' "$WORK/drain" | stats) |"
