@@ -395,18 +395,8 @@ if [[ " $ONLY " == *" bloat "* ]]; then
 	psql_db bloat -c "CREATE EXTENSION pg_outbox" -c "SELECT outbox_group_create('b', start_at => 'beginning')" >/dev/null
 	# Small partitions, so that retention can act on this much traffic: the
 	# (empty) wide ones made at install make way for them.
-	psql_db bloat -c "
-	DO \$\$
-	DECLARE p record;
-	BEGIN
-		UPDATE outbox.config SET partition_width = 200, premake = 4, retention = '0';
-		FOR p IN SELECT * FROM outbox.partition_bounds() LOOP
-			EXECUTE format('ALTER TABLE outbox.event DETACH PARTITION %s', p.relid);
-			EXECUTE format('ALTER EXTENSION pg_outbox DROP TABLE %s', p.relid);
-			EXECUTE format('DROP TABLE %s', p.relid);
-		END LOOP;
-	END
-	\$\$" -c "SELECT count(*) FROM outbox_maintain()" >/dev/null
+	psql_db bloat -c "UPDATE outbox.config SET partition_width = 200, premake = 4, retention = '0'" \
+		-c "SELECT outbox_drop_empty_partitions()" -c "SELECT count(*) FROM outbox_maintain()" >/dev/null
 	psql_db bloat -c "CREATE TABLE naive_outbox (id bigserial PRIMARY KEY, event_id uuid, topic text, key text, payload jsonb,
 		headers jsonb, created_at timestamptz DEFAULT now(), status text NOT NULL DEFAULT 'new', updated_at timestamptz);
 		CREATE INDEX naive_outbox_new ON naive_outbox (id) WHERE status = 'new';"

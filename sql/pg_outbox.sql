@@ -1085,6 +1085,39 @@ $$;
 COMMENT ON FUNCTION @extschema@.outbox_maintain() IS
 	'pg_outbox: premakes partitions, moves rows out of the default partition, retires old partitions, reports lagging groups; one run at a time';
 
+-- Drops the event partitions that hold no row, each locked first so that
+-- no row can arrive meanwhile; the next outbox_maintain() makes the ones
+-- needed again, at the current partition_width. After changing the width,
+-- this reshapes the partitions made ahead. Returns how many it dropped.
+CREATE FUNCTION @extschema@.outbox_drop_empty_partitions()
+RETURNS integer
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET lock_timeout = '5s'
+AS $$
+DECLARE
+	p record;
+	has_rows boolean;
+	dropped integer := 0;
+BEGIN
+	FOR p IN SELECT * FROM outbox.partition_bounds() LOOP
+		EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', p.relid);
+		EXECUTE format('SELECT EXISTS (SELECT 1 FROM %s)', p.relid) INTO has_rows;
+		CONTINUE WHEN has_rows;
+		EXECUTE format('ALTER TABLE outbox.event DETACH PARTITION %s', p.relid);
+		IF EXISTS (SELECT 1 FROM pg_depend d
+					WHERE d.classid = 'pg_class'::regclass AND d.objid = p.relid AND d.deptype = 'e') THEN
+			EXECUTE format('ALTER EXTENSION pg_outbox DROP TABLE %s', p.relid);
+		END IF;
+		EXECUTE format('DROP TABLE %s', p.relid);
+		dropped := dropped + 1;
+	END LOOP;
+	RETURN dropped;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.outbox_drop_empty_partitions() IS
+	'pg_outbox: drops the empty event partitions, so that outbox_maintain() makes them again at the current partition_width';
+
 -- Marks a group stale (it stops keeping events from retention) or live.
 CREATE FUNCTION @extschema@.outbox_group_set_stale(group_name text, stale boolean DEFAULT true)
 RETURNS void
@@ -1226,6 +1259,7 @@ REVOKE ALL ON FUNCTION
 	@extschema@.inbox_replay(bigint, text),
 	@extschema@.outbox_maintain(),
 	@extschema@.outbox_group_set_stale(text, boolean),
+	@extschema@.outbox_drop_empty_partitions(),
 	@extschema@.outbox_partitions()
 FROM PUBLIC;
 
@@ -1251,7 +1285,10 @@ GRANT EXECUTE ON FUNCTION
 	@extschema@.outbox_maintain(),
 	@extschema@.outbox_partitions()
 TO outbox_relay, outbox_admin;
-GRANT EXECUTE ON FUNCTION @extschema@.outbox_group_set_stale(text, boolean) TO outbox_admin;
+GRANT EXECUTE ON FUNCTION
+	@extschema@.outbox_group_set_stale(text, boolean),
+	@extschema@.outbox_drop_empty_partitions()
+TO outbox_admin;
 GRANT SELECT ON outbox.maintenance TO outbox_relay, outbox_admin;
 GRANT SELECT ON outbox.feed, outbox.groups, outbox.group_stats, outbox.horizon_holders TO outbox_relay, outbox_admin;
 

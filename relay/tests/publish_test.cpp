@@ -313,16 +313,8 @@ TEST_F(PublishTest, ForeignEntryAboveTheRelayIsNotMistakenForPublished) {
 TEST_F(PublishTest, RelayRunsMaintenanceWhenNoWorkerDoes) {
     {
         auto pg = connect();
-        pg.exec(R"(DO $$
-            DECLARE p record;
-            BEGIN
-                UPDATE outbox.config SET partition_width = 100, premake = 2;
-                FOR p IN SELECT * FROM outbox.partition_bounds() LOOP
-                    EXECUTE format('ALTER TABLE outbox.event DETACH PARTITION %s', p.relid);
-                    EXECUTE format('ALTER EXTENSION pg_outbox DROP TABLE %s', p.relid);
-                    EXECUTE format('DROP TABLE %s', p.relid);
-                END LOOP;
-            END $$)");
+        pg.exec("UPDATE outbox.config SET partition_width = 100, premake = 2");
+        pg.exec("SELECT outbox_drop_empty_partitions()");
     }
     emit(3);
     auto& relay = start_relay({"--maintain-interval", "200ms"});
