@@ -405,24 +405,37 @@ COMMENT ON FUNCTION @extschema@.outbox_group_drop(text, boolean) IS 'pg_outbox: 
 -- The relay's calls.
 --
 
--- The batch query of the xid8 feed: events after the cursor ($1, $2) and
--- below the horizon, optionally of some topics ($3), in feed order, at most
--- $4. "txid >= $1" lets the planner prune partitions behind the cursor; the
--- row comparison keeps the scan an index range scan on (txid, seq).
-CREATE FUNCTION outbox.fetch_sql(filter_topics boolean)
+-- A group's backlog in the xid8 feed: the events after a cursor and below
+-- the horizon, of some topics or all (topics NULL). The one definition of
+-- what a group has still to publish; a plain SQL function, so that the
+-- planner inlines it into each query. "txid >= cursor_txid" lets it prune
+-- partitions behind the cursor; the row comparison keeps the scan an index
+-- range scan on (txid, seq).
+CREATE FUNCTION outbox.backlog(cursor_txid xid8, cursor_seq bigint, topics text[])
+RETURNS SETOF outbox.event
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+	SELECT e.*
+	  FROM outbox.event e
+	 WHERE e.txid >= cursor_txid AND (e.txid, e.seq) > (cursor_txid, cursor_seq)
+	   AND e.txid < outbox.horizon()
+	   AND (topics IS NULL OR e.topic = ANY (topics))
+$$;
+COMMENT ON FUNCTION outbox.backlog(xid8, bigint, text[]) IS 'pg_outbox: the events after a cursor and below the horizon, of some topics or all';
+
+-- The batch query of the xid8 feed: a group's backlog after ($1, $2) of
+-- topics $3, in feed order, at most $4.
+CREATE FUNCTION outbox.fetch_sql()
 RETURNS text
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
 	SELECT 'SELECT e.txid::text || ''-'' || e.seq, e.txid, e.seq, e.event_id, e.topic, e.key,'
 		   '       e.payload, e.headers, e.created_at'
-		   '  FROM outbox.event e'
-		   ' WHERE e.txid >= $1 AND (e.txid, e.seq) > ($1, $2)'
-		   '   AND e.txid < outbox.horizon()'
-		   || CASE WHEN filter_topics THEN ' AND e.topic = ANY ($3)' ELSE '' END ||
+		   '  FROM outbox.backlog($1, $2, $3) e'
 		   ' ORDER BY e.txid, e.seq'
 		   ' LIMIT $4'
 $$;
-COMMENT ON FUNCTION outbox.fetch_sql(boolean) IS 'pg_outbox: text of the xid8 feed''s batch query (parameters: cursor txid, cursor seq, topics, limit)';
+COMMENT ON FUNCTION outbox.fetch_sql() IS 'pg_outbox: text of the xid8 feed''s batch query (parameters: cursor txid, cursor seq, topics, limit)';
 
 -- The next batch after the group's cursor. Takes the group's leadership for
 -- this session when it is free; returns nothing while another session leads.
@@ -480,7 +493,7 @@ BEGIN
 			g.cursor_seq := a.seq;
 		END IF;
 	END IF;
-	RETURN QUERY EXECUTE outbox.fetch_sql(g.topics IS NOT NULL)
+	RETURN QUERY EXECUTE outbox.fetch_sql()
 		USING g.cursor_txid, g.cursor_seq, g.topics, batch_size;
 END
 $$;
@@ -1065,10 +1078,7 @@ BEGIN
 	-- 5. Groups that lag: reported, never skipped.
 	FOR g IN SELECT q.group_name, q.oldest_waiting_age
 			   FROM (SELECT gr.name AS group_name,
-							now() - (SELECT e.created_at FROM outbox.event e
-									  WHERE e.txid >= gr.cursor_txid AND (e.txid, e.seq) > (gr.cursor_txid, gr.cursor_seq)
-										AND e.txid < outbox.horizon()
-										AND (gr.topics IS NULL OR e.topic = ANY (gr.topics))
+							now() - (SELECT e.created_at FROM outbox.backlog(gr.cursor_txid, gr.cursor_seq, gr.topics) e
 									  ORDER BY e.txid, e.seq LIMIT 1) AS oldest_waiting_age
 					   FROM outbox.groups gr WHERE NOT gr.stale) q
 			  WHERE q.oldest_waiting_age > cfg.max_group_lag
@@ -1217,10 +1227,7 @@ AS $$
 	  FROM outbox.groups g
 	  CROSS JOIN LATERAL (
 		SELECT count(*) AS n, min(e.created_at) AS oldest
-		  FROM outbox.event e
-		 WHERE e.txid >= g.cursor_txid AND (e.txid, e.seq) > (g.cursor_txid, g.cursor_seq)
-		   AND e.txid < outbox.horizon()
-		   AND (g.topics IS NULL OR e.topic = ANY (g.topics))) w
+		  FROM outbox.backlog(g.cursor_txid, g.cursor_seq, g.topics) e) w
 	  LEFT JOIN LATERAL (
 		SELECT h.pid, h.gid, h.held_for FROM @extschema@.outbox_horizon_holders() h
 		 WHERE h.holds_horizon LIMIT 1) hh ON true

@@ -38,8 +38,8 @@ DECLARE
     plan jsonb;
 BEGIN
     SELECT txid, seq INTO c_txid, c_seq FROM outbox.event ORDER BY txid, seq OFFSET skip LIMIT 1;
-    EXECUTE 'EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, FORMAT JSON) ' || outbox.fetch_sql(filtered)
-       INTO plan USING c_txid, c_seq, ARRAY['load'], 1000;
+    EXECUTE 'EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, FORMAT JSON) ' || outbox.fetch_sql()
+       INTO plan USING c_txid, c_seq, CASE WHEN filtered THEN ARRAY['load'] END, 1000;
     SELECT string_agg(DISTINCT n->>'Node Type', ', ' ORDER BY n->>'Node Type'),
            sum((n->>'Actual Rows')::numeric) FILTER (WHERE n->>'Node Type' LIKE '%Scan')
       INTO nodes, rows_read
