@@ -176,33 +176,20 @@ void Consumer::report_trimmed_unread(const std::string& stream) {
     auto info = redis_->command({"XINFO", "STREAM", stream});
     auto groups = redis_->command({"XINFO", "GROUPS", stream});
     if (info->type != REDIS_REPLY_ARRAY || groups->type != REDIS_REPLY_ARRAY) return;
-    long long length = -1, added = -1;
-    std::optional<Position> first;
-    for (std::size_t i = 0; i + 1 < info->elements; i += 2) {
-        const auto field = reply_text(info->element[i]);
-        const redisReply* v = info->element[i + 1];
-        if (field == "length") length = v->integer;
-        if (field == "entries-added") added = v->integer;
-        if (field == "recorded-first-entry-id") first = Position::parse(reply_text(v));
-    }
+    const redisReply* length_field = map_field(info.get(), "length");
+    const redisReply* added_field = map_field(info.get(), "entries-added");
+    const redisReply* first_field = map_field(info.get(), "recorded-first-entry-id");
+    const long long length = length_field ? length_field->integer : -1;
+    const long long added = added_field ? added_field->integer : -1;
+    const std::optional<Position> first = first_field ? Position::parse(reply_text(first_field)) : std::nullopt;
     std::optional<Position> last;
     long long lag = -1;
     for (std::size_t g = 0; g < groups->elements; ++g) {
-        const redisReply* fields = groups->element[g];
-        std::string_view name;
-        std::optional<Position> group_last;
-        long long group_lag = -1;
-        for (std::size_t i = 0; i + 1 < fields->elements; i += 2) {
-            const auto field = reply_text(fields->element[i]);
-            const redisReply* v = fields->element[i + 1];
-            if (field == "name") name = reply_text(v);
-            if (field == "last-delivered-id") group_last = Position::parse(reply_text(v));
-            if (field == "lag" && v->type == REDIS_REPLY_INTEGER) group_lag = v->integer;
-        }
-        if (name == config_.consumer_group) {
-            last = group_last;
-            lag = group_lag;
-        }
+        const redisReply* group = groups->element[g];
+        const redisReply* name = map_field(group, "name");
+        if (name == nullptr || reply_text(name) != config_.consumer_group) continue;
+        if (const redisReply* id = map_field(group, "last-delivered-id")) last = Position::parse(reply_text(id));
+        if (const redisReply* l = map_field(group, "lag"); l && l->type == REDIS_REPLY_INTEGER) lag = l->integer;
     }
     if (!first || !last || length < 0 || added < 0 || lag < 0) return;  // lag unknown: nothing to tell
     if (!(*last < *first) || lag <= length) return;

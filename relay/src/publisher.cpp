@@ -114,10 +114,8 @@ void Publisher::check_streams() {
             const auto msg = reply_text(info.get());
             if (msg.find("no such key") == std::string_view::npos)
                 throw RedisError(RedisError::Kind::reply, "XINFO STREAM " + stream + ": " + std::string(msg));
-        } else if (info->type == REDIS_REPLY_ARRAY) {
-            for (size_t i = 0; i + 1 < info->elements; i += 2)
-                if (reply_text(info->element[i]) == "last-generated-id")
-                    last = Position::parse(reply_text(info->element[i + 1])).value_or(Position{});
+        } else if (const redisReply* id = map_field(info.get(), "last-generated-id")) {
+            last = Position::parse(reply_text(id)).value_or(Position{});
         }
         if (last < *expected) {
             spdlog::error("stream \"{}\" is behind: Redis has entries up to {}, group \"{}\" published up to {}; "

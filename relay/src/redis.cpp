@@ -20,6 +20,13 @@ std::string_view reply_text(const redisReply* r) {
     return {r->str, r->len};
 }
 
+const redisReply* map_field(const redisReply* map, std::string_view name) {
+    if (map == nullptr || map->type != REDIS_REPLY_ARRAY) return nullptr;
+    for (std::size_t i = 0; i + 1 < map->elements; i += 2)
+        if (reply_text(map->element[i]) == name) return map->element[i + 1];
+    return nullptr;
+}
+
 RedisConnection::RedisConnection(const RedisAddress& address, const std::string& password, int db,
                                  std::chrono::milliseconds timeout) {
     const auto tv = to_timeval(timeout);

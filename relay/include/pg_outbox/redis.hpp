@@ -49,4 +49,8 @@ private:
 // The text of a reply that is a status, string or error.
 std::string_view reply_text(const redisReply* r);
 
+// The value of a field in a reply that lists fields and values in turn
+// (XINFO STREAM, one group of XINFO GROUPS); nullptr when it is absent.
+const redisReply* map_field(const redisReply* map, std::string_view name);
+
 }  // namespace pg_outbox
