@@ -34,17 +34,11 @@ build_relay pg_outbox_relay pg_outbox_bench
 RELAY=build/relay/pg_outbox_relay
 TOOL=build/bench/pg_outbox_bench
 
-WORK=$(mktemp -d /tmp/pg_outbox_bench.XXXXXX)
-chmod 755 "$WORK"
-PG_PORT=$(free_port)
-REDIS_PORT=$(free_port)
-PG_PID=
-REDIS_PID=
+throwaway_workspace bench
 RELAY_PID=
 cleanup() {
 	stop_pid "$RELAY_PID"
-	stop_pid "$REDIS_PID"
-	pg_stop "$PG_PID"
+	stop_servers
 	rm -rf "$WORK"
 }
 trap cleanup EXIT

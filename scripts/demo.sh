@@ -18,19 +18,16 @@ build_extension
 build_relay pg_outbox_relay
 RELAY=build/relay/pg_outbox_relay
 
-WORK=$(mktemp -d /tmp/pg_outbox_demo.XXXXXX)
-chmod 755 "$WORK"
-PG_PORT=$(free_port)
-REDIS_PORT=$(free_port)
-PG_PID=
-REDIS_PID=
+throwaway_workspace demo
 PUBLISHER_PID=
 CONSUMER_PID=
-cleanup() {
+stop_all() {
 	stop_pid "$CONSUMER_PID"
 	stop_pid "$PUBLISHER_PID"
-	stop_pid "$REDIS_PID"
-	pg_stop "$PG_PID"
+	stop_servers
+}
+cleanup() {
+	stop_all
 	rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -267,9 +264,6 @@ if [ "$failures" -eq 0 ]; then
 else
 	echo "demo: $failures check(s) failed; logs: $WORK (kept)"
 	trap - EXIT
-	stop_pid "$CONSUMER_PID"
-	stop_pid "$PUBLISHER_PID"
-	stop_pid "$REDIS_PID"
-	pg_stop "$PG_PID"
+	stop_all
 	exit 1
 fi

@@ -121,6 +121,29 @@ redis_start() {
 	return 1
 }
 
+# Makes a script's throwaway workspace: WORK (/tmp/pg_outbox_NAME.*), and
+# free loopback ports for PostgreSQL and Redis.
+throwaway_workspace() {
+	WORK=$(mktemp -d "/tmp/pg_outbox_$1.XXXXXX")
+	chmod 755 "$WORK"
+	PG_PORT=$(free_port)
+	REDIS_PORT=$(free_port)
+	REDIS_PID=
+}
+
+# Stops the workspace's Redis (continued first, in case it was stopped) and
+# PostgreSQL, by PID: PostgreSQL's from its postmaster.pid, so that it is
+# found after a restart too.
+stop_servers() {
+	if [ -n "${REDIS_PID:-}" ]; then
+		kill -CONT "$REDIS_PID" 2>/dev/null || true
+		stop_pid "$REDIS_PID"
+	fi
+	if [ -f "$WORK/pg/data/postmaster.pid" ]; then
+		pg_stop "$(head -n 1 "$WORK/pg/data/postmaster.pid")"
+	fi
+}
+
 # Builds the relay (and the benchmark helpers) into build/.
 build_relay() {
 	say "building the relay"

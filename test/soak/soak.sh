@@ -30,12 +30,7 @@ build_relay pg_outbox_relay pg_outbox_check
 RELAY=build/relay/pg_outbox_relay
 CHECK=build/test/soak/pg_outbox_check
 
-WORK=$(mktemp -d /tmp/pg_outbox_soak.XXXXXX)
-chmod 755 "$WORK"
-PG_PORT=$(free_port)
-REDIS_PORT=$(free_port)
-PG_PID=
-REDIS_PID=
+throwaway_workspace soak
 declare -A PIDS=()
 WRITERS_PID=
 FAULTS_PID=
@@ -45,9 +40,7 @@ cleanup() {
 		kill -CONT "${PIDS[$name]}" 2>/dev/null || true
 		stop_pid "${PIDS[$name]}"
 	done
-	[ -n "$REDIS_PID" ] && kill -CONT "$REDIS_PID" 2>/dev/null || true
-	stop_pid "$REDIS_PID"
-	pg_stop "$(head -n 1 "$WORK/pg/data/postmaster.pid" 2>/dev/null || true)"
+	stop_servers
 	[ "${KEEP:-0}" = 1 ] || rm -rf "$WORK"
 }
 trap cleanup EXIT
