@@ -8,6 +8,7 @@ MODULE_big = pg_outbox
 OBJS = \
 	extension/pg_outbox.o \
 	extension/emit.o \
+	extension/commit.o \
 	extension/lead.o \
 	extension/locks.o \
 	extension/wakeup.o \
@@ -20,6 +21,11 @@ REGRESS = install emit emit_errors groups feed privileges explain inbox maintain
 REGRESS_OPTS = --inputdir=test --outputdir=test --load-extension=$(EXTENSION)
 ISOLATION = xid_order abort_savepoint open_tx prepared two_relays inbox_race maintain_concurrent
 ISOLATION_OPTS = --inputdir=test --outputdir=test/isolation --load-extension=$(EXTENSION)
+
+# Tests that need pg_outbox in shared_preload_libraries (the commit order):
+# make installcheck-preload, against a server that preloads it.
+PRELOAD_REGRESS = commit_order
+PRELOAD_ISOLATION = commit_inversion commit_open_tx commit_abort_gap
 
 EXTRA_CLEAN = test/results test/isolation test/regression.diffs test/regression.out
 
@@ -40,7 +46,7 @@ endif
 sql/$(EXTENSION)--$(EXTVERSION).sql: sql/$(EXTENSION).sql
 	cp $< $@
 
-.PHONY: test demo bench soak checkver
+.PHONY: test demo bench soak checkver installcheck-preload
 
 # Everything on a fresh Debian 12 machine: packages, build, throwaway servers, tests.
 test:
@@ -48,6 +54,9 @@ test:
 
 demo:
 	./scripts/demo.sh
+
+installcheck-preload:
+	$(MAKE) installcheck REGRESS="$(PRELOAD_REGRESS)" ISOLATION="$(PRELOAD_ISOLATION)"
 
 # Benchmarks on throwaway servers; they print tables (see bench/README.md).
 bench:

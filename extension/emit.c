@@ -108,18 +108,28 @@ OutboxXactCallback(XactEvent event, void *arg)
 	{
 		case XACT_EVENT_PRE_COMMIT:
 			OutboxInsertStateEnd(true);
-			if (EmittedInXact && pg_outbox_notify && OutboxShouldNotify())
-				Async_Notify(OUTBOX_NOTIFY_CHANNEL, NULL);
+			if (EmittedInXact)
+			{
+				OutboxCommitPreCommit(GetTopFullTransactionId());
+				if (pg_outbox_notify && OutboxShouldNotify())
+					Async_Notify(OUTBOX_NOTIFY_CHANNEL, NULL);
+			}
 			break;
 		case XACT_EVENT_PRE_PREPARE:
 			OutboxInsertStateEnd(true);
+			if (EmittedInXact)
+				OutboxCommitPrePrepare();
 			break;
 		case XACT_EVENT_COMMIT:
+			OutboxCommitEnd(true);
+			EmittedInXact = false;
+			break;
 		case XACT_EVENT_PREPARE:
 			EmittedInXact = false;
 			break;
 		case XACT_EVENT_ABORT:
 			OutboxInsertStateEnd(false);
+			OutboxCommitEnd(false);
 			EmittedInXact = false;
 			break;
 		default:
@@ -154,11 +164,12 @@ OutboxEventRelid(void)
 }
 
 /*
- * Opens the partition of outbox.event that holds transaction "txid", the
- * way tuple routing finds it: the range partition whose bounds contain it,
- * else the default partition.
+ * Opens the partition of a table of pg_outbox partitioned by transaction id
+ * (outbox.event, outbox.commit_log) that holds transaction "txid", the way
+ * tuple routing finds it: the range partition whose bounds contain it, else
+ * the default partition.
  */
-static Relation
+Relation
 OutboxOpenPartition(Relation parent, Datum txid)
 {
 	PartitionKey key = RelationGetPartitionKey(parent);
@@ -181,16 +192,17 @@ OutboxOpenPartition(Relation parent, Datum txid)
 	if (index < 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_CHECK_VIOLATION),
-				 errmsg("no partition of \"outbox.event\" holds transaction %llu",
-						(unsigned long long) DatumGetUInt64(txid)),
-				 errhint("Create the default partition again: CREATE TABLE outbox.event_default PARTITION OF outbox.event DEFAULT.")));
+				 errmsg("no partition of \"outbox.%s\" holds transaction %llu",
+						RelationGetRelationName(parent), (unsigned long long) DatumGetUInt64(txid)),
+				 errhint("Create the default partition again: CREATE TABLE outbox.%s_default PARTITION OF outbox.%s DEFAULT.",
+						 RelationGetRelationName(parent), RelationGetRelationName(parent))));
 
 	part = table_open(desc->oids[index], RowExclusiveLock);
 	if (part->rd_rel->relkind != RELKIND_RELATION)
 		ereport(ERROR,
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
-				 errmsg("partition \"%s\" of \"outbox.event\" is not a plain table",
-						RelationGetRelationName(part))));
+				 errmsg("partition \"%s\" of \"outbox.%s\" is not a plain table",
+						RelationGetRelationName(part), RelationGetRelationName(parent))));
 	return part;
 }
 

@@ -44,6 +44,7 @@ _PG_init(void)
 							 NULL, NULL, NULL);
 
 	OutboxWorkerInit();
+	OutboxCommitInit();
 	MarkGUCPrefixReserved("pg_outbox");
 
 	OutboxEmitInit();

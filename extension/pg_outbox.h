@@ -8,6 +8,9 @@
 #ifndef PG_OUTBOX_H
 #define PG_OUTBOX_H
 
+#include "access/transam.h"
+#include "utils/relcache.h"
+
 /* Limits of an event's identity fields, in bytes. */
 #define OUTBOX_MAX_TOPIC_LEN	255
 #define OUTBOX_MAX_KEY_LEN		1024
@@ -36,6 +39,14 @@ extern int	pg_outbox_maintenance_interval;
 
 /* emit.c */
 extern void OutboxEmitInit(void);
+extern Relation OutboxOpenPartition(Relation parent, Datum txid);
+
+/* commit.c */
+extern void OutboxCommitInit(void);
+extern bool OutboxCommitOrderAvailable(void);
+extern void OutboxCommitPreCommit(FullTransactionId fxid);
+extern void OutboxCommitEnd(bool committed);
+extern void OutboxCommitPrePrepare(void);
 
 /* wakeup.c */
 extern void OutboxWakeupInit(void);

@@ -146,11 +146,11 @@ id_between() { redis xrevrange "$STREAM" + - COUNT 1 | head -n 1 | awk -F- '{ pr
 # 1. The relay dies after XADD, before advancing its cursor.
 say "fault 1: the relay dies after XADD, before advancing its cursor"
 bank -c "REVOKE EXECUTE ON FUNCTION outbox_advance(text, text, jsonb) FROM outbox_relay"
-before=$(bank -c "SELECT cursor_txid || '-' || cursor_seq FROM outbox.groups")
+before=$(bank -c "SELECT cursor FROM outbox.groups")
 bank -c "SELECT transfer(2, 5, 11), transfer(3, 6, 12)" >/dev/null
 wait "$PUBLISHER_PID" || true
 PUBLISHER_PID=
-after=$(bank -c "SELECT cursor_txid || '-' || cursor_seq FROM outbox.groups")
+after=$(bank -c "SELECT cursor FROM outbox.groups")
 bank -c "GRANT EXECUTE ON FUNCTION outbox_advance(text, text, jsonb) TO outbox_relay"
 start_publisher
 wait_for 20 '[ "$(applied)" -eq "$(journal)" ]' || true

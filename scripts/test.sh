@@ -38,6 +38,18 @@ fi
 cat "$log/regress"
 count_regress "$log/regress"
 
+say "commit-order tests on a throwaway cluster that preloads pg_outbox"
+if pg_virtualenv -v 15 -o max_prepared_transactions=10 -o shared_preload_libraries=pg_outbox \
+		make -s PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config installcheck-preload >"$log/preload" 2>&1; then
+	:
+else
+	for d in test/regression.diffs test/isolation/regression.diffs; do
+		[ -f "$d" ] && cat "$d"
+	done
+fi
+cat "$log/preload"
+count_regress "$log/preload"
+
 say "relay: build, unit tests, integration tests (own PostgreSQL and Redis per test)"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPG_OUTBOX_WERROR=ON >/dev/null
 cmake --build build -j"$(nproc)" >"$log/build" 2>&1 || { cat "$log/build"; exit 1; }

@@ -84,6 +84,24 @@ COMMENT ON COLUMN outbox.event.seq IS 'order of the event within its transaction
 CREATE TABLE outbox.event_default PARTITION OF outbox.event DEFAULT;
 COMMENT ON TABLE outbox.event_default IS 'pg_outbox: events beyond the premade partitions (normally empty)';
 
+--
+-- Commit order: one marker per committed transaction that emitted, written
+-- at its pre-commit with the ticket that orders commits (extension/commit.c;
+-- only when pg_outbox is preloaded). Partitioned like outbox.event with the
+-- same bounds: the markers of a range of transactions are made and retired
+-- with their events.
+--
+CREATE TABLE outbox.commit_log (
+	txid xid8 NOT NULL,
+	ticket bigint NOT NULL,
+	CONSTRAINT commit_log_pkey PRIMARY KEY (txid)
+) PARTITION BY RANGE (txid);
+CREATE INDEX commit_log_ticket_idx ON outbox.commit_log (ticket) INCLUDE (txid);
+COMMENT ON TABLE outbox.commit_log IS 'pg_outbox: commit ticket of each committed transaction that emitted; orders commit-ordered groups';
+COMMENT ON COLUMN outbox.commit_log.ticket IS 'commit ticket: tickets grow in the order in which transactions committed';
+CREATE TABLE outbox.commit_log_default PARTITION OF outbox.commit_log DEFAULT;
+COMMENT ON TABLE outbox.commit_log_default IS 'pg_outbox: commit markers beyond the premade partitions (normally empty)';
+
 -- Name of the partition that starts at "lower".
 CREATE FUNCTION outbox.partition_name(lower xid8)
 RETURNS name
@@ -91,6 +109,14 @@ LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT pg_catalog.format('event_%s', lower)::name $$;
 COMMENT ON FUNCTION outbox.partition_name(xid8) IS 'pg_outbox: name of the event partition starting at a transaction id';
+
+-- Name of the commit marker partition that starts at "lower".
+CREATE FUNCTION outbox.commit_partition_name(lower xid8)
+RETURNS name
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT pg_catalog.format('commit_log_%s', lower)::name $$;
+COMMENT ON FUNCTION outbox.commit_partition_name(xid8) IS 'pg_outbox: name of the commit marker partition starting at a transaction id';
 
 -- The range partitions of outbox.event with their bounds.
 CREATE FUNCTION outbox.partition_bounds(OUT relid regclass, OUT name name, OUT lower xid8, OUT upper xid8)
@@ -139,35 +165,44 @@ END
 $$;
 COMMENT ON FUNCTION outbox.free_range(xid8) IS 'pg_outbox: the bounds a new event partition holding a transaction id gets';
 
--- Creates the partition [lower, upper) and attaches it, moving into it the
--- rows of the default partition that belong to it, all in the caller's
+-- Creates the partitions [lower, upper) of outbox.event and of
+-- outbox.commit_log and attaches them, moving into each the rows of its
+-- default partition that belong to it, all in the caller's
 -- (sub)transaction: readers see the rows in the default partition or in
 -- the new one, never in neither. The default partition is locked first:
--- the attach scans it. Returns the rows moved.
+-- the attach scans it. Returns the events moved.
 CREATE FUNCTION outbox.attach_range(lower xid8, upper xid8)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-	part name := outbox.partition_name(lower);
+	parent text;
+	part name;
+	n bigint;
 	moved bigint;
 BEGIN
-	LOCK TABLE outbox.event_default IN ACCESS EXCLUSIVE MODE;
-	EXECUTE format('CREATE TABLE outbox.%I (LIKE outbox.event INCLUDING DEFAULTS)', part);
-	EXECUTE format('WITH moved AS (DELETE FROM outbox.event_default WHERE txid >= %L AND txid < %L RETURNING *)
-					INSERT INTO outbox.%I SELECT * FROM moved', lower, upper, part);
-	GET DIAGNOSTICS moved = ROW_COUNT;
-	-- A valid constraint spares the attach a scan of the new table.
-	EXECUTE format('ALTER TABLE outbox.%I ADD CONSTRAINT %I CHECK (txid >= %L AND txid < %L)',
-				   part, part || '_bounds', lower, upper);
-	EXECUTE format('ALTER TABLE outbox.event ATTACH PARTITION outbox.%I FOR VALUES FROM (%L) TO (%L)',
-				   part, lower, upper);
-	EXECUTE format('ALTER TABLE outbox.%I DROP CONSTRAINT %I', part, part || '_bounds');
+	-- The events' partition, then the commit markers' partition of the same
+	-- transactions.
+	FOREACH parent IN ARRAY ARRAY['event', 'commit_log'] LOOP
+		part := CASE parent WHEN 'event' THEN outbox.partition_name(lower) ELSE outbox.commit_partition_name(lower) END;
+		EXECUTE format('LOCK TABLE outbox.%I IN ACCESS EXCLUSIVE MODE', parent || '_default');
+		EXECUTE format('CREATE TABLE outbox.%I (LIKE outbox.%I INCLUDING DEFAULTS)', part, parent);
+		EXECUTE format('WITH moved AS (DELETE FROM outbox.%I WHERE txid >= %L AND txid < %L RETURNING *)
+						INSERT INTO outbox.%I SELECT * FROM moved', parent || '_default', lower, upper, part);
+		GET DIAGNOSTICS n = ROW_COUNT;
+		moved := coalesce(moved, n);
+		-- A valid constraint spares the attach a scan of the new table.
+		EXECUTE format('ALTER TABLE outbox.%I ADD CONSTRAINT %I CHECK (txid >= %L AND txid < %L)',
+					   part, part || '_bounds', lower, upper);
+		EXECUTE format('ALTER TABLE outbox.%I ATTACH PARTITION outbox.%I FOR VALUES FROM (%L) TO (%L)',
+					   parent, part, lower, upper);
+		EXECUTE format('ALTER TABLE outbox.%I DROP CONSTRAINT %I', part, part || '_bounds');
+	END LOOP;
 	RETURN moved;
 END
 $$;
-COMMENT ON FUNCTION outbox.attach_range(xid8, xid8) IS 'pg_outbox: creates and attaches an event partition, moving its rows out of the default partition';
+COMMENT ON FUNCTION outbox.attach_range(xid8, xid8) IS 'pg_outbox: creates and attaches an event partition and its commit marker partition, moving their rows out of the default partitions';
 
 -- Install: the partitions from the current transaction id to the headroom.
 DO $install$
@@ -203,6 +238,28 @@ CREATE VIEW outbox.feed AS
 	 ORDER BY e.txid, e.seq;
 COMMENT ON VIEW outbox.feed IS 'pg_outbox: committed events below the horizon, in feed order';
 
+-- The commit horizon: every commit ticket at or below it is final. Read it
+-- before the snapshot that reads the markers, in an earlier statement.
+CREATE FUNCTION outbox.commit_horizon()
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'outbox_commit_horizon'
+LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
+COMMENT ON FUNCTION outbox.commit_horizon() IS 'pg_outbox: commit horizon; every commit ticket at or below it is final (needs preloading)';
+
+CREATE FUNCTION outbox.commit_order_available()
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'outbox_commit_order_available'
+LANGUAGE C VOLATILE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION outbox.commit_order_available() IS 'pg_outbox: whether this server orders commits (pg_outbox preloaded, not a standby)';
+
+-- Waits until no prepared transaction that emitted is pending, and keeps
+-- new ones out until the end of the transaction.
+CREATE FUNCTION outbox.commit_order_lock()
+RETURNS void
+AS 'MODULE_PATHNAME', 'outbox_commit_order_lock'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+COMMENT ON FUNCTION outbox.commit_order_lock() IS 'pg_outbox: waits for prepared transactions that emitted, and keeps new ones out';
+
 --
 -- Groups: one cursor over the feed each. Only the cursor functions change
 -- a cursor.
@@ -211,8 +268,11 @@ CREATE TABLE outbox.groups (
 	id integer GENERATED ALWAYS AS IDENTITY,
 	name text NOT NULL,
 	topics text[],
-	cursor_txid xid8 NOT NULL,
+	ordering text NOT NULL DEFAULT 'xid8',
+	cursor_txid xid8,
+	cursor_ticket bigint,
 	cursor_seq bigint NOT NULL,
+	cursor text GENERATED ALWAYS AS (coalesce(cursor_txid::text, cursor_ticket::text) || '-' || cursor_seq) STORED,
 	created_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
 	advanced_at timestamptz,
 	streams jsonb NOT NULL DEFAULT '{}',
@@ -220,9 +280,14 @@ CREATE TABLE outbox.groups (
 	CONSTRAINT groups_pkey PRIMARY KEY (id),
 	CONSTRAINT groups_name_key UNIQUE (name),
 	CONSTRAINT groups_name_check CHECK (name ~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$'),
-	CONSTRAINT groups_topics_check CHECK (topics IS NULL OR pg_catalog.cardinality(topics) > 0)
+	CONSTRAINT groups_topics_check CHECK (topics IS NULL OR pg_catalog.cardinality(topics) > 0),
+	CONSTRAINT groups_ordering_check CHECK (ordering IN ('xid8', 'commit')),
+	CONSTRAINT groups_cursor_check CHECK (CASE ordering WHEN 'xid8' THEN cursor_txid IS NOT NULL AND cursor_ticket IS NULL
+														 ELSE cursor_ticket IS NOT NULL AND cursor_txid IS NULL END)
 );
 COMMENT ON TABLE outbox.groups IS 'pg_outbox groups: one cursor over the feed each';
+COMMENT ON COLUMN outbox.groups.ordering IS 'xid8: feed order of transaction ids; commit: order in which the transactions committed (needs preloading)';
+COMMENT ON COLUMN outbox.groups.cursor IS 'the cursor as a position: "<txid>-<seq>" (xid8 order) or "<ticket>-<seq>" (commit order)';
 COMMENT ON COLUMN outbox.groups.stale IS 'a stale group no longer keeps events from retention (outbox_group_set_stale)';
 COMMENT ON COLUMN outbox.groups.streams IS 'last position the group''s relay published to each stream, as reported to outbox_advance()';
 SELECT pg_catalog.pg_extension_config_dump('outbox.groups', '');
@@ -335,16 +400,27 @@ COMMENT ON FUNCTION outbox.get_group(text, boolean) IS 'pg_outbox: a group by na
 -- Group management (admin).
 --
 CREATE FUNCTION @extschema@.outbox_group_create(group_name text, topics text[] DEFAULT NULL,
-												start_at text DEFAULT 'now')
+												start_at text DEFAULT 'now', ordering text DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
 	c_txid xid8;
+	c_ticket bigint;
+	ord text := coalesce(ordering, CASE WHEN outbox.commit_order_available() THEN 'commit' ELSE 'xid8' END);
 BEGIN
 	IF group_name IS NULL THEN
 		RAISE EXCEPTION 'group name must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF ord NOT IN ('xid8', 'commit') THEN
+		RAISE EXCEPTION 'invalid ordering "%"', ord
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Use ''commit'' (the order in which transactions committed) or ''xid8'' (the order of transaction ids).';
+	END IF;
+	IF ord = 'commit' THEN
+		-- Prepared transactions that emitted have no ticket: wait for them.
+		PERFORM outbox.commit_order_lock();
 	END IF;
 	IF group_name !~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$' THEN
 		RAISE EXCEPTION 'invalid group name "%"', group_name
@@ -361,24 +437,32 @@ BEGIN
 	ELSIF start_at = 'now' THEN
 		-- Everything below the horizon is final now; events of transactions at
 		-- or above it, running or future, belong to the group.
-		c_txid := outbox.horizon();
+		IF ord = 'commit' THEN
+			c_ticket := outbox.commit_horizon() + 1;
+		ELSE
+			c_txid := outbox.horizon();
+		END IF;
 	ELSIF start_at = 'beginning' THEN
-		c_txid := '0'::xid8;
+		IF ord = 'commit' THEN
+			c_ticket := 0;
+		ELSE
+			c_txid := '0'::xid8;
+		END IF;
 	ELSE
 		RAISE EXCEPTION 'invalid start_at "%"', start_at
 			USING ERRCODE = 'invalid_parameter_value',
 				  HINT = 'Use ''now'' (events committed from now on) or ''beginning'' (every retained event).';
 	END IF;
 	BEGIN
-		INSERT INTO outbox.groups (name, topics, cursor_txid, cursor_seq)
-		VALUES (group_name, topics, c_txid, 0);
+		INSERT INTO outbox.groups (name, topics, ordering, cursor_txid, cursor_ticket, cursor_seq)
+		VALUES (group_name, topics, ord, c_txid, c_ticket, 0);
 	EXCEPTION WHEN unique_violation THEN
 		RAISE EXCEPTION 'group "%" already exists', group_name USING ERRCODE = 'duplicate_object';
 	END;
 END
 $$;
-COMMENT ON FUNCTION @extschema@.outbox_group_create(text, text[], text) IS
-	'pg_outbox: creates a group (a cursor over the feed), for all topics or some, starting now or at the beginning';
+COMMENT ON FUNCTION @extschema@.outbox_group_create(text, text[], text, text) IS
+	'pg_outbox: creates a group (a cursor over the feed), for all topics or some, starting now or at the beginning, in commit or xid8 order';
 
 CREATE FUNCTION @extschema@.outbox_group_drop(group_name text, if_exists boolean DEFAULT false)
 RETURNS boolean
@@ -437,6 +521,92 @@ AS $$
 $$;
 COMMENT ON FUNCTION outbox.fetch_sql() IS 'pg_outbox: text of the xid8 feed''s batch query (parameters: cursor txid, cursor seq, topics, limit)';
 
+-- A group's backlog in commit order: the events of the transactions whose
+-- commit tickets are after a cursor and at most a horizon (read with
+-- outbox.commit_horizon() before the snapshot this runs in), of some topics
+-- or all, in commit order. The one definition of what a commit-ordered
+-- group has still to publish; inlined into each query.
+--
+-- Rows come out in (ticket, seq) order by construction, without a sort that
+-- would read a whole transaction per batch: markers are scanned in ticket
+-- order, and for each one the lateral subquery reads its transaction's
+-- events in seq order (a lateral reference allows only a nested loop, and
+-- OFFSET 0 keeps both subqueries and their orders intact). The explain
+-- test checks the plan.
+CREATE FUNCTION outbox.commit_backlog(cursor_ticket bigint, cursor_seq bigint, topics text[], horizon bigint)
+RETURNS TABLE (ticket bigint, txid xid8, seq bigint, event_id uuid, topic text, key text,
+			   payload jsonb, headers jsonb, created_at timestamptz)
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+	SELECT m.ticket, e.txid, e.seq, e.event_id, e.topic, e.key, e.payload, e.headers, e.created_at
+	  FROM (SELECT c.ticket, c.txid
+			  FROM outbox.commit_log c
+			 WHERE c.ticket >= cursor_ticket AND c.ticket <= horizon
+			 ORDER BY c.ticket
+			OFFSET 0) m
+	 CROSS JOIN LATERAL (
+		SELECT v.*
+		  FROM outbox.event v
+		 WHERE v.txid = m.txid
+		   AND v.seq > CASE WHEN m.ticket = cursor_ticket THEN cursor_seq ELSE 0 END
+		   AND (topics IS NULL OR v.topic = ANY (topics))
+		 ORDER BY v.seq
+		OFFSET 0) e
+$$;
+COMMENT ON FUNCTION outbox.commit_backlog(bigint, bigint, text[], bigint) IS
+	'pg_outbox: the events after a commit-order cursor and up to a commit horizon, of some topics or all, in commit order';
+
+-- The batch query of the commit-ordered feed: a group's backlog after
+-- ($1, $2) of topics $3 up to horizon $4, at most $5.
+CREATE FUNCTION outbox.commit_fetch_sql()
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+	SELECT 'SELECT e.ticket::text || ''-'' || e.seq, e.txid, e.seq, e.event_id, e.topic, e.key,'
+		   '       e.payload, e.headers, e.created_at'
+		   '  FROM outbox.commit_backlog($1, $2, $3, $4) e'
+		   ' LIMIT $5'
+$$;
+COMMENT ON FUNCTION outbox.commit_fetch_sql() IS 'pg_outbox: text of the commit-ordered feed''s batch query (parameters: cursor ticket, cursor seq, topics, horizon, limit)';
+
+-- Splits a commit-order position "<ticket>-<seq>".
+CREATE FUNCTION outbox.parse_commit_position(pos text, OUT ticket bigint, OUT seq bigint)
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	p record;
+BEGIN
+	SELECT * INTO p FROM outbox.parse_position(pos);
+	IF p.txid > '9223372036854775807'::xid8 THEN
+		RAISE EXCEPTION 'invalid feed position "%"', pos
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = 'The commit ticket is out of range.';
+	END IF;
+	ticket := p.txid::text::bigint;
+	seq := p.seq;
+END
+$$;
+COMMENT ON FUNCTION outbox.parse_commit_position(text) IS 'pg_outbox: splits a commit-order position "<ticket>-<seq>"';
+
+-- Reading the commit-ordered feed needs a snapshot taken after the
+-- horizon: READ COMMITTED, where each statement takes a new one.
+CREATE FUNCTION outbox.check_commit_read()
+RETURNS void
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	IF current_setting('transaction_isolation') <> 'read committed' THEN
+		RAISE EXCEPTION 'a commit-ordered group is read at READ COMMITTED only'
+			USING ERRCODE = 'invalid_transaction_state',
+				  DETAIL = format('This transaction is %s: its snapshot may predate the commit horizon, and events would be skipped.',
+								  upper(current_setting('transaction_isolation')));
+	END IF;
+END
+$$;
+COMMENT ON FUNCTION outbox.check_commit_read() IS 'pg_outbox: refuses to read the commit-ordered feed above READ COMMITTED';
+
 -- The next batch after the group's cursor. Takes the group's leadership for
 -- this session when it is free; returns nothing while another session leads.
 --
@@ -461,6 +631,7 @@ AS $$
 DECLARE
 	g outbox.groups;
 	next_xid xid8;
+	horizon bigint;
 	a record;
 BEGIN
 	IF batch_size IS NULL THEN
@@ -473,6 +644,21 @@ BEGIN
 	END IF;
 	g := outbox.get_group(group_name);
 	IF NOT outbox.lead(g.id) THEN
+		RETURN;
+	END IF;
+	IF g.ordering = 'commit' THEN
+		PERFORM outbox.check_commit_read();
+		-- The horizon first: the query below takes its snapshot after it.
+		horizon := outbox.commit_horizon();
+		IF after IS NOT NULL THEN
+			SELECT * INTO a FROM outbox.parse_commit_position(after);
+			IF (a.ticket, a.seq) > (g.cursor_ticket, g.cursor_seq) THEN
+				g.cursor_ticket := a.ticket;
+				g.cursor_seq := a.seq;
+			END IF;
+		END IF;
+		RETURN QUERY EXECUTE outbox.commit_fetch_sql()
+			USING g.cursor_ticket, g.cursor_seq, g.topics, horizon, batch_size;
 		RETURN;
 	END IF;
 	next_xid := pg_snapshot_xmax(pg_current_snapshot());
@@ -510,6 +696,8 @@ AS $$
 DECLARE
 	g outbox.groups;
 	p record;
+	c record;
+	horizon bigint;
 BEGIN
 	SELECT * INTO p FROM outbox.parse_position(pos);
 	g := outbox.get_group(group_name, true);
@@ -517,6 +705,34 @@ BEGIN
 		RAISE EXCEPTION 'this session does not lead group "%"', group_name
 			USING ERRCODE = 'object_not_in_prerequisite_state',
 				  HINT = 'Only the session that fetched the batch with outbox_fetch() may advance the cursor.';
+	END IF;
+	IF streams IS NOT NULL AND jsonb_typeof(streams) <> 'object' THEN
+		RAISE EXCEPTION 'streams must be a JSON object of stream names and positions'
+			USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF g.ordering = 'commit' THEN
+		SELECT * INTO c FROM outbox.parse_commit_position(pos);
+		IF (c.ticket, c.seq) < (g.cursor_ticket, g.cursor_seq) THEN
+			RAISE EXCEPTION 'position % is behind the cursor of group "%"', pos, group_name
+				USING ERRCODE = 'invalid_parameter_value',
+					  DETAIL = format('The cursor is at %s.', g.cursor),
+					  HINT = 'Use outbox_rewind() to move a cursor backwards.';
+		END IF;
+		horizon := outbox.commit_horizon();
+		IF c.ticket > horizon THEN
+			RAISE EXCEPTION 'position % is beyond the commit horizon', pos
+				USING ERRCODE = 'invalid_parameter_value',
+					  DETAIL = format('Commit tickets after %s may still be committing.', horizon);
+		END IF;
+		IF (c.ticket, c.seq) = (g.cursor_ticket, g.cursor_seq) AND streams IS NULL THEN
+			RETURN;
+		END IF;
+		UPDATE outbox.groups
+		   SET cursor_ticket = c.ticket, cursor_seq = c.seq, advanced_at = now(),
+			   streams = CASE WHEN outbox_advance.streams IS NULL THEN groups.streams
+							  ELSE groups.streams || outbox_advance.streams END
+		 WHERE id = g.id;
+		RETURN;
 	END IF;
 	IF (p.txid, p.seq) < (g.cursor_txid, g.cursor_seq) THEN
 		RAISE EXCEPTION 'position % is behind the cursor of group "%"', pos, group_name
@@ -528,10 +744,6 @@ BEGIN
 		RAISE EXCEPTION 'position % is beyond the feed horizon', pos
 			USING ERRCODE = 'invalid_parameter_value',
 				  DETAIL = format('Transactions from %s on may still be running.', outbox.horizon());
-	END IF;
-	IF streams IS NOT NULL AND jsonb_typeof(streams) <> 'object' THEN
-		RAISE EXCEPTION 'streams must be a JSON object of stream names and positions'
-			USING ERRCODE = 'invalid_parameter_value';
 	END IF;
 	IF (p.txid, p.seq) = (g.cursor_txid, g.cursor_seq) AND streams IS NULL THEN
 		RETURN;
@@ -592,9 +804,24 @@ AS $$
 DECLARE
 	g outbox.groups;
 	new_txid xid8;
+	new_ticket bigint;
 	new_seq bigint := 0;
 BEGIN
 	g := outbox.get_group(group_name, true);
+	IF g.ordering = 'commit' THEN
+		IF pos = 'now' THEN
+			new_ticket := outbox.commit_horizon() + 1;
+		ELSIF pos = 'beginning' THEN
+			new_ticket := 0;
+		ELSE
+			SELECT p.ticket, p.seq INTO new_ticket, new_seq FROM outbox.parse_commit_position(pos) p;
+		END IF;
+		UPDATE outbox.groups
+		   SET cursor_ticket = new_ticket, cursor_seq = new_seq, advanced_at = now()
+		 WHERE id = g.id;
+		RAISE LOG 'pg_outbox: cursor of group "%" moved from % to %-%', group_name, g.cursor, new_ticket, new_seq;
+		RETURN new_ticket::text || '-' || new_seq;
+	END IF;
 	IF pos = 'now' THEN
 		new_txid := outbox.horizon();
 	ELSIF pos = 'beginning' THEN
@@ -913,16 +1140,18 @@ CREATE TABLE outbox.maintenance (
 	last_started_at timestamptz,
 	last_finished_at timestamptz,
 	last_summary jsonb,
+	retired_ticket bigint NOT NULL DEFAULT 0,
 	CONSTRAINT maintenance_pkey PRIMARY KEY (only_row),
 	CONSTRAINT maintenance_only_row CHECK (only_row)
 );
 COMMENT ON TABLE outbox.maintenance IS 'pg_outbox: when maintenance last ran, and what it did';
+COMMENT ON COLUMN outbox.maintenance.retired_ticket IS 'highest commit ticket in a retired partition: tickets are never issued again at or below it';
 INSERT INTO outbox.maintenance DEFAULT VALUES;
 
 -- Why a partition may not be retired yet, or NULL when it may: it must be
 -- entirely below the horizon, behind every live group's cursor, and its
 -- last event (in feed order) older than the retention.
-CREATE FUNCTION outbox.retire_blocker(part regclass, upper xid8)
+CREATE FUNCTION outbox.retire_blocker(part regclass, lower xid8, upper xid8)
 RETURNS text
 LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
@@ -932,15 +1161,30 @@ DECLARE
 	g record;
 	holders text[] := '{}';
 	ahead boolean;
+	markers regclass;
+	last_ticket bigint;
 	newest timestamptz;
 	retention interval := (SELECT c.retention FROM outbox.config c);
 BEGIN
 	IF upper > outbox.horizon() THEN
 		RETURN 'current or future transactions';
 	END IF;
-	FOR g IN SELECT * FROM outbox.groups WHERE NOT stale AND cursor_txid < upper ORDER BY name LOOP
-		EXECUTE format('SELECT EXISTS (SELECT 1 FROM %s WHERE (txid, seq) > ($1, $2))', part)
-			INTO ahead USING g.cursor_txid, g.cursor_seq;
+	markers := to_regclass(format('outbox.%I', outbox.commit_partition_name(lower)));
+	IF markers IS NOT NULL THEN
+		EXECUTE format('SELECT max(ticket) FROM %s', markers) INTO last_ticket;
+	END IF;
+	FOR g IN SELECT * FROM outbox.groups WHERE NOT stale ORDER BY name LOOP
+		IF g.ordering = 'commit' THEN
+			-- Passed when nothing is left to publish up to the partition's
+			-- last commit.
+			ahead := last_ticket >= g.cursor_ticket
+					 AND EXISTS (SELECT 1 FROM outbox.commit_backlog(g.cursor_ticket, g.cursor_seq, NULL, last_ticket));
+		ELSIF g.cursor_txid < upper THEN
+			EXECUTE format('SELECT EXISTS (SELECT 1 FROM %s WHERE (txid, seq) > ($1, $2))', part)
+				INTO ahead USING g.cursor_txid, g.cursor_seq;
+		ELSE
+			ahead := false;
+		END IF;
 		IF ahead THEN
 			holders := holders || format('"%s"', g.name);
 		END IF;
@@ -955,7 +1199,7 @@ BEGIN
 	RETURN NULL;
 END
 $$;
-COMMENT ON FUNCTION outbox.retire_blocker(regclass, xid8) IS 'pg_outbox: why an event partition may not be retired yet, or NULL';
+COMMENT ON FUNCTION outbox.retire_blocker(regclass, xid8, xid8) IS 'pg_outbox: why an event partition may not be retired yet, or NULL';
 
 CREATE FUNCTION outbox.try_maintenance_lock()
 RETURNS boolean
@@ -982,6 +1226,7 @@ DECLARE
 	b record;
 	g record;
 	n bigint;
+	markers regclass;
 BEGIN
 	IF NOT outbox.try_maintenance_lock() THEN
 		action := 'skipped'; detail := 'another maintenance run is in progress';
@@ -995,7 +1240,8 @@ BEGIN
 	-- 1. Rows that landed in the default partition: give each range its
 	-- partition and move the rows there, a range per subtransaction.
 	FOR r IN SELECT DISTINCT f.lower, f.upper
-			   FROM (SELECT DISTINCT e.txid FROM outbox.event_default e) d,
+			   FROM (SELECT e.txid FROM outbox.event_default e
+					 UNION SELECT c.txid FROM outbox.commit_log_default c) d,
 					LATERAL outbox.free_range(d.txid) f
 			  WHERE f.lower IS NOT NULL
 			  ORDER BY 1
@@ -1003,7 +1249,7 @@ BEGIN
 	LOOP
 		BEGIN
 			n := outbox.attach_range(r.lower, r.upper);
-			RAISE WARNING 'pg_outbox: % rows of outbox.event were in the default partition; moved to %',
+			RAISE WARNING 'pg_outbox: % rows of outbox.event were in the default partition (and their commit markers); moved to %',
 				n, outbox.partition_name(r.lower)
 				USING HINT = 'Maintenance did not run often enough, or premake is too small for the transaction rate.';
 			action := 'moved'; object := 'outbox.' || outbox.partition_name(r.lower);
@@ -1036,16 +1282,32 @@ BEGIN
 	-- 3. Retention: a partition leaves when every live group has passed all
 	-- of it and its last event is older than the retention.
 	FOR b IN SELECT * FROM outbox.partition_bounds() p WHERE p.upper <= outbox.horizon() ORDER BY p.lower LOOP
-		CONTINUE WHEN outbox.retire_blocker(b.relid, b.upper) IS NOT NULL;
+		CONTINUE WHEN outbox.retire_blocker(b.relid, b.lower, b.upper) IS NOT NULL;
 		BEGIN
+			-- Tickets of retired markers are never issued again (commit.c).
+			UPDATE outbox.maintenance m
+			   SET retired_ticket = greatest(m.retired_ticket,
+											 (SELECT max(c.ticket) FROM outbox.commit_log c
+											   WHERE c.txid >= b.lower AND c.txid < b.upper));
 			EXECUTE format('ALTER TABLE outbox.event DETACH PARTITION %s', b.relid);
+			markers := to_regclass(format('outbox.%I', outbox.commit_partition_name(b.lower)));
+			IF markers IS NOT NULL THEN
+				EXECUTE format('ALTER TABLE outbox.commit_log DETACH PARTITION %s', markers);
+			END IF;
 			IF cfg.retire_mode = 'drop' THEN
 				EXECUTE format('DROP TABLE %s', b.relid);
+				IF markers IS NOT NULL THEN
+					EXECUTE format('DROP TABLE %s', markers);
+				END IF;
 				action := 'dropped';
 			ELSE
 				-- Kept for inspection, and dropped with the extension.
 				EXECUTE format('ALTER TABLE %s RENAME TO %I', b.relid, b.name || '_detached');
 				EXECUTE format('ALTER EXTENSION pg_outbox ADD TABLE outbox.%I', b.name || '_detached');
+				IF markers IS NOT NULL THEN
+					EXECUTE format('ALTER TABLE %s RENAME TO %I', markers, outbox.commit_partition_name(b.lower) || '_detached');
+					EXECUTE format('ALTER EXTENSION pg_outbox ADD TABLE outbox.%I', outbox.commit_partition_name(b.lower) || '_detached');
+				END IF;
 				action := 'detached';
 			END IF;
 			object := 'outbox.' || b.name;
@@ -1076,12 +1338,9 @@ BEGIN
 	END;
 
 	-- 5. Groups that lag: reported, never skipped.
-	FOR g IN SELECT q.group_name, q.oldest_waiting_age
-			   FROM (SELECT gr.name AS group_name,
-							now() - (SELECT e.created_at FROM outbox.backlog(gr.cursor_txid, gr.cursor_seq, gr.topics) e
-									  ORDER BY e.txid, e.seq LIMIT 1) AS oldest_waiting_age
-					   FROM outbox.groups gr WHERE NOT gr.stale) q
-			  WHERE q.oldest_waiting_age > cfg.max_group_lag
+	FOR g IN SELECT s.group_name, s.oldest_waiting_age
+			   FROM @extschema@.outbox_group_stats() s
+			  WHERE NOT s.stale AND s.oldest_waiting_age > cfg.max_group_lag
 	LOOP
 		RAISE WARNING 'pg_outbox: group "%" lags: its oldest waiting event is % old', g.group_name, g.oldest_waiting_age
 			USING HINT = 'Its events are kept until it passes them. Start its relay, or mark it stale with outbox_group_set_stale() so that it stops keeping storage.';
@@ -1107,19 +1366,34 @@ SET lock_timeout = '5s'
 AS $$
 DECLARE
 	p record;
+	parts regclass[];
+	part regclass;
 	has_rows boolean;
+	found_rows boolean;
 	dropped integer := 0;
 BEGIN
 	FOR p IN SELECT * FROM outbox.partition_bounds() LOOP
-		EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', p.relid);
-		EXECUTE format('SELECT EXISTS (SELECT 1 FROM %s)', p.relid) INTO has_rows;
-		CONTINUE WHEN has_rows;
-		EXECUTE format('ALTER TABLE outbox.event DETACH PARTITION %s', p.relid);
-		IF EXISTS (SELECT 1 FROM pg_depend d
-					WHERE d.classid = 'pg_class'::regclass AND d.objid = p.relid AND d.deptype = 'e') THEN
-			EXECUTE format('ALTER EXTENSION pg_outbox DROP TABLE %s', p.relid);
+		-- The event partition and the commit marker partition of its range.
+		parts := ARRAY[p.relid];
+		IF to_regclass(format('outbox.%I', outbox.commit_partition_name(p.lower))) IS NOT NULL THEN
+			parts := parts || to_regclass(format('outbox.%I', outbox.commit_partition_name(p.lower)));
 		END IF;
-		EXECUTE format('DROP TABLE %s', p.relid);
+		has_rows := false;
+		FOREACH part IN ARRAY parts LOOP
+			EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', part);
+			EXECUTE format('SELECT EXISTS (SELECT 1 FROM %s)', part) INTO found_rows;
+			has_rows := has_rows OR found_rows;
+		END LOOP;
+		CONTINUE WHEN has_rows;
+		FOREACH part IN ARRAY parts LOOP
+			EXECUTE format('ALTER TABLE %s DETACH PARTITION %s',
+						   CASE WHEN part = p.relid THEN 'outbox.event' ELSE 'outbox.commit_log' END, part);
+			IF EXISTS (SELECT 1 FROM pg_depend d
+						WHERE d.classid = 'pg_class'::regclass AND d.objid = part AND d.deptype = 'e') THEN
+				EXECUTE format('ALTER EXTENSION pg_outbox DROP TABLE %s', part);
+			END IF;
+			EXECUTE format('DROP TABLE %s', part);
+		END LOOP;
 		dropped := dropped + 1;
 	END LOOP;
 	RETURN dropped;
@@ -1160,7 +1434,7 @@ BEGIN
 		partition_name := b.name; lower := b.lower; upper := b.upper;
 		SELECT greatest(c.reltuples, 0)::bigint INTO rows_estimate FROM pg_class c WHERE c.oid = b.relid;
 		total_bytes := pg_total_relation_size(b.relid);
-		reason := outbox.retire_blocker(b.relid, b.upper);
+		reason := outbox.retire_blocker(b.relid, b.lower, b.upper);
 		retirable := reason IS NULL;
 		RETURN NEXT;
 	END LOOP;
@@ -1209,28 +1483,41 @@ $$;
 COMMENT ON FUNCTION @extschema@.outbox_horizon_holders() IS
 	'pg_outbox: backends and prepared transactions holding a transaction id, oldest first; the oldest holds the feed horizon back';
 
--- One row per group: cursor, leader, backlog and why it may be held.
+-- One row per group: cursor, leader, backlog and why it may be held. The
+-- transaction holding the horizon holds xid8-ordered groups only;
+-- commit-ordered groups wait for nothing but commits in progress.
 CREATE FUNCTION @extschema@.outbox_group_stats()
 RETURNS TABLE (group_name text, topics text[], cursor_position text, leader_pid integer,
 			   waiting bigint, oldest_waiting_age interval, advanced_at timestamptz,
-			   horizon xid8, held_by_pid integer, held_by_gid text, held_for interval, stale boolean)
-LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER
+			   horizon xid8, held_by_pid integer, held_by_gid text, held_for interval, stale boolean,
+			   ordering text, commit_horizon bigint)
+LANGUAGE sql VOLATILE PARALLEL SAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-	SELECT g.name, g.topics, g.cursor_txid::text || '-' || g.cursor_seq,
+	WITH ch AS MATERIALIZED (
+		SELECT CASE WHEN EXISTS (SELECT 1 FROM outbox.groups WHERE ordering = 'commit')
+						 AND outbox.commit_order_available()
+					THEN outbox.commit_horizon() END AS h)
+	SELECT g.name, g.topics, g.cursor,
 		   (SELECT l.pid FROM pg_locks l
 			 WHERE l.locktype = 'advisory' AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
 			   AND l.classid = outbox.lock_class() AND l.objid = g.id AND l.objsubid = 3 AND l.granted
 			 LIMIT 1),
 		   w.n, now() - w.oldest, g.advanced_at,
-		   outbox.horizon(), hh.pid, hh.gid, hh.held_for, g.stale
+		   CASE WHEN g.ordering = 'xid8' THEN outbox.horizon() END, hh.pid, hh.gid, hh.held_for, g.stale,
+		   g.ordering, CASE WHEN g.ordering = 'commit' THEN ch.h END
 	  FROM outbox.groups g
-	  CROSS JOIN LATERAL (
+	 CROSS JOIN ch
+	 CROSS JOIN LATERAL (
 		SELECT count(*) AS n, min(e.created_at) AS oldest
-		  FROM outbox.backlog(g.cursor_txid, g.cursor_seq, g.topics) e) w
+		  FROM (SELECT b.created_at FROM outbox.backlog(g.cursor_txid, g.cursor_seq, g.topics) b
+				 WHERE g.ordering = 'xid8'
+				UNION ALL
+				SELECT c.created_at FROM outbox.commit_backlog(g.cursor_ticket, g.cursor_seq, g.topics, ch.h) c
+				 WHERE g.ordering = 'commit') e) w
 	  LEFT JOIN LATERAL (
 		SELECT h.pid, h.gid, h.held_for FROM @extschema@.outbox_horizon_holders() h
-		 WHERE h.holds_horizon LIMIT 1) hh ON true
+		 WHERE h.holds_horizon AND g.ordering = 'xid8' LIMIT 1) hh ON true
 	 ORDER BY g.name
 $$;
 COMMENT ON FUNCTION @extschema@.outbox_group_stats() IS
@@ -1250,7 +1537,7 @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA outbox FROM PUBLIC;
 REVOKE ALL ON FUNCTION
 	@extschema@.outbox_emit(text, text, jsonb, jsonb, uuid),
 	@extschema@.outbox_emit_many(text, text[], jsonb[], jsonb[], uuid[]),
-	@extschema@.outbox_group_create(text, text[], text),
+	@extschema@.outbox_group_create(text, text[], text, text),
 	@extschema@.outbox_group_drop(text, boolean),
 	@extschema@.outbox_fetch(text, integer, text),
 	@extschema@.outbox_advance(text, text, jsonb),
@@ -1287,7 +1574,7 @@ GRANT EXECUTE ON FUNCTION
 	@extschema@.outbox_horizon_holders(),
 	@extschema@.outbox_group_stats()
 TO outbox_relay, outbox_admin;
-GRANT EXECUTE ON FUNCTION outbox.horizon() TO outbox_relay, outbox_admin;
+GRANT EXECUTE ON FUNCTION outbox.horizon(), outbox.commit_horizon() TO outbox_relay, outbox_admin;
 GRANT EXECUTE ON FUNCTION
 	@extschema@.outbox_maintain(),
 	@extschema@.outbox_partitions()
@@ -1300,10 +1587,10 @@ GRANT SELECT ON outbox.maintenance TO outbox_relay, outbox_admin;
 GRANT SELECT ON outbox.feed, outbox.groups, outbox.group_stats, outbox.horizon_holders TO outbox_relay, outbox_admin;
 
 GRANT EXECUTE ON FUNCTION
-	@extschema@.outbox_group_create(text, text[], text),
+	@extschema@.outbox_group_create(text, text[], text, text),
 	@extschema@.outbox_group_drop(text, boolean)
 TO outbox_admin;
-GRANT SELECT ON outbox.event, outbox.config, outbox.inbox, outbox.dead_letters TO outbox_admin;
+GRANT SELECT ON outbox.event, outbox.commit_log, outbox.config, outbox.inbox, outbox.dead_letters TO outbox_admin;
 
 GRANT EXECUTE ON FUNCTION
 	@extschema@.inbox_apply(text, uuid, jsonb),

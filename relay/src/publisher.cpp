@@ -23,7 +23,7 @@ constexpr const char* kFetchSql =
     "  FROM outbox_fetch($1, $2, $3)";
 constexpr const char* kAdvanceSql = "SELECT outbox_advance($1, $2, $3::jsonb)";
 constexpr const char* kStreamsSql =
-    "SELECT streams::text, cursor_txid::text || '-' || cursor_seq FROM outbox.groups WHERE name = $1";
+    "SELECT streams::text, cursor FROM outbox.groups WHERE name = $1";
 constexpr const char* kRewindSql = "SELECT outbox_rewind($1, $2)";
 constexpr const char* kLagSql = "SELECT waiting FROM outbox_group_stats() WHERE group_name = $1";
 // Maintenance, unless something ran it within the interval ($1, in ms).

@@ -23,7 +23,7 @@ SELECT p.proname
 SELECT c.relname, c.relkind, obj_description(c.oid, 'pg_class') IS NOT NULL AS documented
   FROM pg_class c
  WHERE c.relnamespace = 'outbox'::regnamespace AND c.relkind IN ('r', 'p', 'v')
-   AND c.relname !~ '^(event|inbox)_[0-9]+$'
+   AND c.relname !~ '^(event|inbox|commit_log)_[0-9]+$'
  ORDER BY 1;
 
 -- Partitions cover the current transaction id and the configured headroom,

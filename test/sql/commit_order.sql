@@ -1,0 +1,107 @@
+-- Commit-ordered groups (pg_outbox in shared_preload_libraries).
+SELECT outbox.commit_order_available();
+
+-- New groups follow commit order when the library is preloaded.
+SELECT outbox_group_create('c_default');
+SELECT outbox_group_create('c_xid', ordering => 'xid8');
+SELECT outbox_group_create('c_all', start_at => 'beginning', ordering => 'commit');
+SELECT outbox_group_create('c_bad', ordering => 'commit time');
+SELECT name, ordering, cursor_txid IS NULL AS no_txid, cursor_ticket IS NOT NULL AS has_ticket
+  FROM outbox.groups ORDER BY name;
+
+-- Events of one transaction keep their order; transactions follow commit
+-- order; a position is "<ticket>-<seq>".
+BEGIN;
+SELECT count(*) FROM outbox_emit_many('t', NULL, ARRAY['1', '2', '3']::jsonb[]);
+COMMIT;
+SELECT count(*) FROM outbox_emit('t', NULL, '4');
+SELECT count(*) FROM outbox_emit('u', NULL, '5');
+SELECT payload, pos ~ '^[0-9]+-[1-3]$' AS pos_shape,
+	   split_part(pos, '-', 1)::bigint = (SELECT ticket FROM outbox.commit_log m WHERE m.txid = f.txid) AS pos_is_ticket
+  FROM outbox_fetch('c_all') f;
+
+-- One marker per committed emitting transaction; none for rolled back ones.
+BEGIN;
+SELECT count(*) FROM outbox_emit('t', NULL, '"rolled back"');
+ROLLBACK;
+SELECT count(*) AS markers FROM outbox.commit_log;
+
+-- Batches, "after" and advancing.
+SELECT payload FROM outbox_fetch('c_all', 2);
+SELECT outbox_advance('c_all', (SELECT pos FROM outbox_fetch('c_all', 2) OFFSET 1));
+SELECT payload FROM outbox_fetch('c_all', 2);
+SELECT payload FROM outbox_fetch('c_all', 10, (SELECT pos FROM outbox_fetch('c_all', 1)));
+SELECT waiting, ordering, horizon IS NULL AS no_xid_horizon, commit_horizon IS NOT NULL AS has_commit_horizon
+  FROM outbox_group_stats() WHERE group_name = 'c_all';
+
+-- Refused: behind the cursor, beyond the commit horizon, malformed.
+SELECT outbox_advance('c_all', '1-1');
+SELECT outbox_advance('c_all', (outbox.commit_horizon() + 1)::text || '-1');
+SELECT outbox_advance('c_all', '99999999999999999999-1');
+
+-- Topics.
+SELECT outbox_group_create('c_u', topics => ARRAY['u'], start_at => 'beginning', ordering => 'commit');
+SELECT payload FROM outbox_fetch('c_u');
+
+-- 'now' starts after everything committed so far.
+SELECT outbox_group_create('c_now', ordering => 'commit');
+SELECT count(*) FROM outbox_fetch('c_now');
+SELECT count(*) FROM outbox_emit('t', NULL, '6');
+SELECT payload FROM outbox_fetch('c_now');
+
+-- Rewind: to the beginning, to a position, to now.
+SELECT outbox_rewind('c_now', 'beginning') ~ '^0-0$' AS at_beginning;
+SELECT count(*) FROM outbox_fetch('c_now');
+SELECT outbox_rewind('c_now', 'now') IS NOT NULL AS rewound;
+SELECT count(*) FROM outbox_fetch('c_now');
+
+-- Read at READ COMMITTED only: an older snapshot could miss commits below
+-- the horizon.
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT count(*) FROM outbox_fetch('c_all');
+ROLLBACK;
+
+-- The batch plan reads markers in ticket order and each transaction's
+-- events in seq order, with no sort (that would read whole transactions).
+SET enable_sort = off;
+SET enable_seqscan = off;
+SET enable_bitmapscan = off;
+CREATE FUNCTION pg_temp.plan_lines() RETURNS SETOF text LANGUAGE plpgsql AS $$
+DECLARE
+	l text;
+BEGIN
+	FOR l IN EXECUTE 'EXPLAIN (COSTS OFF) SELECT * FROM outbox.commit_backlog(0, 0, NULL, 100) LIMIT 10' LOOP
+		RETURN NEXT l;
+	END LOOP;
+END
+$$;
+SELECT count(*) FILTER (WHERE l ~ '(^|->)\s*(Incremental )?Sort$') AS sorts,
+	   count(*) FILTER (WHERE l ~ 'Nested Loop') AS nested_loops,
+	   count(*) FILTER (WHERE l ~ 'Sort Key: c\.ticket$') AS markers_by_ticket,
+	   count(*) FILTER (WHERE l ~ 'Sort Key: v\.seq$') AS events_by_seq
+  FROM pg_temp.plan_lines() l;
+RESET enable_sort;
+RESET enable_seqscan;
+RESET enable_bitmapscan;
+
+-- An emitting transaction cannot be prepared while a commit-ordered group
+-- exists: COMMIT PREPARED could not order it.
+BEGIN;
+SELECT count(*) FROM outbox_emit('t', NULL, '"prepared"');
+PREPARE TRANSACTION 'commit_order_p1';
+SELECT count(*) FROM pg_prepared_xacts WHERE gid = 'commit_order_p1';
+
+-- Without commit-ordered groups it can.
+SELECT outbox_group_drop(name) FROM outbox.groups WHERE ordering = 'commit' ORDER BY name;
+BEGIN;
+SELECT count(*) FROM outbox_emit('t', NULL, '"prepared"');
+PREPARE TRANSACTION 'commit_order_p2';
+ROLLBACK PREPARED 'commit_order_p2';
+
+-- Maintenance knows both tables.
+SELECT count(*) AS deferred FROM outbox_maintain() WHERE action = 'deferred';
+SELECT count(*) = (SELECT count(*) FROM outbox.partition_bounds()) AS marker_partitions
+  FROM pg_inherits WHERE inhparent = 'outbox.commit_log'::regclass
+   AND inhrelid <> 'outbox.commit_log_default'::regclass;
+
+SELECT outbox_group_drop('c_xid');
