@@ -627,6 +627,7 @@ SET search_path = pg_catalog, pg_temp
 SET enable_sort = off
 SET enable_seqscan = off
 SET enable_bitmapscan = off
+SET jit = off
 AS $$
 DECLARE
 	g outbox.groups;
@@ -1493,6 +1494,9 @@ RETURNS TABLE (group_name text, topics text[], cursor_position text, leader_pid 
 			   ordering text, commit_horizon bigint)
 LANGUAGE sql VOLATILE PARALLEL SAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+-- The estimates of the per-group backlog are high enough to trigger JIT
+-- compilation, which costs far more than the query.
+SET jit = off
 AS $$
 	WITH ch AS MATERIALIZED (
 		SELECT CASE WHEN EXISTS (SELECT 1 FROM outbox.groups WHERE ordering = 'commit')

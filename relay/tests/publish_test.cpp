@@ -145,8 +145,8 @@ TEST_F(PublishTest, SigkillAtAnyMomentLosesAndDuplicatesNothing) {
     }
     done = true;
     writer.join();
-    start_relay();
-    ASSERT_TRUE(wait_all_published());
+    auto& last = start_relay();
+    ASSERT_TRUE(wait_all_published()) << last.log();
     expect_exactly_once_in_order();
 }
 

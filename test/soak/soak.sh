@@ -14,6 +14,8 @@
 #
 #   SOAK_SECONDS=120   how long the faults and the workload run
 #   SOAK_SEED          seed of the fault schedule (default: random, printed)
+#   SOAK_ORDERING      commit (default: pg_outbox preloaded, a commit-ordered
+#                      group, no two-phase commits) or xid8
 #
 # Everything runs on throwaway servers on loopback, stopped by PID.
 set -euo pipefail
@@ -23,6 +25,11 @@ cd "$(dirname "$0")/../.."
 SECONDS_TOTAL=${SOAK_SECONDS:-120}
 SEED=${SOAK_SEED:-$RANDOM}
 RANDOM=$SEED
+ORDERING=${SOAK_ORDERING:-commit}
+case $ORDERING in
+commit | xid8) ;;
+*) echo "SOAK_ORDERING must be commit or xid8, not \"$ORDERING\"" >&2; exit 2 ;;
+esac
 
 ensure_packages
 build_extension
@@ -46,8 +53,10 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-say "soak: ${SECONDS_TOTAL}s, fault schedule seed $SEED, work in $WORK"
-pg_start "$WORK/pg" "$PG_PORT" "max_prepared_transactions = 50" "max_connections = 100"
+say "soak: ${SECONDS_TOTAL}s, $ORDERING order, fault schedule seed $SEED, work in $WORK"
+PG_SETTINGS=("max_prepared_transactions = 50" "max_connections = 100")
+[ "$ORDERING" = commit ] && PG_SETTINGS+=("shared_preload_libraries = 'pg_outbox'")
+pg_start "$WORK/pg" "$PG_PORT" "${PG_SETTINGS[@]}"
 REDIS_OPTS=(--appendonly yes --appendfsync everysec)
 redis_start "$WORK/redis" "$REDIS_PORT" "${REDIS_OPTS[@]}"
 
@@ -55,10 +64,10 @@ db() { local d=$1; shift; psql -X -q -At -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PG
 redis() { redis-cli -p "$REDIS_PORT" "$@"; }
 
 psql -X -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -c "CREATE DATABASE soak" -c "CREATE DATABASE sink"
-db soak <<'SQL'
+db soak -v ordering="$ORDERING" <<'SQL'
 CREATE EXTENSION pg_outbox;
 CREATE SEQUENCE soak_n;
-SELECT outbox_group_create('soak', start_at => 'beginning');
+SELECT outbox_group_create('soak', start_at => 'beginning', ordering => :'ordering');
 SQL
 db sink <<'SQL'
 CREATE EXTENSION pg_outbox;
@@ -104,12 +113,19 @@ printf '%s\n' '\set k random(1, 100000)' '\set g random(1, 1000000000)' "BEGIN;"
 printf '%s\n' '\set k random(1, 100000)' \
 	"SELECT count(*) FROM outbox_emit_many('t' || (:k % 3), NULL, (SELECT array_agg(jsonb_build_object('n', nextval('soak_n'))) FROM generate_series(1, 20)));" \
 	>"$W/bulk.sql"
+# An emitting transaction cannot be prepared while a commit-ordered group
+# exists: in commit order, those weights go to plain transactions.
+if [ "$ORDERING" = commit ]; then
+	MIX=(-f "$W/normal.sql@74" -f "$W/abort.sql@10" -f "$W/savepoint.sql@10" -f "$W/long.sql@1" -f "$W/bulk.sql@5")
+else
+	MIX=(-f "$W/normal.sql@68" -f "$W/abort.sql@10" -f "$W/savepoint.sql@10" -f "$W/long.sql@1"
+		-f "$W/twopc.sql@4" -f "$W/twopc_abort.sql@2" -f "$W/bulk.sql@5")
+fi
 writers() {
 	local until=$(($(date +%s) + SECONDS_TOTAL))
 	while [ "$(date +%s)" -lt "$until" ]; do
 		pgbench -n -h 127.0.0.1 -p "$PG_PORT" -U postgres -c 16 -j 2 -T 5 -R 300 \
-			-f "$W/normal.sql@68" -f "$W/abort.sql@10" -f "$W/savepoint.sql@10" -f "$W/long.sql@1" \
-			-f "$W/twopc.sql@4" -f "$W/twopc_abort.sql@2" -f "$W/bulk.sql@5" soak >>"$WORK/writers.log" 2>&1 || sleep 0.5
+			"${MIX[@]}" soak >>"$WORK/writers.log" 2>&1 || sleep 0.5
 	done
 }
 writers &
@@ -171,7 +187,20 @@ done
 # The history.
 H="$WORK/history"
 mkdir -p "$H"
-db soak -F $'\t' -c "SELECT event_id, topic, txid || '-' || seq, extract(epoch FROM created_at) FROM outbox.event" >"$H/committed.tsv"
+# Each committed event with its position in the group's order.
+if [ "$ORDERING" = commit ]; then
+	db soak -F $'\t' -c "SELECT e.event_id, e.topic, m.ticket || '-' || e.seq, extract(epoch FROM e.created_at)
+						  FROM outbox.event e JOIN outbox.commit_log m ON m.txid = e.txid" >"$H/committed.tsv"
+	unmarked=$(db soak -c "SELECT count(*) FROM outbox.event e WHERE NOT EXISTS (SELECT 1 FROM outbox.commit_log m WHERE m.txid = e.txid)")
+	if [ "$unmarked" != 0 ]; then
+		echo "soak: $unmarked committed events have no commit marker" >&2
+		echo "soak: 0 passed, 1 failed"
+		KEEP=1
+		exit 1
+	fi
+else
+	db soak -F $'\t' -c "SELECT event_id, topic, txid || '-' || seq, extract(epoch FROM created_at) FROM outbox.event" >"$H/committed.tsv"
+fi
 for s in outbox:t0 outbox:t1 outbox:t2; do
 	start_id=-
 	while :; do
