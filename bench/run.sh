@@ -39,6 +39,9 @@ RELAY_PID=
 cleanup() {
 	stop_pid "$RELAY_PID"
 	stop_servers
+	if [ -f "$WORK/pg_xid8/data/postmaster.pid" ]; then
+		pg_stop "$(head -n 1 "$WORK/pg_xid8/data/postmaster.pid")"
+	fi
 	rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -102,6 +105,15 @@ PAYLOAD='{"order_id": 1234567, "customer": "customer-000000001", "amount": 12345
 
 if [[ " $ONLY " == *" emit "* ]]; then
 	say "emission: pg_outbox vs plain INSERT vs naive status-column outbox vs PgQ; 4 clients, 1 and 100 events a transaction; bulk"
+	# A second server, the same but without commit tickets
+	# (pg_outbox.commit_order = off): outbox_emit in xid8 order only.
+	PG2_PORT=$(free_port)
+	pg_start "$WORK/pg_xid8" "$PG2_PORT" "shared_buffers = '1GB'" "max_wal_size = '8GB'" "checkpoint_timeout = '30min'" \
+		"max_connections = 50" "shared_preload_libraries = 'pg_outbox'" "pg_outbox.commit_order = off"
+	psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PG2_PORT" -U postgres -d postgres -c "CREATE DATABASE emit"
+	psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PG2_PORT" -U postgres -d emit -c "CREATE EXTENSION pg_outbox" -c "
+		CREATE TABLE plain_events (id bigserial PRIMARY KEY, topic text, key text, payload jsonb, headers jsonb,
+			event_id uuid, created_at timestamptz DEFAULT now());"
 	psql_db postgres -c "CREATE DATABASE emit"
 	psql_db emit -c "CREATE EXTENSION pg_outbox" -c "CREATE EXTENSION pgq" -c "SELECT pgq.create_queue('emit')" >/dev/null
 	psql_db emit -c "
@@ -116,14 +128,24 @@ if [[ " $ONLY " == *" emit "* ]]; then
 		[naive]="INSERT INTO naive_outbox (topic, key, payload, event_id) VALUES ('orders', lpad(:k::text, 16, '0'), '$PAYLOAD', gen_random_uuid());"
 		[pgq]="SELECT pgq.insert_event('emit', lpad(:k::text, 16, '0'), '$PAYLOAD');"
 	)
+	STMT[xplain]=${STMT[plain]}
+	STMT[xoutbox]=${STMT[outbox]}
 	declare -A BULKSQL=(
 		[plain]="INSERT INTO plain_events (topic, key, payload, event_id) SELECT 'orders', lpad(i::text, 16, '0'), '$PAYLOAD', gen_random_uuid() FROM generate_series(1, $BULK) i"
 		[outbox]="SELECT count(*) FROM outbox_emit_many('orders', (SELECT array_agg(lpad(i::text, 16, '0')) FROM generate_series(1, $BULK) i), (SELECT array_agg('$PAYLOAD'::jsonb) FROM generate_series(1, $BULK)))"
 		[naive]="INSERT INTO naive_outbox (topic, key, payload, event_id) SELECT 'orders', lpad(i::text, 16, '0'), '$PAYLOAD', gen_random_uuid() FROM generate_series(1, $BULK) i"
 		[pgq]="SELECT count(pgq.insert_event('emit', lpad(i::text, 16, '0'), '$PAYLOAD')) FROM generate_series(1, $BULK) i"
 	)
-	reset_tables() { psql_db emit -c "TRUNCATE plain_events, naive_outbox, outbox.event" -c "SELECT pgq.drop_queue('emit', true)" -c "SELECT pgq.create_queue('emit')" -c "CHECKPOINT" >/dev/null; }
-	for v in plain outbox naive pgq; do
+	BULKSQL[xplain]=${BULKSQL[plain]}
+	BULKSQL[xoutbox]=${BULKSQL[outbox]}
+	# Variants whose name starts with x run on the server without tickets.
+	VARIANTS=(plain outbox naive pgq xplain xoutbox)
+	port_of() { if [[ $1 == x* ]]; then echo "$PG2_PORT"; else echo "$PG_PORT"; fi; }
+	reset_tables() {
+		psql_db emit -c "TRUNCATE plain_events, naive_outbox, outbox.event, outbox.commit_log" -c "SELECT pgq.drop_queue('emit', true)" -c "SELECT pgq.create_queue('emit')" -c "CHECKPOINT" >/dev/null
+		psql -X -q -h 127.0.0.1 -p "$PG2_PORT" -U postgres -d emit -c "TRUNCATE plain_events, outbox.event" -c "CHECKPOINT" >/dev/null
+	}
+	for v in "${VARIANTS[@]}"; do
 		{ echo '\set k random(1, 100000000)'; echo "${STMT[$v]}"; } >"$WORK/emit1_$v.sql"
 		{ echo '\set k random(1, 100000000)'; echo 'BEGIN;'; for i in $(seq 1 100); do echo "${STMT[$v]}"; done; echo 'COMMIT;'; } >"$WORK/emit100_$v.sql"
 	done
@@ -131,41 +153,48 @@ if [[ " $ONLY " == *" emit "* ]]; then
 	for r in $(seq 1 "$ROUNDS"); do
 		line=""
 		for shape in 1 100; do
-			for v in plain outbox naive pgq; do
+			for v in "${VARIANTS[@]}"; do
 				reset_tables
-				tps=$(pgbench -n -M prepared -h 127.0.0.1 -p "$PG_PORT" -U postgres -c 4 -j 2 -T "$EMIT_SECONDS" \
+				tps=$(pgbench -n -M prepared -h 127.0.0.1 -p "$(port_of "$v")" -U postgres -c 4 -j 2 -T "$EMIT_SECONDS" \
 					-f "$WORK/emit${shape}_$v.sql" emit 2>&1 | sed -n 's/^tps = \([0-9.]*\) .*/\1/p')
 				line="$line $(echo "$tps $shape" | awk '{printf "%.0f", $1 * $2}')"
 			done
 		done
-		for v in plain outbox naive pgq; do
+		for v in "${VARIANTS[@]}"; do
 			reset_tables
 			t0=$(now)
-			psql_db emit -c "${BULKSQL[$v]}" >/dev/null
+			psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$(port_of "$v")" -U postgres -d emit -c "${BULKSQL[$v]}" >/dev/null
 			t1=$(now)
 			line="$line $(echo "$BULK $t0 $t1" | awk '{printf "%.0f", $1 / ($3 - $2)}')"
 		done
 		echo "$line" >>"$WORK/emit"
-		echo "   round $r: events/s (1/tx: plain outbox naive pgq; 100/tx: same; bulk: same):$line"
+		echo "   round $r: events/s (1/tx: ${VARIANTS[*]}; 100/tx: same; bulk: same):$line"
 	done
 	i=0
 	for shape in "1 event a transaction, 4 clients" "100 events a transaction, 4 clients" "bulk, one session, $BULK events"; do
-		p=$((i * 4 + 1))
+		p=$((i * 6 + 1))
 		row "emit, $shape: plain INSERT (events/s) | $(awk -v c=$p '{print $c}' "$WORK/emit" | stats) |"
 		row "emit, $shape: outbox_emit$([ $i = 2 ] && echo _many) (events/s) | $(awk -v c=$((p + 1)) '{print $c}' "$WORK/emit" | stats) |"
 		row "emit, $shape: naive status-column outbox (events/s) | $(awk -v c=$((p + 2)) '{print $c}' "$WORK/emit" | stats) |"
 		row "emit, $shape: PgQ insert_event (events/s) | $(awk -v c=$((p + 3)) '{print $c}' "$WORK/emit" | stats) |"
 		row "emit, $shape: cost of outbox_emit / plain INSERT | $(awk -v c=$p '{print $c / $(c + 1)}' "$WORK/emit" | stats) | ≤ 1.15"
 		row "emit, $shape: cost of PgQ / plain INSERT | $(awk -v c=$p '{print $c / $(c + 3)}' "$WORK/emit" | stats) |"
+		row "emit, $shape: without commit tickets: plain INSERT (events/s) | $(awk -v c=$((p + 4)) '{print $c}' "$WORK/emit" | stats) |"
+		row "emit, $shape: without commit tickets: outbox_emit$([ $i = 2 ] && echo _many) (events/s) | $(awk -v c=$((p + 5)) '{print $c}' "$WORK/emit" | stats) |"
+		row "emit, $shape: cost of outbox_emit / plain INSERT without commit tickets (xid8 order only) | $(awk -v c=$p '{print $(c + 4) / $(c + 5)}' "$WORK/emit" | stats) |"
+		row "emit, $shape: cost of commit tickets: outbox_emit without / with | $(awk -v c=$p '{print $(c + 5) / $(c + 1)}' "$WORK/emit" | stats) |"
 		i=$((i + 1))
 	done
 	psql_db postgres -c "DROP DATABASE emit"
+	pg_stop "$(head -n 1 "$WORK/pg_xid8/data/postmaster.pid")"
 fi
 
 if [[ " $ONLY " == *" drain "* ]]; then
 	say "drain: $EVENTS waiting events, $ROUNDS rounds"
 	psql_db postgres -c "CREATE DATABASE drain"
-	psql_db drain -c "CREATE EXTENSION pg_outbox" -c "SELECT outbox_group_create('drain', start_at => 'beginning')" >/dev/null
+	psql_db drain -c "CREATE EXTENSION pg_outbox" \
+		-c "SELECT outbox_group_create('drain', start_at => 'beginning', ordering => 'xid8')" \
+		-c "SELECT outbox_group_create('drain_commit', start_at => 'beginning', ordering => 'commit')" >/dev/null
 	load_events drain "$EVENTS"
 	# PgQ: the same events in a queue, a tick every 1000 (batches as large
 	# as the others'), one consumer per round.
@@ -210,6 +239,17 @@ if [[ " $ONLY " == *" drain "* ]]; then
 		stop_pid "$RELAY_PID"
 		RELAY_PID=
 		relay_eps=$(echo "$EVENTS $t0 $t1" | awk '{printf "%.0f", $1 / ($3 - $2)}')
+		# the same relay on the commit-ordered group
+		redis flushall >/dev/null
+		t0=$(now)
+		"$RELAY" publish --pg "$(conninfo drain)" --redis "$REDIS" --group drain_commit --batch-size 1000 \
+			--log-level warn >"$WORK/relay.log" 2>&1 &
+		RELAY_PID=$!
+		wait_streams "$EVENTS"
+		t1=$(now)
+		stop_pid "$RELAY_PID"
+		RELAY_PID=
+		commit_eps=$(echo "$EVENTS $t0 $t1" | awk '{printf "%.0f", $1 / ($3 - $2)}')
 		# the ceiling: bare pipelined XADD of the same entries
 		redis flushall >/dev/null
 		ceiling_eps=$("$TOOL" xadd-ceiling --pg "$(conninfo drain)" --redis "$REDIS" | result events_per_second)
@@ -220,17 +260,20 @@ if [[ " $ONLY " == *" drain "* ]]; then
 		naive_eps=$("$TOOL" naive-relay --pg "$(conninfo drain)" --redis "$REDIS" | result events_per_second)
 		redis flushall >/dev/null
 		pgq_eps=$("$TOOL" pgq-relay --pg "$(conninfo drain)" --redis "$REDIS" --consumer "round$r" | result events_per_second)
-		echo "$relay_eps $ceiling_eps $naive_eps $rss $pgq_eps" >>"$WORK/drain"
-		echo "   round $r: relay $relay_eps/s, XADD ceiling $ceiling_eps/s, naive relay $naive_eps/s, PgQ consumer $pgq_eps/s, relay peak RSS ${rss} kB"
+		echo "$relay_eps $ceiling_eps $naive_eps $rss $pgq_eps $commit_eps" >>"$WORK/drain"
+		echo "   round $r: relay $relay_eps/s (commit order $commit_eps/s), XADD ceiling $ceiling_eps/s, naive relay $naive_eps/s, PgQ consumer $pgq_eps/s, relay peak RSS ${rss} kB"
 	done
 	redis flushall >/dev/null
-	row "drain $EVENTS events: pg_outbox_relay (events/s) | $(awk '{print $1}' "$WORK/drain" | stats) |"
+	row "drain $EVENTS events: pg_outbox_relay, xid8 order (events/s) | $(awk '{print $1}' "$WORK/drain" | stats) |"
+	row "drain: pg_outbox_relay, commit order (events/s) | $(awk '{print $6}' "$WORK/drain" | stats) |"
 	row "drain: bare pipelined XADD, the ceiling (events/s) | $(awk '{print $2}' "$WORK/drain" | stats) |"
 	row "drain: naive status-column relay (events/s) | $(awk '{print $3}' "$WORK/drain" | stats) |"
 	row "drain: PgQ consumer, batches of 1000 (events/s) | $(awk '{print $5}' "$WORK/drain" | stats) |"
 	row "drain: relay / ceiling | $(awk '{print $1 / $2}' "$WORK/drain" | stats) | ≥ 0.5"
 	row "drain: relay / naive | $(awk '{print $1 / $3}' "$WORK/drain" | stats) | ≥ 3"
 	row "drain: relay / PgQ consumer | $(awk '{print $1 / $5}' "$WORK/drain" | stats) |"
+	row "drain: relay in commit order / ceiling | $(awk '{print $6 / $2}' "$WORK/drain" | stats) |"
+	row "drain: relay in commit order / in xid8 order | $(awk '{print $6 / $1}' "$WORK/drain" | stats) |"
 	row "relay peak RSS during drain (MB) | $(awk '{print $4 / 1024}' "$WORK/drain" | stats) | < 64"
 	psql_db postgres -c "DROP DATABASE drain"
 fi
@@ -238,19 +281,23 @@ fi
 if [[ " $ONLY " == *" latency "* ]]; then
 	say "latency: $RATE transactions/s for ${SECONDS_LAT}s, woken by NOTIFY vs polling every 100ms"
 	psql_db postgres -c "CREATE DATABASE lat"
-	psql_db lat -c "CREATE EXTENSION pg_outbox" -c "SELECT outbox_group_create('lat')" >/dev/null
+	psql_db lat -c "CREATE EXTENSION pg_outbox" -c "SELECT outbox_group_create('lat', ordering => 'commit')" \
+		-c "SELECT outbox_group_create('lat_xid8', ordering => 'xid8')" >/dev/null
 	echo "SELECT outbox_emit('lat', 'k' || :client_id, jsonb_build_object('t', extract(epoch FROM clock_timestamp())));" \
 		>"$WORK/lat.sql"
 	: >"$WORK/lat_listen"
 	: >"$WORK/lat_poll"
+	: >"$WORK/lat_xid8"
 	count=$((RATE * SECONDS_LAT * 95 / 100))
 	for r in $(seq 1 "$ROUNDS"); do
-		for mode in listen poll; do
+		for mode in listen poll xid8; do
 			redis flushall >/dev/null
-			psql_db lat -c "SELECT outbox_rewind('lat', 'now'); UPDATE outbox.groups SET streams = '{}'" >/dev/null
+			group=lat
+			[ "$mode" = xid8 ] && group=lat_xid8
+			psql_db lat -c "SELECT outbox_rewind('$group', 'now'); UPDATE outbox.groups SET streams = '{}'" >/dev/null
 			flags=(--poll-interval 500ms)
 			[ "$mode" = poll ] && flags=(--no-listen --poll-interval 100ms)
-			"$RELAY" publish --pg "$(conninfo lat)" --redis "$REDIS" --group lat --log-level warn "${flags[@]}" \
+			"$RELAY" publish --pg "$(conninfo lat)" --redis "$REDIS" --group "$group" --log-level warn "${flags[@]}" \
 				>"$WORK/relay.log" 2>&1 &
 			RELAY_PID=$!
 			sleep 1
@@ -268,11 +315,12 @@ if [[ " $ONLY " == *" latency "* ]]; then
 			echo "   round $r, $mode: p50/p99/p99.9/max ms: $(tail -n 1 "$WORK/lat_$mode")"
 		done
 	done
-	for mode in listen poll; do
-		label="LISTEN/NOTIFY"
-		[ "$mode" = poll ] && label="polling every 100ms"
+	for mode in listen poll xid8; do
+		label="commit order, LISTEN/NOTIFY"
+		[ "$mode" = poll ] && label="commit order, polling every 100ms"
+		[ "$mode" = xid8 ] && label="xid8 order, LISTEN/NOTIFY"
 		row "latency at $RATE tx/s, $label: commit to stream p50 (ms) | $(awk '{print $1}' "$WORK/lat_$mode" | stats) |"
-		row "latency at $RATE tx/s, $label: p99 (ms) | $(awk '{print $2}' "$WORK/lat_$mode" | stats) | $([ $mode = listen ] && echo '< 5')"
+		row "latency at $RATE tx/s, $label: p99 (ms) | $(awk '{print $2}' "$WORK/lat_$mode" | stats) | $([ $mode != poll ] && echo '< 5')"
 		row "latency at $RATE tx/s, $label: p99.9 (ms) | $(awk '{print $3}' "$WORK/lat_$mode" | stats) |"
 		row "latency at $RATE tx/s, $label: max (ms) | $(awk '{print $4}' "$WORK/lat_$mode" | stats) |"
 	done
@@ -285,7 +333,7 @@ if [[ " $ONLY " == *" coldstart "* ]]; then
 	for r in $(seq 1 "$ROUNDS"); do
 		redis flushall >/dev/null
 		psql_db postgres -c "DROP DATABASE IF EXISTS cold" -c "CREATE DATABASE cold"
-		psql_db cold -c "CREATE EXTENSION pg_outbox" -c "SELECT outbox_group_create('cold', start_at => 'beginning')" >/dev/null
+		psql_db cold -c "CREATE EXTENSION pg_outbox" -c "SELECT outbox_group_create('cold', start_at => 'beginning', ordering => 'commit')" >/dev/null
 		"$RELAY" publish --pg "$(conninfo cold)" --redis "$REDIS" --group cold --log-level warn \
 			>"$WORK/relay.log" 2>&1 &
 		RELAY_PID=$!
@@ -299,7 +347,7 @@ if [[ " $ONLY " == *" coldstart "* ]]; then
 		echo "$t_commit $t_done" | awk '{printf "%.3f\n", $2 - $1}' >>"$WORK/cold"
 		echo "   round $r: last commit to last XADD $(tail -n 1 "$WORK/cold") s"
 	done
-	row "cold start: last commit to last XADD of a $BURST-event burst (s) | $(stats <"$WORK/cold") | < 2"
+	row "cold start, commit order: last commit to last XADD of a $BURST-event burst (s) | $(stats <"$WORK/cold") | < 2"
 	psql_db postgres -c "DROP DATABASE cold"
 fi
 
@@ -343,21 +391,30 @@ if [[ " $ONLY " == *" catchup "* ]]; then
 	largest=$(echo "$BACKLOGS" | tr ' ' '\n' | sort -n | tail -n 1)
 	say "catch-up: one batch of 1000 with $BACKLOGS events behind the cursor"
 	psql_db postgres -c "CREATE DATABASE catchup"
-	psql_db catchup -c "CREATE EXTENSION pg_outbox" -c "SELECT outbox_group_create('c', start_at => 'beginning')" >/dev/null
+	psql_db catchup -c "CREATE EXTENSION pg_outbox" \
+		-c "SELECT outbox_group_create('c', start_at => 'beginning', ordering => 'xid8')" \
+		-c "SELECT outbox_group_create('cc', start_at => 'beginning', ordering => 'commit')" >/dev/null
 	load_events catchup "$largest"
 	psql_db catchup -c "VACUUM ANALYZE outbox.event"
-	# The median of 21 fetches of one batch, in milliseconds, with the
-	# cursor "b" events before the end.
+	# The median of 21 fetches of one batch of group "g", in milliseconds,
+	# with the cursor "b" events before the end (the events were loaded one
+	# transaction after another, so both orders agree).
 	psql_db catchup -c "
-	CREATE FUNCTION fetch_ms(b bigint) RETURNS numeric LANGUAGE plpgsql AS \$\$
+	CREATE FUNCTION fetch_ms(g text, b bigint) RETURNS numeric LANGUAGE plpgsql AS \$\$
 	DECLARE
 		t0 timestamptz;
 		ms numeric[] := '{}';
+		e record;
 	BEGIN
-		PERFORM outbox_rewind('c', coalesce((SELECT txid || '-' || seq FROM outbox.event ORDER BY txid DESC, seq DESC OFFSET b LIMIT 1), '0-0'));
+		SELECT * INTO e FROM outbox.event ORDER BY txid DESC, seq DESC OFFSET b LIMIT 1;
+		IF g = 'c' THEN
+			PERFORM outbox_rewind(g, coalesce(e.txid || '-' || e.seq, '0-0'));
+		ELSE
+			PERFORM outbox_rewind(g, coalesce((SELECT m.ticket || '-' || e.seq FROM outbox.commit_log m WHERE m.txid = e.txid), '0-0'));
+		END IF;
 		FOR i IN 1 .. 21 LOOP
 			t0 := clock_timestamp();
-			PERFORM count(*) FROM outbox_fetch('c', 1000);
+			PERFORM count(*) FROM outbox_fetch(g, 1000);
 			ms := ms || extract(epoch FROM clock_timestamp() - t0) * 1000;
 		END LOOP;
 		RETURN (SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY m) FROM unnest(ms) m);
@@ -366,19 +423,24 @@ if [[ " $ONLY " == *" catchup "* ]]; then
 	: >"$WORK/catchup"
 	for r in $(seq 1 "$ROUNDS"); do
 		line=""
-		for b in $BACKLOGS; do
-			line="$line $(psql_db catchup -At -c "SELECT round(fetch_ms($b), 3)")"
+		for g in c cc; do
+			for b in $BACKLOGS; do
+				line="$line $(psql_db catchup -At -c "SELECT round(fetch_ms('$g', $b), 3)")"
+			done
 		done
 		echo "$line" >>"$WORK/catchup"
-		echo "   round $r: ms per batch at backlogs $BACKLOGS:$line"
-	done
-	i=1
-	for b in $BACKLOGS; do
-		row "catch-up: one batch of 1000 with $b events waiting (ms) | $(awk -v i=$i '{print $i}' "$WORK/catchup" | stats) |"
-		i=$((i + 1))
+		echo "   round $r: ms per batch at backlogs $BACKLOGS, xid8 then commit order:$line"
 	done
 	n=$(echo "$BACKLOGS" | wc -w)
-	row "catch-up: largest / smallest backlog | $(awk -v n=$n '{print $n / $1}' "$WORK/catchup" | stats) | ≤ 1.5"
+	i=1
+	for order in xid8 commit; do
+		first=$i
+		for b in $BACKLOGS; do
+			row "catch-up, $order order: one batch of 1000 with $b events waiting (ms) | $(awk -v i=$i '{print $i}' "$WORK/catchup" | stats) |"
+			i=$((i + 1))
+		done
+		row "catch-up, $order order: largest / smallest backlog | $(awk -v f=$first -v l=$((i - 1)) '{print $l / $f}' "$WORK/catchup" | stats) | ≤ 1.5"
+	done
 	psql_db postgres -c "DROP DATABASE catchup"
 fi
 
@@ -386,7 +448,7 @@ if [[ " $ONLY " == *" bloat "* ]]; then
 	say "bloat: $BLOAT events through emit, publish and retention, vs the naive outbox with its DELETE cleanup"
 	redis flushall >/dev/null
 	psql_db postgres -c "CREATE DATABASE bloat"
-	psql_db bloat -c "CREATE EXTENSION pg_outbox" -c "SELECT outbox_group_create('b', start_at => 'beginning')" >/dev/null
+	psql_db bloat -c "CREATE EXTENSION pg_outbox" -c "SELECT outbox_group_create('b', start_at => 'beginning', ordering => 'commit')" >/dev/null
 	# Small partitions, so that retention can act on this much traffic: the
 	# (empty) wide ones made at install make way for them.
 	psql_db bloat -c "UPDATE outbox.config SET partition_width = 200, premake = 4, retention = '0'" \

@@ -66,6 +66,7 @@
 #include "storage/proc.h"
 #include "storage/shmem.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
@@ -286,6 +287,7 @@ OutboxQueryOwned(const char *sql)
 	Oid			owner;
 	Oid			save_userid;
 	int			save_sec_context;
+	int			save_nestlevel;
 	uint64		result = 0;
 
 	tuple = SearchSysCache1(NAMESPACEOID, ObjectIdGetDatum(nspid));
@@ -294,8 +296,12 @@ OutboxQueryOwned(const char *sql)
 	owner = ((Form_pg_namespace) GETSTRUCT(tuple))->nspowner;
 	ReleaseSysCache(tuple);
 
+	/* As the owner, with a search_path the caller cannot plant objects in. */
 	GetUserIdAndSecContext(&save_userid, &save_sec_context);
 	SetUserIdAndSecContext(owner, save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+	save_nestlevel = NewGUCNestLevel();
+	(void) set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
 	PushActiveSnapshot(GetTransactionSnapshot());
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
@@ -310,6 +316,7 @@ OutboxQueryOwned(const char *sql)
 	}
 	SPI_finish();
 	PopActiveSnapshot();
+	AtEOXact_GUC(true, save_nestlevel);
 	SetUserIdAndSecContext(save_userid, save_sec_context);
 	return result;
 }
