@@ -57,15 +57,15 @@ void RedisConnection::throw_io(const std::string& what) const {
 }
 
 void RedisConnection::append(const std::vector<std::string_view>& argv) {
-    std::vector<const char*> ptrs;
-    std::vector<size_t> lens;
-    ptrs.reserve(argv.size());
-    lens.reserve(argv.size());
+    // hiredis copies the arguments into its output buffer; the arrays of
+    // pointers and lengths are kept from one command to the next.
+    ptrs_.clear();
+    lens_.clear();
     for (auto a : argv) {
-        ptrs.push_back(a.data());
-        lens.push_back(a.size());
+        ptrs_.push_back(a.data());
+        lens_.push_back(a.size());
     }
-    if (redisAppendCommandArgv(ctx_.get(), static_cast<int>(argv.size()), ptrs.data(), lens.data()) != REDIS_OK)
+    if (redisAppendCommandArgv(ctx_.get(), static_cast<int>(argv.size()), ptrs_.data(), lens_.data()) != REDIS_OK)
         throw_io("could not queue a Redis command");
 }
 

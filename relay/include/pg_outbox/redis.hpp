@@ -44,6 +44,8 @@ private:
     [[noreturn]] void throw_io(const std::string& what) const;
 
     std::unique_ptr<redisContext, RedisContextDeleter> ctx_;
+    std::vector<const char*> ptrs_;
+    std::vector<size_t> lens_;
 };
 
 // The text of a reply that is a status, string or error.
