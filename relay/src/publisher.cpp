@@ -23,6 +23,13 @@ constexpr const char* kFetchSql =
     "       extract(epoch FROM clock_timestamp() - created_at)"
     "  FROM outbox_fetch($1, $2, $3)";
 constexpr const char* kAdvanceSql = "SELECT outbox_advance($1, $2, $3::jsonb)";
+// The same without waiting for the commit's WAL flush. With explicit ids an
+// advance lost in a PostgreSQL crash costs nothing but a replay that Redis
+// refuses as already present: the cursor and the streams' last positions
+// go back together, and anything durable that depends on them (retention)
+// flushes the advance's commit record first.
+constexpr const char* kAdvanceAsyncSql =
+    "SELECT outbox_advance($1, $2, $3::jsonb) FROM set_config('synchronous_commit', 'off', true)";
 constexpr const char* kStreamsSql =
     "SELECT streams::text, cursor_txid::text || '-' || cursor_seq FROM outbox.groups WHERE name = $1";
 constexpr const char* kRewindSql = "SELECT outbox_rewind($1, $2)";
@@ -443,7 +450,8 @@ std::map<std::string, std::string> Publisher::write_with_script(const Shares& sh
 void Publisher::send_advance() {
     if (!unadvanced_) return;
     nlohmann::json j(unadvanced_->second);
-    pg_->send(kAdvanceSql, {config_.group, unadvanced_->first, j.dump()});
+    pg_->send(config_.id_mode == IdMode::explicit_position ? kAdvanceAsyncSql : kAdvanceSql,
+              {config_.group, unadvanced_->first, j.dump()});
     advance_sent_ = true;
 }
 
