@@ -5,6 +5,7 @@
 
 #include "pg_outbox/event.hpp"
 #include "pg_outbox/position.hpp"
+#include "pg_outbox/redis.hpp"
 
 using namespace pg_outbox;
 
@@ -88,4 +89,10 @@ TEST(Event, XaddArgvIsTheScriptsEntry) {
     EXPECT_EQ(argv[4], "100");
     EXPECT_EQ(argv[5], "5-1");
     EXPECT_EQ(argv.size(), want.size() + 3);
+}
+
+TEST(Redis, FormatsCommandsInTheProtocol) {
+    std::string out = "left ";
+    format_command(out, {"XADD", "s", "", std::string_view("a\0b", 3)});
+    EXPECT_EQ(out, std::string("left *4\r\n$4\r\nXADD\r\n$1\r\ns\r\n$0\r\n\r\n$3\r\na\0b\r\n", 41));
 }
