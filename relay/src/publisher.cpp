@@ -18,10 +18,12 @@ namespace {
 constexpr const char* kLeadSql = "SELECT outbox_lead($1)";
 constexpr const char* kResignSql = "SELECT outbox_resign($1)";
 constexpr const char* kWaitingSql = "SELECT outbox_relay_waiting()";
+// The age of the batch's first (oldest) event for the lag metric, computed
+// for that row only: on every row it cost about 5% of the fetch.
 constexpr const char* kFetchSql =
     "SELECT pos, event_id, topic, key, payload, headers, created_at,"
-    "       extract(epoch FROM clock_timestamp() - created_at)"
-    "  FROM outbox_fetch($1, $2, $3)";
+    "       CASE WHEN ordinality = 1 THEN extract(epoch FROM clock_timestamp() - created_at) END"
+    "  FROM outbox_fetch($1, $2, $3) WITH ORDINALITY";
 constexpr const char* kAdvanceSql = "SELECT outbox_advance($1, $2, $3::jsonb)";
 // The same without waiting for the commit's WAL flush. With explicit ids an
 // advance lost in a PostgreSQL crash costs nothing but a replay that Redis
