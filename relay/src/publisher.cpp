@@ -256,6 +256,16 @@ std::map<std::string, std::string> Publisher::publish(const std::vector<Event>& 
     return last;
 }
 
+// Watches the batch's streams and asks for their last ids; the replies
+// are for streams_as_known().
+void Publisher::look_at_streams(const Shares& shares) {
+    std::vector<std::string_view> watch{"WATCH"};
+    watch.insert(watch.end(), shares.keys.begin(), shares.keys.end());
+    redis_->append(watch);
+    for (const auto& key : shares.keys) redis_->append({"XINFO", "STREAM", key});
+    redis_->flush();
+}
+
 // Whether every stream of the batch is as this relay left it, now that it
 // is watched: its last id is the last position the relay published there
 // (0-0, or no stream at all, when it published none), and the batch's
@@ -265,10 +275,6 @@ std::map<std::string, std::string> Publisher::publish(const std::vector<Event>& 
 // rewind or a crash, a stream of another type) is for the script to sort
 // out.
 bool Publisher::streams_as_known(const Shares& shares) {
-    std::vector<std::string_view> watch{"WATCH"};
-    watch.insert(watch.end(), shares.keys.begin(), shares.keys.end());
-    redis_->append(watch);
-    for (const auto& key : shares.keys) redis_->append({"XINFO", "STREAM", key});
     auto watched = redis_->get_reply();
     bool as_known = true;
     if (watched->type == REDIS_REPLY_ERROR) {
@@ -294,20 +300,24 @@ bool Publisher::streams_as_known(const Shares& shares) {
 }
 
 Publisher::Transaction Publisher::write_transaction(const Shares& shares, std::map<std::string, std::string>& last) {
-    if (!streams_as_known(shares)) return Transaction::declined;
-
-    redis_->append({"MULTI"});
+    // The transaction is formatted while the look at the streams makes its
+    // round trip, and thrown away in the rare case they are not as known.
+    look_at_streams(shares);
+    transaction_.clear();
+    format_command(transaction_, {"MULTI"});
     const std::string_view maxlen = config_.maxlen > 0 ? std::string_view(maxlen_text_) : std::string_view();
     std::vector<std::string_view> argv;
     std::size_t entries = 0;
     for (std::size_t s = 0; s < shares.keys.size(); ++s) {
         for (const Event* e : shares.events[s]) {
             xadd_argv(argv, shares.keys[s], *e, maxlen);
-            redis_->append(argv);
+            format_command(transaction_, argv);
         }
         entries += shares.events[s].size();
     }
-    redis_->append({"EXEC"});
+    format_command(transaction_, {"EXEC"});
+    if (!streams_as_known(shares)) return Transaction::declined;
+    redis_->append_formatted(transaction_);
 
     // Read every reply before deciding, so that the connection is left
     // outside the transaction whatever happens.

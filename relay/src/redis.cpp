@@ -84,6 +84,17 @@ void RedisConnection::append(const std::vector<std::string_view>& argv) {
         throw_io("could not queue a Redis command");
 }
 
+void RedisConnection::append_formatted(std::string_view commands) {
+    if (redisAppendFormattedCommand(ctx_.get(), commands.data(), commands.size()) != REDIS_OK)
+        throw_io("could not queue a Redis command");
+}
+
+void RedisConnection::flush() {
+    int done = 0;
+    while (!done)
+        if (redisBufferWrite(ctx_.get(), &done) != REDIS_OK) throw_io("Redis connection failed");
+}
+
 RedisReply RedisConnection::get_reply() {
     void* raw = nullptr;
     if (redisGetReply(ctx_.get(), &raw) != REDIS_OK || raw == nullptr) throw_io("Redis connection failed");

@@ -57,6 +57,7 @@ private:
     // EXEC, which wrote nothing. Throws RedisError when Redis refused the
     // transaction or an entry of it.
     Transaction write_transaction(const Shares& shares, std::map<std::string, std::string>& last);
+    void look_at_streams(const Shares& shares);
     bool streams_as_known(const Shares& shares);
     Transaction read_transaction_replies(const Shares& shares, const redisReply* exec,
                                          std::map<std::string, std::string>& last);
@@ -79,6 +80,7 @@ private:
     bool advance_sent_ = false;
     std::string maxlen_text_;
     std::string script_sha_;
+    std::string transaction_;  // the last transaction formatted, its capacity kept
     // The next batch goes through the append script: the last transaction
     // failed, and the script tells entries already present from missing ones.
     bool script_next_ = false;

@@ -37,7 +37,11 @@ public:
     RedisReply command(const std::vector<std::string_view>& argv);
 
     // Pipelining: queue commands, then read one reply per command, in order.
+    // Queued commands are sent by the first get_reply(), or by flush().
     void append(const std::vector<std::string_view>& argv);
+    // Queues commands already in the protocol (format_command()).
+    void append_formatted(std::string_view commands);
+    void flush();
     RedisReply get_reply();
 
 private:
