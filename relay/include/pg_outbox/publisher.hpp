@@ -48,7 +48,7 @@ private:
     // Publishes a batch; returns the last position per stream. Throws
     // RedisError after reading every reply when any entry failed.
     std::map<std::string, std::string> publish(const std::vector<Event>& batch);
-    // How write_transaction() ended when it did not write the batch.
+    // How write_transaction() ended.
     enum class Transaction { written, declined, aborted };
     // The fast path: plain XADDs in MULTI/EXEC, once WATCH and a look at
     // each stream showed the batch can be appended as is. "declined": the
