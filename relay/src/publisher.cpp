@@ -276,13 +276,11 @@ void Publisher::look_at_streams(const Shares& shares) {
 // out.
 bool Publisher::streams_as_known(const Shares& shares) {
     auto watched = redis_->get_reply();
-    bool as_known = true;
-    if (watched->type == REDIS_REPLY_ERROR) {
-        spdlog::warn("Redis refused WATCH ({}); appending with the script only until the next connection",
-                     reply_text(watched.get()));
-        transactions_refused_ = true;
-        as_known = false;
-    }
+    // WATCH may be refused for this batch only (CROSSSLOT: streams in
+    // several slots of a cluster node) or for good (an ACL): either way
+    // the script writes the batch, at the cost of this one round trip.
+    bool as_known = watched->type != REDIS_REPLY_ERROR;
+    if (!as_known) spdlog::debug("Redis refused WATCH ({}); appending with the script", reply_text(watched.get()));
     for (std::size_t s = 0; s < shares.keys.size(); ++s) {
         auto info = redis_->get_reply();  // read every reply
         if (!as_known) continue;

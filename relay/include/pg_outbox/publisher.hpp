@@ -84,8 +84,8 @@ private:
     // The next batch goes through the append script: the last transaction
     // failed, and the script tells entries already present from missing ones.
     bool script_next_ = false;
-    // Redis refused WATCH or MULTI (an ACL, a proxy): the script only,
-    // until the next connection checks again.
+    // Redis refused MULTI (an ACL, a proxy): the script only, until the
+    // next connection checks again.
     bool transactions_refused_ = false;
     // Last position published to each stream, as far as this relay knows.
     std::map<std::string, Position> known_;
