@@ -490,3 +490,24 @@ TEST_F(PublishTest, OutOfMemoryWritesNothingAndResumes) {
     EXPECT_GT(metric(client, series("pg_outbox_relay_redis_batches_total", ",path=\"transaction\"")), transactions);
     EXPECT_EQ(metric(client, series("pg_outbox_relay_events_already_published_total")), 0);
 }
+
+// A Redis that refuses MULTI (here an ACL; a proxy may too): the relay
+// finds out when it connects and writes every batch with the script.
+TEST_F(PublishTest, RefusedTransactionsFallBackToTheScript) {
+    {
+        auto redis = redis_->connect();
+        auto r = redis.command({"ACL", "SETUSER", "default", "-multi"});
+        ASSERT_EQ(r->type, REDIS_REPLY_STATUS) << reply_text(r.get());
+    }
+    emit(300);
+    const int port = free_port();
+    auto& relay = start_relay({"--metrics-address", "127.0.0.1:" + std::to_string(port)});
+    ASSERT_TRUE(wait_all_published()) << relay.log();
+    expect_exactly_once_in_order();
+    EXPECT_NE(relay.log().find("Redis refused MULTI"), std::string::npos) << relay.log();
+    httplib::Client client("127.0.0.1", port);
+    ASSERT_TRUE(eventually([&] { return metric(client, series("pg_outbox_relay_events_published_total")) == 300; },
+                           10s));
+    EXPECT_EQ(metric(client, series("pg_outbox_relay_redis_batches_total", ",path=\"transaction\"")), 0);
+    EXPECT_GE(metric(client, series("pg_outbox_relay_redis_batches_total", ",path=\"script\"")), 3);
+}
