@@ -79,7 +79,8 @@ private:
 
 Publisher::Publisher(const Config& config, Metrics& metrics, const std::atomic<bool>& stop)
     : Service(config, metrics, stop, "pg_outbox_relay publish " + config.group),
-      maxlen_text_(std::to_string(config.maxlen)) {
+      maxlen_text_(std::to_string(config.maxlen)),
+      next_maintain_(std::chrono::steady_clock::now()) {
     spdlog::info("publishing group \"{}\" to {} as {}", config_.group, config_.redis.to_string(),
                  config_.stream_template);
 }
@@ -485,17 +486,23 @@ void Publisher::flush_advance() {
 }
 
 // Runs partition maintenance when no background worker does (the
-// extension's worker needs shared_preload_libraries). A failure is logged
-// and does not stop publishing.
-void Publisher::maybe_maintain() {
+// extension's worker needs shared_preload_libraries). It takes the better
+// part of a second on a large table, so while there is a backlog it waits
+// for the feed to run dry ("idle"), for one more interval at most. A
+// failure is logged and does not stop publishing.
+void Publisher::maybe_maintain(bool idle) {
     if (config_.maintain_interval.count() == 0) return;
     const auto now = std::chrono::steady_clock::now();
     if (now < next_maintain_) return;
+    if (!idle && now < next_maintain_ + config_.maintain_interval) return;
     next_maintain_ = now + config_.maintain_interval;
     try {
+        const auto t0 = std::chrono::steady_clock::now();
         auto r = pg_->exec(kMaintainSql, {std::to_string(config_.maintain_interval.count())});
         if (r.rows() > 0 && !r.is_null(0, 0) && r.get(0, 0) != "0")
             spdlog::info("partition maintenance: {} actions (see outbox.maintenance and the server log)", r.get(0, 0));
+        else
+            spdlog::debug("partition maintenance: nothing to do ({:.1f} ms)", seconds_since(t0) * 1000);
     } catch (const PgError& e) {
         if (e.connection_lost()) throw;
         metrics_.count_error("maintenance");
@@ -540,7 +547,7 @@ void Publisher::turn() {
             streams_checked_ = true;
         }
         refresh_lag();
-        maybe_maintain();
+        maybe_maintain(false);
         auto batch = std::move(prefetched_);
         prefetched_.clear();
         if (batch.empty()) batch = fetch();
@@ -554,6 +561,7 @@ void Publisher::turn() {
         }
         if (batch.empty()) {
             flush_advance();
+            maybe_maintain(true);
             wait(config_.poll_interval);
             return;
         }

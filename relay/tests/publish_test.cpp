@@ -511,3 +511,16 @@ TEST_F(PublishTest, RefusedTransactionsFallBackToTheScript) {
     EXPECT_EQ(metric(client, series("pg_outbox_relay_redis_batches_total", ",path=\"transaction\"")), 0);
     EXPECT_GE(metric(client, series("pg_outbox_relay_redis_batches_total", ",path=\"script\"")), 3);
 }
+
+// Maintenance, due when the relay starts, waits for the backlog to be
+// published: it can take the better part of a second on a large table.
+TEST_F(PublishTest, MaintenanceWaitsForTheBacklog) {
+    emit(300);
+    auto& relay = start_relay({"--maintain-interval", "10s"});
+    ASSERT_TRUE(wait_all_published());
+    ASSERT_TRUE(eventually([&] { return relay.log().find("partition maintenance") != std::string::npos; }, 10s))
+        << relay.log();
+    const auto log = relay.log();
+    EXPECT_LT(log.find("published 100 events"), log.find("partition maintenance")) << log;
+    expect_exactly_once_in_order();
+}

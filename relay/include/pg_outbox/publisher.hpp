@@ -69,7 +69,7 @@ private:
     void receive_advance();
     void flush_advance();
     void refresh_lag();
-    void maybe_maintain();
+    void maybe_maintain(bool idle);
     void wait(std::chrono::milliseconds timeout);
 
     bool streams_checked_ = false;
