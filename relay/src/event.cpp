@@ -29,6 +29,20 @@ void append_entry_fields(std::vector<std::string_view>& argv, const Event& e) {
     argv.emplace_back(e.created_at);
 }
 
+void xadd_argv(std::vector<std::string_view>& argv, std::string_view stream_key, const Event& event,
+               std::string_view maxlen) {
+    argv.clear();
+    argv.emplace_back("XADD");
+    argv.emplace_back(stream_key);
+    if (!maxlen.empty()) {
+        argv.emplace_back("MAXLEN");
+        argv.emplace_back("~");
+        argv.emplace_back(maxlen);
+    }
+    argv.emplace_back(event.position);
+    append_entry_fields(argv, event);
+}
+
 const char* const kAppendScript = R"lua(
 -- Compares two ids "<major>-<minor>" of decimal numbers without leading
 -- zeros: by length, then as text, so no precision is lost.

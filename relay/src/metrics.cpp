@@ -72,6 +72,13 @@ std::string Metrics::render() const {
            batches_published.load());
     metric("pg_outbox_relay_rewinds_total", "counter", "Rewinds after Redis was found behind the cursor.",
            streams_rewound.load());
+    out << "# HELP pg_outbox_relay_redis_batches_total Batches written to Redis, by path: transaction (streams "
+           "checked under WATCH, plain XADD in MULTI/EXEC) or script (the append script, which tells entries "
+           "already present from missing ones).\n"
+           "# TYPE pg_outbox_relay_redis_batches_total counter\n"
+        << "pg_outbox_relay_redis_batches_total{" << labels << ",path=\"transaction\"} " << transaction_batches.load()
+        << '\n'
+        << "pg_outbox_relay_redis_batches_total{" << labels << ",path=\"script\"} " << script_batches.load() << '\n';
     metric("pg_outbox_relay_lag_events", "gauge", "Events waiting below the horizon (-1 when unknown).",
            lag_events.load());
     metric("pg_outbox_relay_lag_seconds", "gauge", "Age of the oldest event of the last batch at publication.",

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <nlohmann/json.hpp>
+#include <algorithm>
 #include <thread>
 #include <unordered_map>
 
@@ -17,11 +18,20 @@ namespace {
 constexpr const char* kLeadSql = "SELECT outbox_lead($1)";
 constexpr const char* kResignSql = "SELECT outbox_resign($1)";
 constexpr const char* kWaitingSql = "SELECT outbox_relay_waiting()";
+// The age of the batch's first (oldest) event for the lag metric, computed
+// for that row only: on every row it cost about 5% of the fetch.
 constexpr const char* kFetchSql =
     "SELECT pos, event_id, topic, key, payload, headers, created_at,"
-    "       extract(epoch FROM clock_timestamp() - created_at)"
-    "  FROM outbox_fetch($1, $2, $3)";
+    "       CASE WHEN ordinality = 1 THEN extract(epoch FROM clock_timestamp() - created_at) END"
+    "  FROM outbox_fetch($1, $2, $3) WITH ORDINALITY";
 constexpr const char* kAdvanceSql = "SELECT outbox_advance($1, $2, $3::jsonb)";
+// The same without waiting for the commit's WAL flush. With explicit ids an
+// advance lost in a PostgreSQL crash costs nothing but a replay that Redis
+// refuses as already present: the cursor and the streams' last positions
+// go back together, and anything durable that depends on them (retention)
+// flushes the advance's commit record first.
+constexpr const char* kAdvanceAsyncSql =
+    "SELECT outbox_advance($1, $2, $3::jsonb) FROM set_config('synchronous_commit', 'off', true)";
 constexpr const char* kStreamsSql =
     "SELECT streams::text, cursor FROM outbox.groups WHERE name = $1";
 constexpr const char* kRewindSql = "SELECT outbox_rewind($1, $2)";
@@ -39,11 +49,38 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// The last id of a stream from its XINFO STREAM reply, as the append
+// script reads it: 0-0 when the stream does not exist; nullopt for any
+// other error (WRONGTYPE, ...).
+std::optional<Position> stream_last_id(const redisReply* info) {
+    if (info->type == REDIS_REPLY_ERROR) {
+        if (reply_text(info).find("no such key") != std::string_view::npos) return Position{};
+        return std::nullopt;
+    }
+    if (const redisReply* id = map_field(info, "last-generated-id"))
+        return Position::parse(reply_text(id)).value_or(Position{});
+    return Position{};
+}
+
+// Records how long a batch's Redis round trips took, however they end.
+class RttTimer {
+public:
+    explicit RttTimer(std::atomic<double>& gauge) : gauge_(gauge) {}
+    ~RttTimer() { gauge_ = seconds_since(t0_); }
+    RttTimer(const RttTimer&) = delete;
+    RttTimer& operator=(const RttTimer&) = delete;
+
+private:
+    std::atomic<double>& gauge_;
+    std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
+};
+
 }  // namespace
 
 Publisher::Publisher(const Config& config, Metrics& metrics, const std::atomic<bool>& stop)
     : Service(config, metrics, stop, "pg_outbox_relay publish " + config.group),
-      maxlen_text_(std::to_string(config.maxlen)) {
+      maxlen_text_(std::to_string(config.maxlen)),
+      next_maintain_(std::chrono::steady_clock::now()) {
     spdlog::info("publishing group \"{}\" to {} as {}", config_.group, config_.redis.to_string(),
                  config_.stream_template);
 }
@@ -56,6 +93,24 @@ void Publisher::on_pg_connected() {
 void Publisher::on_redis_connected() {
     streams_checked_ = false;
     load_script();
+    check_transactions();
+}
+
+// Whether this connection takes MULTI (an ACL or a proxy may refuse it).
+// Without it the XADDs of the fast path would run one by one, no longer
+// guarded by WATCH, so the script writes every batch instead.
+void Publisher::check_transactions() {
+    transactions_refused_ = false;
+    if (config_.id_mode != IdMode::explicit_position) return;
+    redis_->append({"MULTI"});
+    redis_->append({"DISCARD"});
+    auto multi = redis_->get_reply();
+    redis_->get_reply();
+    if (multi->type == REDIS_REPLY_ERROR) {
+        transactions_refused_ = true;
+        spdlog::warn("Redis refused MULTI ({}); every batch goes through the append script",
+                     reply_text(multi.get()));
+    }
 }
 
 void Publisher::load_script() {
@@ -108,15 +163,12 @@ void Publisher::check_streams() {
     for (const auto& [stream, value] : published.items()) {
         const auto expected = Position::parse(value.get<std::string>());
         if (!expected) continue;
-        Position last{0, 0};
         auto info = redis_->command({"XINFO", "STREAM", stream});
-        if (info->type == REDIS_REPLY_ERROR) {
-            const auto msg = reply_text(info.get());
-            if (msg.find("no such key") == std::string_view::npos)
-                throw RedisError(RedisError::Kind::reply, "XINFO STREAM " + stream + ": " + std::string(msg));
-        } else if (const redisReply* id = map_field(info.get(), "last-generated-id")) {
-            last = Position::parse(reply_text(id)).value_or(Position{});
-        }
+        const auto last_id = stream_last_id(info.get());
+        if (!last_id)
+            throw RedisError(RedisError::Kind::reply,
+                             "XINFO STREAM " + stream + ": " + std::string(reply_text(info.get())));
+        const Position last = *last_id;
         if (last < *expected) {
             spdlog::error("stream \"{}\" is behind: Redis has entries up to {}, group \"{}\" published up to {}; "
                           "republishing from the outbox",
@@ -159,22 +211,191 @@ std::vector<Event> Publisher::receive_fetch() {
     return batch;
 }
 
-std::map<std::string, std::string> Publisher::publish(const std::vector<Event>& batch) {
-    // Split the batch by stream, keeping feed order within each.
-    std::vector<std::string> keys;
-    std::unordered_map<std::string, std::size_t> slot;
-    std::vector<std::vector<const Event*>> per_stream;
+Publisher::Shares Publisher::split(const std::vector<Event>& batch) const {
+    Shares shares;
+    // The stream of each topic, expanded once a batch; topics may share a
+    // stream.
+    std::unordered_map<std::string_view, std::size_t> slot_of_topic;
     for (const auto& e : batch) {
-        auto key = expand_stream_key(config_.stream_template, e.topic, config_.group);
-        auto [it, inserted] = slot.try_emplace(key, keys.size());
-        if (inserted) {
-            keys.push_back(std::move(key));
-            per_stream.emplace_back();
+        auto slot = slot_of_topic.find(e.topic);
+        if (slot == slot_of_topic.end()) {
+            auto key = expand_stream_key(config_.stream_template, e.topic, config_.group);
+            const auto s = static_cast<std::size_t>(std::find(shares.keys.begin(), shares.keys.end(), key) -
+                                                    shares.keys.begin());
+            if (s == shares.keys.size()) {
+                shares.keys.push_back(std::move(key));
+                shares.events.emplace_back();
+            }
+            slot = slot_of_topic.emplace(e.topic, s).first;
         }
-        per_stream[it->second].push_back(&e);
+        shares.events[slot->second].push_back(&e);
     }
+    return shares;
+}
 
-    const auto t0 = std::chrono::steady_clock::now();
+std::map<std::string, std::string> Publisher::publish(const std::vector<Event>& batch) {
+    const auto shares = split(batch);
+    RttTimer rtt(metrics_.redis_rtt_seconds);
+    std::map<std::string, std::string> last;
+    bool watching = false;
+    if (config_.id_mode == IdMode::explicit_position && !script_next_ && !transactions_refused_) {
+        switch (write_transaction(shares, last)) {
+            case Transaction::written:
+                metrics_.transaction_batches++;
+                return last;
+            case Transaction::declined:
+                watching = true;
+                break;
+            case Transaction::aborted:
+                spdlog::debug("a stream of the batch changed before EXEC; appending with the script");
+                break;
+        }
+    }
+    last = write_with_script(shares, watching);
+    metrics_.script_batches++;
+    script_next_ = false;
+    return last;
+}
+
+// Watches the batch's streams and asks for their last ids; the replies
+// are for streams_as_known().
+void Publisher::look_at_streams(const Shares& shares) {
+    std::vector<std::string_view> watch{"WATCH"};
+    watch.insert(watch.end(), shares.keys.begin(), shares.keys.end());
+    redis_->append(watch);
+    for (const auto& key : shares.keys) redis_->append({"XINFO", "STREAM", key});
+    redis_->flush();
+}
+
+// Whether every stream of the batch is as this relay left it, now that it
+// is watched: its last id is the last position the relay published there
+// (0-0, or no stream at all, when it published none), and the batch's
+// entries lie above it. The append script would then write every entry,
+// and so do plain XADDs, as long as no stream changes before EXEC.
+// Anything else (Redis lost entries, another writer, a replay after a
+// rewind or a crash, a stream of another type) is for the script to sort
+// out.
+bool Publisher::streams_as_known(const Shares& shares) {
+    auto watched = redis_->get_reply();
+    // WATCH may be refused for this batch only (CROSSSLOT: streams in
+    // several slots of a cluster node) or for good (an ACL): either way
+    // the script writes the batch, at the cost of this one round trip.
+    bool as_known = watched->type != REDIS_REPLY_ERROR;
+    if (!as_known) spdlog::debug("Redis refused WATCH ({}); appending with the script", reply_text(watched.get()));
+    for (std::size_t s = 0; s < shares.keys.size(); ++s) {
+        auto info = redis_->get_reply();  // read every reply
+        if (!as_known) continue;
+        const auto last = stream_last_id(info.get());
+        const auto known = known_.find(shares.keys[s]);
+        const Position expected = known == known_.end() ? Position{} : known->second;
+        const auto first = Position::parse(shares.events[s].front()->position);
+        as_known = last && *last == expected && first && expected < *first;
+        if (!as_known)
+            spdlog::debug("stream \"{}\": last id {}, expected {}, batch from {}; appending with the script",
+                          shares.keys[s], last ? last->to_string() : std::string(reply_text(info.get())),
+                          expected.to_string(), shares.events[s].front()->position);
+    }
+    return as_known;
+}
+
+Publisher::Transaction Publisher::write_transaction(const Shares& shares, std::map<std::string, std::string>& last) {
+    // The transaction is formatted while the look at the streams makes its
+    // round trip, and thrown away in the rare case they are not as known.
+    look_at_streams(shares);
+    transaction_.clear();
+    format_command(transaction_, {"MULTI"});
+    const std::string_view maxlen = config_.maxlen > 0 ? std::string_view(maxlen_text_) : std::string_view();
+    std::vector<std::string_view> argv;
+    std::size_t entries = 0;
+    for (std::size_t s = 0; s < shares.keys.size(); ++s) {
+        for (const Event* e : shares.events[s]) {
+            xadd_argv(argv, shares.keys[s], *e, maxlen);
+            format_command(transaction_, argv);
+        }
+        entries += shares.events[s].size();
+    }
+    format_command(transaction_, {"EXEC"});
+    if (!streams_as_known(shares)) return Transaction::declined;
+    redis_->append_formatted(transaction_);
+
+    // Read every reply before deciding, so that the connection is left
+    // outside the transaction whatever happens.
+    auto multi = redis_->get_reply();
+    std::optional<std::string> refused;  // the first command Redis would not queue
+    for (std::size_t i = 0; i < entries; ++i) {
+        auto r = redis_->get_reply();
+        if (r->type == REDIS_REPLY_ERROR && !refused) refused = std::string(reply_text(r.get()));
+    }
+    auto exec = redis_->get_reply();
+
+    if (multi->type == REDIS_REPLY_ERROR) {
+        // Refused since the connection was checked: the XADDs ran one by
+        // one. The batch fails and the script looks at what they wrote.
+        spdlog::warn("Redis refused MULTI ({}); appending with the script only until the next connection",
+                     reply_text(multi.get()));
+        transactions_refused_ = true;
+        throw RedisError(RedisError::Kind::reply, "MULTI: " + std::string(reply_text(multi.get())));
+    }
+    if (exec->type == REDIS_REPLY_NIL) return Transaction::aborted;
+    if (exec->type == REDIS_REPLY_ERROR) {
+        // Nothing ran: a command was refused when queued (OOM, READONLY,
+        // ...), or the whole transaction at EXEC. The error of the first
+        // refused command names the cause for the metrics.
+        script_next_ = true;
+        std::string why = refused ? *refused : std::string(reply_text(exec.get()));
+        if (constexpr std::string_view prefix = "EXECABORT Transaction discarded because of: ";
+            why.rfind(prefix, 0) == 0)
+            why.erase(0, prefix.size());
+        throw RedisError(RedisError::Kind::reply, why);
+    }
+    if (exec->type != REDIS_REPLY_ARRAY || exec->elements != entries) {
+        script_next_ = true;
+        throw RedisError(RedisError::Kind::reply, "unexpected reply to EXEC");
+    }
+    return read_transaction_replies(shares, exec.get(), last);
+}
+
+// The replies of the XADDs of a transaction that ran. Each entry was
+// checked to lie above its stream's last id, so none should fail; if one
+// does, Redis went on with the next ones (a transaction has no rollback):
+// the batch fails, the cursor stays, and the script looks at the streams
+// next time, refusing loudly a later entry that got in before a failed one.
+Publisher::Transaction Publisher::read_transaction_replies(const Shares& shares, const redisReply* exec,
+                                                           std::map<std::string, std::string>& last) {
+    std::optional<RedisError> failure;
+    std::uint64_t written = 0;
+    std::size_t i = 0;
+    for (std::size_t s = 0; s < shares.keys.size(); ++s) {
+        const Event* top = nullptr;
+        for (const Event* e : shares.events[s]) {
+            const redisReply* r = exec->element[i++];
+            if (r->type == REDIS_REPLY_ERROR) {
+                if (!failure)
+                    failure.emplace(RedisError::Kind::reply, std::string(reply_text(r)) + " (event " + e->event_id +
+                                                                 " at " + e->position + " to stream \"" +
+                                                                 shares.keys[s] + "\")");
+                continue;
+            }
+            ++written;
+            top = e;
+        }
+        if (top) {
+            last[shares.keys[s]] = top->position;
+            known_[shares.keys[s]] = *Position::parse(top->position);
+        }
+    }
+    metrics_.events_published += written;
+    if (failure) {
+        script_next_ = true;
+        throw *failure;
+    }
+    return Transaction::written;
+}
+
+std::map<std::string, std::string> Publisher::write_with_script(const Shares& shares, bool unwatch) {
+    const auto& keys = shares.keys;
+    const auto& per_stream = shares.events;
+    if (unwatch) redis_->append({"UNWATCH"});
     const bool explicit_ids = config_.id_mode == IdMode::explicit_position;
     std::vector<std::vector<std::string>> counts(keys.size());
     for (std::size_t s = 0; s < keys.size(); ++s) {
@@ -186,6 +407,7 @@ std::map<std::string, std::string> Publisher::publish(const std::vector<Event>& 
         redis_->append(
             append_script_argv(script_sha_, keys[s], per_stream[s], config_.id_mode, maxlen_text_, expected, counts[s]));
     }
+    if (unwatch) redis_->get_reply();  // OK; nothing to act on either way
 
     std::map<std::string, std::string> last;
     std::optional<RedisError> failure;
@@ -226,7 +448,6 @@ std::map<std::string, std::string> Publisher::publish(const std::vector<Event>& 
                                 bad.position + " to stream \"" + keys[s] + "\")");
         }
     }
-    metrics_.redis_rtt_seconds = seconds_since(t0);
     metrics_.events_published += written;
     metrics_.events_already_published += already;
     if (already > 0) spdlog::info("{} events were already in Redis (published before a crash or takeover)", already);
@@ -240,7 +461,8 @@ std::map<std::string, std::string> Publisher::publish(const std::vector<Event>& 
 void Publisher::send_advance() {
     if (!unadvanced_) return;
     nlohmann::json j(unadvanced_->second);
-    pg_->send(kAdvanceSql, {config_.group, unadvanced_->first, j.dump()});
+    pg_->send(config_.id_mode == IdMode::explicit_position ? kAdvanceAsyncSql : kAdvanceSql,
+              {config_.group, unadvanced_->first, j.dump()});
     advance_sent_ = true;
 }
 
@@ -264,17 +486,23 @@ void Publisher::flush_advance() {
 }
 
 // Runs partition maintenance when no background worker does (the
-// extension's worker needs shared_preload_libraries). A failure is logged
-// and does not stop publishing.
-void Publisher::maybe_maintain() {
+// extension's worker needs shared_preload_libraries). It takes the better
+// part of a second on a large table, so while there is a backlog it waits
+// for the feed to run dry ("idle"), for one more interval at most. A
+// failure is logged and does not stop publishing.
+void Publisher::maybe_maintain(bool idle) {
     if (config_.maintain_interval.count() == 0) return;
     const auto now = std::chrono::steady_clock::now();
     if (now < next_maintain_) return;
+    if (!idle && now < next_maintain_ + config_.maintain_interval) return;
     next_maintain_ = now + config_.maintain_interval;
     try {
+        const auto t0 = std::chrono::steady_clock::now();
         auto r = pg_->exec(kMaintainSql, {std::to_string(config_.maintain_interval.count())});
         if (r.rows() > 0 && !r.is_null(0, 0) && r.get(0, 0) != "0")
             spdlog::info("partition maintenance: {} actions (see outbox.maintenance and the server log)", r.get(0, 0));
+        else
+            spdlog::debug("partition maintenance: nothing to do ({:.1f} ms)", seconds_since(t0) * 1000);
     } catch (const PgError& e) {
         if (e.connection_lost()) throw;
         metrics_.count_error("maintenance");
@@ -319,7 +547,7 @@ void Publisher::turn() {
             streams_checked_ = true;
         }
         refresh_lag();
-        maybe_maintain();
+        maybe_maintain(false);
         auto batch = std::move(prefetched_);
         prefetched_.clear();
         if (batch.empty()) batch = fetch();
@@ -333,6 +561,7 @@ void Publisher::turn() {
         }
         if (batch.empty()) {
             flush_advance();
+            maybe_maintain(true);
             wait(config_.poll_interval);
             return;
         }

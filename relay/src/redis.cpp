@@ -1,5 +1,7 @@
 #include "pg_outbox/redis.hpp"
 
+#include <charconv>
+
 #include "pg_outbox/errors.hpp"
 
 namespace pg_outbox {
@@ -18,6 +20,25 @@ timeval to_timeval(std::chrono::milliseconds ms) {
 std::string_view reply_text(const redisReply* r) {
     if (r == nullptr || r->str == nullptr) return {};
     return {r->str, r->len};
+}
+
+void format_command(std::string& out, const std::vector<std::string_view>& argv) {
+    std::size_t size = 16;
+    for (auto a : argv) size += a.size() + 16;
+    out.reserve(out.size() + size);
+    auto line = [&out](char type, std::size_t n) {
+        char digits[24];
+        const auto end = std::to_chars(digits, digits + sizeof digits, n).ptr;
+        out += type;
+        out.append(digits, end);
+        out += "\r\n";
+    };
+    line('*', argv.size());
+    for (auto a : argv) {
+        line('$', a.size());
+        out.append(a);
+        out += "\r\n";
+    }
 }
 
 const redisReply* map_field(const redisReply* map, std::string_view name) {
@@ -57,16 +78,21 @@ void RedisConnection::throw_io(const std::string& what) const {
 }
 
 void RedisConnection::append(const std::vector<std::string_view>& argv) {
-    std::vector<const char*> ptrs;
-    std::vector<size_t> lens;
-    ptrs.reserve(argv.size());
-    lens.reserve(argv.size());
-    for (auto a : argv) {
-        ptrs.push_back(a.data());
-        lens.push_back(a.size());
-    }
-    if (redisAppendCommandArgv(ctx_.get(), static_cast<int>(argv.size()), ptrs.data(), lens.data()) != REDIS_OK)
+    command_.clear();
+    format_command(command_, argv);
+    if (redisAppendFormattedCommand(ctx_.get(), command_.data(), command_.size()) != REDIS_OK)
         throw_io("could not queue a Redis command");
+}
+
+void RedisConnection::append_formatted(std::string_view commands) {
+    if (redisAppendFormattedCommand(ctx_.get(), commands.data(), commands.size()) != REDIS_OK)
+        throw_io("could not queue a Redis command");
+}
+
+void RedisConnection::flush() {
+    int done = 0;
+    while (!done)
+        if (redisBufferWrite(ctx_.get(), &done) != REDIS_OK) throw_io("Redis connection failed");
 }
 
 RedisReply RedisConnection::get_reply() {

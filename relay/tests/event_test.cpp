@@ -5,6 +5,7 @@
 
 #include "pg_outbox/event.hpp"
 #include "pg_outbox/position.hpp"
+#include "pg_outbox/redis.hpp"
 
 using namespace pg_outbox;
 
@@ -69,4 +70,29 @@ TEST(Event, ScriptArgvCarriesIdsAndFieldCounts) {
     EXPECT_EQ(generated[4], "100");
     EXPECT_EQ(generated[5], "");
     EXPECT_EQ(generated[6], "*");
+}
+
+TEST(Event, XaddArgvIsTheScriptsEntry) {
+    Event a{"5-1", "id-a", "t", std::string("k"), "1", std::nullopt, "ts"};
+    std::vector<std::string_view> argv{"left over"};
+    xadd_argv(argv, "outbox:t", a, "");
+    std::vector<std::string_view> fields;
+    append_entry_fields(fields, a);
+    std::vector<std::string_view> want{"XADD", "outbox:t", "5-1"};
+    want.insert(want.end(), fields.begin(), fields.end());
+    EXPECT_EQ(argv, want);
+
+    xadd_argv(argv, "outbox:t", a, "100");
+    ASSERT_GE(argv.size(), 6u);
+    EXPECT_EQ(argv[2], "MAXLEN");
+    EXPECT_EQ(argv[3], "~");
+    EXPECT_EQ(argv[4], "100");
+    EXPECT_EQ(argv[5], "5-1");
+    EXPECT_EQ(argv.size(), want.size() + 3);
+}
+
+TEST(Redis, FormatsCommandsInTheProtocol) {
+    std::string out = "left ";
+    format_command(out, {"XADD", "s", "", std::string_view("a\0b", 3)});
+    EXPECT_EQ(out, std::string("left *4\r\n$4\r\nXADD\r\n$1\r\ns\r\n$0\r\n\r\n$3\r\na\0b\r\n", 41));
 }

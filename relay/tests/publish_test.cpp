@@ -14,6 +14,7 @@
 #include <httplib.h>
 
 #include "fixture.hpp"
+#include "pg_outbox/position.hpp"
 
 using namespace pg_outbox;
 using namespace pg_outbox::testing;
@@ -59,6 +60,64 @@ protected:
     std::string cursor() {
         auto pg = connect();
         return query_column(pg, "SELECT cursor_txid || '-' || cursor_seq FROM outbox.groups WHERE name = 'g'")[0];
+    }
+
+    // Each stream holds a prefix of its topic's committed events, in feed
+    // order, then only entries in "foreign" (event ids); every event at or
+    // below the cursor is there: nothing was skipped.
+    void expect_prefixes_up_to_the_cursor(const std::set<std::string>& foreign = {}) {
+        auto redis = redis_->connect();
+        auto pg = connect();
+        const auto at = *Position::parse(cursor());
+        auto r = pg.exec("SELECT topic, event_id, txid::text || '-' || seq FROM outbox.event ORDER BY txid, seq");
+        std::map<std::string, std::vector<std::string>> want, below_cursor;
+        for (int i = 0; i < r.rows(); ++i) {
+            const std::string topic(r.get(i, 0));
+            want[topic].emplace_back(r.get(i, 1));
+            if (*Position::parse(r.get(i, 2)) <= at) below_cursor[topic].emplace_back(r.get(i, 1));
+        }
+        for (const auto& t : kTopics) {
+            std::vector<std::string> ours;
+            bool foreign_seen = false;
+            for (const auto& e : read_stream(redis, "outbox:" + t)) {
+                if (foreign.count(e.fields.at("event_id"))) {
+                    foreign_seen = true;
+                    continue;
+                }
+                EXPECT_FALSE(foreign_seen) << "an entry of the relay after a foreign one in outbox:" << t;
+                ours.push_back(e.fields.at("event_id"));
+            }
+            const auto& all = want[t];
+            ASSERT_LE(ours.size(), all.size()) << "outbox:" << t;
+            EXPECT_EQ(ours, std::vector<std::string>(all.begin(), all.begin() + ours.size())) << "outbox:" << t;
+            EXPECT_GE(ours.size(), below_cursor[t].size()) << "the cursor passed unpublished events of " << t;
+        }
+    }
+
+    // A counter of the relay's /metrics ("name{labels}"), -1 when absent.
+    static double metric(httplib::Client& client, const std::string& series) {
+        auto res = client.Get("/metrics");
+        if (!res || res->status != 200) return -1;
+        const auto at = res->body.find("\n" + series + " ");
+        if (at == std::string::npos) return -1;
+        return std::stod(res->body.substr(at + series.size() + 2));
+    }
+
+    static std::string series(const std::string& name, const std::string& extra = "") {
+        return name + "{mode=\"publish\",group=\"g\"" + extra + "}";
+    }
+
+    // Emits transactions of 5 events on rotating topics until "done", at
+    // most one every 5 ms, so that the relay keeps up.
+    std::thread writer(std::atomic<bool>& done) {
+        return std::thread([this, &done] {
+            auto pg = connect();
+            for (int i = 0; !done; ++i) {
+                pg.exec("SELECT count(*) FROM outbox_emit_many($1, NULL, array_fill('{\"x\": 1}'::jsonb, ARRAY[5]))",
+                        {kTopics[i % kTopics.size()]});
+                std::this_thread::sleep_for(5ms);
+            }
+        });
     }
 };
 
@@ -326,5 +385,142 @@ TEST_F(PublishTest, RelayRunsMaintenanceWhenNoWorkerDoes) {
     EXPECT_NE(relay.log().find("partition maintenance:"), std::string::npos) << relay.log();
     emit(3, 3);
     ASSERT_TRUE(wait_all_published());
+    expect_exactly_once_in_order();
+}
+
+// In a plain drain every batch goes through the fast path (streams checked
+// under WATCH, plain XADD in MULTI/EXEC), new streams included; none needs
+// the append script.
+TEST_F(PublishTest, PlainDrainUsesTheTransactionPath) {
+    emit(600);
+    const int port = free_port();
+    start_relay({"--metrics-address", "127.0.0.1:" + std::to_string(port)});
+    ASSERT_TRUE(wait_all_published());
+    expect_exactly_once_in_order();
+    httplib::Client client("127.0.0.1", port);
+    ASSERT_TRUE(eventually([&] { return metric(client, series("pg_outbox_relay_events_published_total")) == 600; },
+                           10s));
+    EXPECT_GE(metric(client, series("pg_outbox_relay_redis_batches_total", ",path=\"transaction\"")), 6);
+    EXPECT_EQ(metric(client, series("pg_outbox_relay_redis_batches_total", ",path=\"script\"")), 0);
+    EXPECT_EQ(metric(client, series("pg_outbox_relay_events_already_published_total")), 0);
+}
+
+// A foreign entry (an id Redis generated, above every feed position) lands
+// in a stream while the relay drains it: the relay stops at that stream,
+// loudly, without skipping an event or writing one after the foreign
+// entry, and resumes once the stream is removed.
+TEST_F(PublishTest, ForeignEntryDuringDrainStopsLoudly) {
+    // The periodic stream check and backlog count stay out of the way: the
+    // relay finds the stream changed on its own, batch by batch.
+    auto& relay = start_relay({"--stats-interval", "10s"});
+    std::atomic<bool> done{false};
+    auto w = writer(done);
+    ASSERT_TRUE(eventually([&] { return published_count() >= 200; }, 20s)) << relay.log();
+    {
+        auto redis = redis_->connect();
+        auto r = redis.command({"XADD", "outbox:orders", "*", "event_id", "not-ours", "payload", "{}"});
+        ASSERT_EQ(r->type, REDIS_REPLY_STRING);
+    }
+    ASSERT_TRUE(eventually([&] { return relay.log().find("did not write") != std::string::npos; }, 20s))
+        << relay.log();
+    done = true;
+    w.join();
+    std::this_thread::sleep_for(500ms);  // the relay retries meanwhile
+    EXPECT_TRUE(relay.running());
+    expect_prefixes_up_to_the_cursor({"not-ours"});
+    {
+        auto redis = redis_->connect();
+        redis.command({"DEL", "outbox:orders"});
+    }
+    ASSERT_TRUE(wait_all_published()) << relay.log();
+    expect_exactly_once_in_order();
+}
+
+// FLUSHALL several times while the relay drains a feed being written:
+// each time the relay finds its streams behind (before or under WATCH),
+// rewinds and republishes; in the end every event is there exactly once.
+TEST_F(PublishTest, FlushallDuringDrainRepublishes) {
+    // The periodic stream check and backlog count stay out of the way: the
+    // relay finds the stream changed on its own, batch by batch.
+    auto& relay = start_relay({"--stats-interval", "10s"});
+    std::atomic<bool> done{false};
+    auto w = writer(done);
+    for (int i = 0; i < 3; ++i) {
+        ASSERT_TRUE(eventually([&] { return published_count() >= 100; }, 20s)) << relay.log();
+        auto redis = redis_->connect();
+        redis.command({"FLUSHALL"});
+    }
+    done = true;
+    w.join();
+    ASSERT_TRUE(wait_all_published()) << relay.log();
+    expect_exactly_once_in_order();
+    EXPECT_NE(relay.log().find("is behind"), std::string::npos) << relay.log();
+}
+
+// Redis out of memory refuses the transaction at EXEC (and the script after
+// it): nothing is written, the cursor stays, the error is counted as OOM;
+// once memory is raised the relay catches up, back on the fast path.
+TEST_F(PublishTest, OutOfMemoryWritesNothingAndResumes) {
+    const int port = free_port();
+    auto& relay = start_relay({"--metrics-address", "127.0.0.1:" + std::to_string(port)});
+    httplib::Client client("127.0.0.1", port);
+    emit(30);
+    ASSERT_TRUE(wait_all_published());
+    const auto before = cursor();
+    {
+        auto redis = redis_->connect();
+        redis.command({"CONFIG", "SET", "maxmemory", "1"});
+    }
+    emit(30, 30);
+    ASSERT_TRUE(eventually([&] { return metric(client, series("pg_outbox_relay_errors_total", ",kind=\"redis_OOM\"")) >= 3; },
+                           20s))
+        << relay.log();
+    EXPECT_EQ(published_count(), 30u);
+    EXPECT_EQ(cursor(), before);
+    expect_prefixes_up_to_the_cursor();
+    const auto transactions = metric(client, series("pg_outbox_relay_redis_batches_total", ",path=\"transaction\""));
+    {
+        auto redis = redis_->connect();
+        redis.command({"CONFIG", "SET", "maxmemory", "0"});
+    }
+    ASSERT_TRUE(wait_all_published()) << relay.log();
+    emit(30, 60);
+    ASSERT_TRUE(wait_all_published()) << relay.log();
+    expect_exactly_once_in_order();
+    EXPECT_GT(metric(client, series("pg_outbox_relay_redis_batches_total", ",path=\"transaction\"")), transactions);
+    EXPECT_EQ(metric(client, series("pg_outbox_relay_events_already_published_total")), 0);
+}
+
+// A Redis that refuses MULTI (here an ACL; a proxy may too): the relay
+// finds out when it connects and writes every batch with the script.
+TEST_F(PublishTest, RefusedTransactionsFallBackToTheScript) {
+    {
+        auto redis = redis_->connect();
+        auto r = redis.command({"ACL", "SETUSER", "default", "-multi"});
+        ASSERT_EQ(r->type, REDIS_REPLY_STATUS) << reply_text(r.get());
+    }
+    emit(300);
+    const int port = free_port();
+    auto& relay = start_relay({"--metrics-address", "127.0.0.1:" + std::to_string(port)});
+    ASSERT_TRUE(wait_all_published()) << relay.log();
+    expect_exactly_once_in_order();
+    EXPECT_NE(relay.log().find("Redis refused MULTI"), std::string::npos) << relay.log();
+    httplib::Client client("127.0.0.1", port);
+    ASSERT_TRUE(eventually([&] { return metric(client, series("pg_outbox_relay_events_published_total")) == 300; },
+                           10s));
+    EXPECT_EQ(metric(client, series("pg_outbox_relay_redis_batches_total", ",path=\"transaction\"")), 0);
+    EXPECT_GE(metric(client, series("pg_outbox_relay_redis_batches_total", ",path=\"script\"")), 3);
+}
+
+// Maintenance, due when the relay starts, waits for the backlog to be
+// published: it can take the better part of a second on a large table.
+TEST_F(PublishTest, MaintenanceWaitsForTheBacklog) {
+    emit(300);
+    auto& relay = start_relay({"--maintain-interval", "10s"});
+    ASSERT_TRUE(wait_all_published());
+    ASSERT_TRUE(eventually([&] { return relay.log().find("partition maintenance") != std::string::npos; }, 10s))
+        << relay.log();
+    const auto log = relay.log();
+    EXPECT_LT(log.find("published 100 events"), log.find("partition maintenance")) << log;
     expect_exactly_once_in_order();
 }

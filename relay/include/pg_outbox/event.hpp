@@ -31,6 +31,13 @@ bool is_already_published_error(std::string_view reply_error);
 // views point into "event".
 void append_entry_fields(std::vector<std::string_view>& out, const Event& event);
 
+// The argv of a plain XADD of an event with its position as id (explicit
+// ids only), trimmed to about "maxlen" entries unless it is empty: the
+// same entry as the append script writes. Replaces the content of argv;
+// the views point into the arguments.
+void xadd_argv(std::vector<std::string_view>& argv, std::string_view stream_key, const Event& event,
+               std::string_view maxlen);
+
 // Lua script that appends a stream's share of a batch, in order.
 //
 // It stops at the first entry Redis refuses for any reason other than

@@ -27,6 +27,10 @@ public:
     std::atomic<std::uint64_t> events_already_published{0};
     std::atomic<std::uint64_t> batches_published{0};
     std::atomic<std::uint64_t> streams_rewound{0};
+    // Batches written by each path: a transaction of plain XADDs, or the
+    // append script.
+    std::atomic<std::uint64_t> transaction_batches{0};
+    std::atomic<std::uint64_t> script_batches{0};
     std::atomic<std::int64_t> lag_events{-1};
     std::atomic<double> lag_seconds{0};
     std::atomic<double> pg_rtt_seconds{0};

@@ -27,6 +27,7 @@ private:
     void on_stop() override;
 
     void load_script();
+    void check_transactions();
     bool take_leadership();
     void check_streams();
     // The next batch after the cursor, or after "after" when given (the
@@ -38,16 +39,37 @@ private:
         send_fetch(nullptr);
         return receive_fetch();
     }
+    // A batch split by stream, each stream's events in feed order.
+    struct Shares {
+        std::vector<std::string> keys;
+        std::vector<std::vector<const Event*>> events;
+    };
+    Shares split(const std::vector<Event>& batch) const;
     // Publishes a batch; returns the last position per stream. Throws
     // RedisError after reading every reply when any entry failed.
     std::map<std::string, std::string> publish(const std::vector<Event>& batch);
+    // How write_transaction() ended.
+    enum class Transaction { written, declined, aborted };
+    // The fast path: plain XADDs in MULTI/EXEC, once WATCH and a look at
+    // each stream showed the batch can be appended as is. "declined": the
+    // streams are not as expected, nothing was sent after the look and the
+    // streams are still watched; "aborted": a watched stream changed before
+    // EXEC, which wrote nothing. Throws RedisError when Redis refused the
+    // transaction or an entry of it.
+    Transaction write_transaction(const Shares& shares, std::map<std::string, std::string>& last);
+    void look_at_streams(const Shares& shares);
+    bool streams_as_known(const Shares& shares);
+    Transaction read_transaction_replies(const Shares& shares, const redisReply* exec,
+                                         std::map<std::string, std::string>& last);
+    // The append script, stream by stream; UNWATCH first when asked.
+    std::map<std::string, std::string> write_with_script(const Shares& shares, bool unwatch);
     // Queues the cursor advance of a batch Redis acknowledged: it is sent
     // with the next fetch, or alone when the feed runs dry.
     void send_advance();
     void receive_advance();
     void flush_advance();
     void refresh_lag();
-    void maybe_maintain();
+    void maybe_maintain(bool idle);
     void wait(std::chrono::milliseconds timeout);
 
     bool streams_checked_ = false;
@@ -58,6 +80,13 @@ private:
     bool advance_sent_ = false;
     std::string maxlen_text_;
     std::string script_sha_;
+    std::string transaction_;  // the last transaction formatted, its capacity kept
+    // The next batch goes through the append script: the last transaction
+    // failed, and the script tells entries already present from missing ones.
+    bool script_next_ = false;
+    // Redis refused MULTI (an ACL, a proxy): the script only, until the
+    // next connection checks again.
+    bool transactions_refused_ = false;
     // Last position published to each stream, as far as this relay knows.
     std::map<std::string, Position> known_;
     std::chrono::steady_clock::time_point next_stats_{};
