@@ -241,6 +241,7 @@ if [[ " $ONLY " == *" drain "* ]]; then
 		relay_eps=$(echo "$EVENTS $t0 $t1" | awk '{printf "%.0f", $1 / ($3 - $2)}')
 		# the same relay on the commit-ordered group
 		redis flushall >/dev/null
+		psql_db drain -c "SELECT outbox_rewind('drain_commit', 'beginning'); UPDATE outbox.groups SET streams = '{}'" >/dev/null
 		t0=$(now)
 		"$RELAY" publish --pg "$(conninfo drain)" --redis "$REDIS" --group drain_commit --batch-size 1000 \
 			--log-level warn >"$WORK/relay.log" 2>&1 &
