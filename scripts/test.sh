@@ -23,32 +23,31 @@ count_regress() {
 	failed=$((failed + $(grep -cE '\.\.\. FAILED' "$out" || true)))
 }
 
+# Runs a make target of pg_regress tests and isolation specs on a
+# throwaway cluster with the given pg_virtualenv options, prints the
+# diffs of failures and the output, and adds up the counts:
+# installcheck_on NAME TARGET [pg_virtualenv option ...]. pg_virtualenv
+# creates a temporary cluster on a free port, runs the command with PG*
+# set, then stops and removes the cluster.
+installcheck_on() {
+	local name=$1 target=$2 d
+	shift 2
+	rm -rf test/results test/isolation
+	if ! pg_virtualenv -v 15 -o max_prepared_transactions=10 "$@" \
+			make -s PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config "$target" >"$log/$name" 2>&1; then
+		for d in test/regression.diffs test/isolation/regression.diffs; do
+			[ -f "$d" ] && cat "$d"
+		done
+	fi
+	cat "$log/$name"
+	count_regress "$log/$name"
+}
+
 say "pg_regress and isolation specs on a throwaway cluster"
-rm -rf test/results test/isolation
-# pg_virtualenv creates a temporary cluster on a free port, runs the command
-# with PG* set, then stops and removes the cluster.
-if pg_virtualenv -v 15 -o max_prepared_transactions=10 \
-		make -s PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config installcheck >"$log/regress" 2>&1; then
-	:
-else
-	for d in test/regression.diffs test/isolation/regression.diffs; do
-		[ -f "$d" ] && cat "$d"
-	done
-fi
-cat "$log/regress"
-count_regress "$log/regress"
+installcheck_on regress installcheck
 
 say "commit-order tests on a throwaway cluster that preloads pg_outbox"
-if pg_virtualenv -v 15 -o max_prepared_transactions=10 -o shared_preload_libraries=pg_outbox \
-		make -s PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config installcheck-preload >"$log/preload" 2>&1; then
-	:
-else
-	for d in test/regression.diffs test/isolation/regression.diffs; do
-		[ -f "$d" ] && cat "$d"
-	done
-fi
-cat "$log/preload"
-count_regress "$log/preload"
+installcheck_on preload installcheck-preload -o shared_preload_libraries=pg_outbox
 
 say "relay: build, unit tests, integration tests (own PostgreSQL and Redis per test)"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPG_OUTBOX_WERROR=ON >/dev/null
