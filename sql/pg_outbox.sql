@@ -697,7 +697,9 @@ AS $$
 DECLARE
 	g outbox.groups;
 	p record;
-	c record;
+	new_txid xid8;
+	new_ticket bigint;
+	behind boolean;
 	horizon bigint;
 BEGIN
 	SELECT * INTO p FROM outbox.parse_position(pos);
@@ -711,46 +713,38 @@ BEGIN
 		RAISE EXCEPTION 'streams must be a JSON object of stream names and positions'
 			USING ERRCODE = 'invalid_parameter_value';
 	END IF;
+	-- The position in the group's order: (ticket, seq) or (txid, seq).
 	IF g.ordering = 'commit' THEN
-		SELECT * INTO c FROM outbox.parse_commit_position(pos);
-		IF (c.ticket, c.seq) < (g.cursor_ticket, g.cursor_seq) THEN
-			RAISE EXCEPTION 'position % is behind the cursor of group "%"', pos, group_name
-				USING ERRCODE = 'invalid_parameter_value',
-					  DETAIL = format('The cursor is at %s.', g.cursor),
-					  HINT = 'Use outbox_rewind() to move a cursor backwards.';
-		END IF;
+		new_ticket := (outbox.parse_commit_position(pos)).ticket;
+		behind := (new_ticket, p.seq) < (g.cursor_ticket, g.cursor_seq);
+	ELSE
+		new_txid := p.txid;
+		behind := (new_txid, p.seq) < (g.cursor_txid, g.cursor_seq);
+	END IF;
+	IF behind THEN
+		RAISE EXCEPTION 'position % is behind the cursor of group "%"', pos, group_name
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = format('The cursor is at %s.', g.cursor),
+				  HINT = 'Use outbox_rewind() to move a cursor backwards.';
+	END IF;
+	IF g.ordering = 'commit' THEN
 		horizon := outbox.commit_horizon();
-		IF c.ticket > horizon THEN
+		IF new_ticket > horizon THEN
 			RAISE EXCEPTION 'position % is beyond the commit horizon', pos
 				USING ERRCODE = 'invalid_parameter_value',
 					  DETAIL = format('Commit tickets after %s may still be committing.', horizon);
 		END IF;
-		IF (c.ticket, c.seq) = (g.cursor_ticket, g.cursor_seq) AND streams IS NULL THEN
-			RETURN;
-		END IF;
-		UPDATE outbox.groups
-		   SET cursor_ticket = c.ticket, cursor_seq = c.seq, advanced_at = now(),
-			   streams = CASE WHEN outbox_advance.streams IS NULL THEN groups.streams
-							  ELSE groups.streams || outbox_advance.streams END
-		 WHERE id = g.id;
-		RETURN;
-	END IF;
-	IF (p.txid, p.seq) < (g.cursor_txid, g.cursor_seq) THEN
-		RAISE EXCEPTION 'position % is behind the cursor of group "%"', pos, group_name
-			USING ERRCODE = 'invalid_parameter_value',
-				  DETAIL = format('The cursor is at %s-%s.', g.cursor_txid, g.cursor_seq),
-				  HINT = 'Use outbox_rewind() to move a cursor backwards.';
-	END IF;
-	IF p.txid >= outbox.horizon() THEN
+	ELSIF new_txid >= outbox.horizon() THEN
 		RAISE EXCEPTION 'position % is beyond the feed horizon', pos
 			USING ERRCODE = 'invalid_parameter_value',
 				  DETAIL = format('Transactions from %s on may still be running.', outbox.horizon());
 	END IF;
-	IF (p.txid, p.seq) = (g.cursor_txid, g.cursor_seq) AND streams IS NULL THEN
+	IF p.seq = g.cursor_seq AND new_txid IS NOT DISTINCT FROM g.cursor_txid
+	   AND new_ticket IS NOT DISTINCT FROM g.cursor_ticket AND streams IS NULL THEN
 		RETURN;
 	END IF;
 	UPDATE outbox.groups
-	   SET cursor_txid = p.txid, cursor_seq = p.seq, advanced_at = now(),
+	   SET cursor_txid = new_txid, cursor_ticket = new_ticket, cursor_seq = p.seq, advanced_at = now(),
 		   streams = CASE WHEN outbox_advance.streams IS NULL THEN groups.streams
 						  ELSE groups.streams || outbox_advance.streams END
 	 WHERE id = g.id;
@@ -807,6 +801,7 @@ DECLARE
 	new_txid xid8;
 	new_ticket bigint;
 	new_seq bigint := 0;
+	new_position text;
 BEGIN
 	g := outbox.get_group(group_name, true);
 	IF g.ordering = 'commit' THEN
@@ -817,13 +812,7 @@ BEGIN
 		ELSE
 			SELECT p.ticket, p.seq INTO new_ticket, new_seq FROM outbox.parse_commit_position(pos) p;
 		END IF;
-		UPDATE outbox.groups
-		   SET cursor_ticket = new_ticket, cursor_seq = new_seq, advanced_at = now()
-		 WHERE id = g.id;
-		RAISE LOG 'pg_outbox: cursor of group "%" moved from % to %-%', group_name, g.cursor, new_ticket, new_seq;
-		RETURN new_ticket::text || '-' || new_seq;
-	END IF;
-	IF pos = 'now' THEN
+	ELSIF pos = 'now' THEN
 		new_txid := outbox.horizon();
 	ELSIF pos = 'beginning' THEN
 		new_txid := '0'::xid8;
@@ -831,11 +820,11 @@ BEGIN
 		SELECT p.txid, p.seq INTO new_txid, new_seq FROM outbox.parse_position(pos) p;
 	END IF;
 	UPDATE outbox.groups
-	   SET cursor_txid = new_txid, cursor_seq = new_seq, advanced_at = now()
-	 WHERE id = g.id;
-	RAISE LOG 'pg_outbox: cursor of group "%" moved from %-% to %-%',
-		group_name, g.cursor_txid, g.cursor_seq, new_txid, new_seq;
-	RETURN new_txid::text || '-' || new_seq;
+	   SET cursor_txid = new_txid, cursor_ticket = new_ticket, cursor_seq = new_seq, advanced_at = now()
+	 WHERE id = g.id
+	RETURNING cursor INTO new_position;
+	RAISE LOG 'pg_outbox: cursor of group "%" moved from % to %', group_name, g.cursor, new_position;
+	RETURN new_position;
 END
 $$;
 COMMENT ON FUNCTION @extschema@.outbox_rewind(text, text) IS
