@@ -58,11 +58,15 @@ pg_run() {
 	fi
 }
 
-# Prints a TCP port on 127.0.0.1 that nothing listens on.
+# Prints a TCP port on 127.0.0.1 that nothing listens on, below the
+# kernel's ephemeral range: a port in that range may be the local end of
+# any outgoing connection, and a server could then not bind it.
 free_port() {
-	local p
+	local p low=32768
+	read -r low _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || true
+	[ "$low" -gt 11000 ] || low=32768
 	while :; do
-		p=$((20000 + RANDOM % 40000))
+		p=$((10000 + RANDOM % (low - 10000)))
 		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
 			echo "$p"
 			return
@@ -117,7 +121,8 @@ redis_start() {
 		redis-cli -p "$port" ping >/dev/null 2>&1 && return 0
 		sleep 0.05
 	done
-	echo "redis-server did not start; see $dir/redis.log" >&2
+	echo "redis-server did not start on port $port:" >&2
+	tail -n 5 "$dir/redis.log" >&2
 	return 1
 }
 
