@@ -8,6 +8,7 @@ MODULE_big = pg_outbox
 OBJS = \
 	extension/pg_outbox.o \
 	extension/emit.o \
+	extension/fetch.o \
 	extension/commit.o \
 	extension/lead.o \
 	extension/locks.o \

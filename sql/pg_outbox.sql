@@ -607,32 +607,22 @@ END
 $$;
 COMMENT ON FUNCTION outbox.check_commit_read() IS 'pg_outbox: refuses to read the commit-ordered feed above READ COMMITTED';
 
--- The next batch after the group's cursor. Takes the group's leadership for
--- this session when it is free; returns nothing while another session leads.
---
--- A batch must cost O(batch) at any backlog (I-10), so the plan may not
--- depend on estimates. The query is planned at each call with the cursor
--- as constants: a cached generic plan made while partitions were empty
--- keeps a sequential scan and sort. And the only plan left to the planner
--- is ordered index scans under a Merge Append, stopped by the LIMIT: the
--- row comparison's selectivity is estimated from its first column alone,
--- so a backlog of few transaction ids (one bulk transaction, say) looks
--- like a handful of rows, and a top-N sort over the whole backlog would
--- look cheaper.
-CREATE FUNCTION @extschema@.outbox_fetch(group_name text, batch_size integer DEFAULT 1000, after text DEFAULT NULL)
-RETURNS TABLE (pos text, txid xid8, seq bigint, event_id uuid, topic text, key text,
-			   payload jsonb, headers jsonb, created_at timestamptz)
-LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER ROWS 1000
+-- Where a group's next batch starts, for outbox_fetch(): checks the
+-- arguments, takes the group's leadership for this session when it is free
+-- (no row while another session leads), and returns the batch query of the
+-- group's order with its parameters: the cursor, or a later position given
+-- as "after", the group's topics, in commit order the commit horizon (read
+-- here, in a statement before the batch query, whose snapshot is then
+-- taken after it), and the batch size.
+CREATE FUNCTION outbox.fetch_args(group_name text, batch_size integer, after text)
+RETURNS TABLE (ordering text, query text, cursor_txid xid8, cursor_ticket bigint,
+			   cursor_seq bigint, topics text[], horizon bigint, row_limit integer)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
-SET enable_sort = off
-SET enable_seqscan = off
-SET enable_bitmapscan = off
-SET jit = off
 AS $$
 DECLARE
 	g outbox.groups;
 	next_xid xid8;
-	horizon bigint;
 	a record;
 BEGIN
 	IF batch_size IS NULL THEN
@@ -649,7 +639,6 @@ BEGIN
 	END IF;
 	IF g.ordering = 'commit' THEN
 		PERFORM outbox.check_commit_read();
-		-- The horizon first: the query below takes its snapshot after it.
 		horizon := outbox.commit_horizon();
 		IF after IS NOT NULL THEN
 			SELECT * INTO a FROM outbox.parse_commit_position(after);
@@ -658,32 +647,65 @@ BEGIN
 				g.cursor_seq := a.seq;
 			END IF;
 		END IF;
-		RETURN QUERY EXECUTE outbox.commit_fetch_sql()
-			USING g.cursor_ticket, g.cursor_seq, g.topics, horizon, batch_size;
-		RETURN;
-	END IF;
-	next_xid := pg_snapshot_xmax(pg_current_snapshot());
-	IF g.cursor_txid > next_xid THEN
-		RAISE EXCEPTION 'cursor of group "%" is ahead of this server''s transaction ids', group_name
-			USING ERRCODE = 'object_not_in_prerequisite_state',
-				  DETAIL = format('The cursor is at transaction %s, the next transaction id is %s. This happens after a dump and restore into another cluster, or a failover to a server with an older history.',
-								  g.cursor_txid, next_xid),
-				  HINT = format('Re-anchor the group with outbox_rewind(%L, ''now'') or outbox_rewind(%L, ''beginning'').',
-								group_name, group_name);
-	END IF;
-	-- A relay that fetches the next batch while the broker still writes the
-	-- previous one reads after that batch, not after the cursor.
-	IF after IS NOT NULL THEN
-		SELECT * INTO a FROM outbox.parse_position(after);
-		IF (a.txid, a.seq) > (g.cursor_txid, g.cursor_seq) THEN
-			g.cursor_txid := a.txid;
-			g.cursor_seq := a.seq;
+	ELSE
+		next_xid := pg_snapshot_xmax(pg_current_snapshot());
+		IF g.cursor_txid > next_xid THEN
+			RAISE EXCEPTION 'cursor of group "%" is ahead of this server''s transaction ids', group_name
+				USING ERRCODE = 'object_not_in_prerequisite_state',
+					  DETAIL = format('The cursor is at transaction %s, the next transaction id is %s. This happens after a dump and restore into another cluster, or a failover to a server with an older history.',
+									  g.cursor_txid, next_xid),
+					  HINT = format('Re-anchor the group with outbox_rewind(%L, ''now'') or outbox_rewind(%L, ''beginning'').',
+									group_name, group_name);
+		END IF;
+		-- A relay that fetches the next batch while the broker still writes
+		-- the previous one reads after that batch, not after the cursor.
+		IF after IS NOT NULL THEN
+			SELECT * INTO a FROM outbox.parse_position(after);
+			IF (a.txid, a.seq) > (g.cursor_txid, g.cursor_seq) THEN
+				g.cursor_txid := a.txid;
+				g.cursor_seq := a.seq;
+			END IF;
 		END IF;
 	END IF;
-	RETURN QUERY EXECUTE outbox.fetch_sql()
-		USING g.cursor_txid, g.cursor_seq, g.topics, batch_size;
+	ordering := g.ordering;
+	query := CASE g.ordering WHEN 'commit' THEN outbox.commit_fetch_sql() ELSE outbox.fetch_sql() END;
+	cursor_txid := g.cursor_txid;
+	cursor_ticket := g.cursor_ticket;
+	cursor_seq := g.cursor_seq;
+	topics := g.topics;
+	row_limit := batch_size;
+	RETURN NEXT;
 END
 $$;
+COMMENT ON FUNCTION outbox.fetch_args(text, integer, text) IS
+	'pg_outbox: checks outbox_fetch()''s arguments, takes the leadership, and returns where the batch starts (no row while another session leads)';
+
+-- The next batch after the group's cursor. Takes the group's leadership for
+-- this session when it is free; returns nothing while another session leads.
+-- outbox.fetch_args() says where the batch starts, and the batch query of
+-- the group's order (outbox.fetch_sql(), outbox.commit_fetch_sql()) reads it.
+--
+-- A batch must cost O(batch) at any backlog (I-10), so the plan may not
+-- depend on estimates. The query is planned at each call with the cursor
+-- as constants: a cached generic plan made while partitions were empty
+-- keeps a sequential scan and sort. And the only plan left to the planner
+-- is ordered index scans under a Merge Append, stopped by the LIMIT: the
+-- row comparison's selectivity is estimated from its first column alone,
+-- so a backlog of few transaction ids (one bulk transaction, say) looks
+-- like a handful of rows, and a top-N sort over the whole backlog would
+-- look cheaper.
+--
+-- Written in C (fetch.c) for where it keeps the batch's rows between calls.
+CREATE FUNCTION @extschema@.outbox_fetch(group_name text, batch_size integer DEFAULT 1000, after text DEFAULT NULL)
+RETURNS TABLE (pos text, txid xid8, seq bigint, event_id uuid, topic text, key text,
+			   payload jsonb, headers jsonb, created_at timestamptz)
+AS 'MODULE_PATHNAME', 'outbox_fetch'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER ROWS 1000
+SET search_path = pg_catalog, pg_temp
+SET enable_sort = off
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET jit = off;
 COMMENT ON FUNCTION @extschema@.outbox_fetch(text, integer, text) IS
 	'pg_outbox: the next batch of the group''s feed after its cursor (or after a later position); empty while another session leads the group';
 

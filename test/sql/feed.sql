@@ -128,5 +128,36 @@ SELECT group_name, cursor_position ~ '^[0-9]+-0$' AS cursor_ok, leader_pid = pg_
        oldest_waiting_age > '0'::interval AS has_age, horizon = outbox.horizon() AS horizon_ok
   FROM outbox.group_stats ORDER BY group_name;
 
+-- A batch's rows are kept in memory of the session that outlives the
+-- calling query, for the next batch (fetch.c). A batch still open when its
+-- transaction fails, one read after its transaction (WITH HOLD), one from
+-- the select list and two in one query come out right, and so do the
+-- batches after them.
+SELECT outbox_rewind('all', 'beginning') IS NOT NULL AS rewound;
+BEGIN;
+DECLARE open_batch CURSOR FOR SELECT key FROM outbox_fetch('all', 3);
+FETCH 1 FROM open_batch;
+SELECT 1 / 0;
+ROLLBACK;
+BEGIN;
+DECLARE held_batch CURSOR WITH HOLD FOR SELECT key FROM outbox_fetch('all', 3);
+COMMIT;
+SELECT key FROM outbox_fetch('all', 2, '0-0');
+FETCH ALL FROM held_batch;
+CLOSE held_batch;
+SELECT (outbox_fetch('all', 2)).key;
+SELECT a.key, b.key FROM outbox_fetch('all', 2) a FULL JOIN outbox_fetch('all', 3) b USING (pos);
+SELECT total_bytes > 0 AS kept FROM pg_backend_memory_contexts WHERE name = 'pg_outbox fetch';
+
+-- The memory of a large batch is given back once the batch is read.
+SET work_mem = '64MB';
+SELECT count(*) FROM outbox_emit_many('bulk',
+    (SELECT array_agg(i::text) FROM generate_series(1, 20000) i),
+    (SELECT array_agg(jsonb_build_object('pad', repeat('x', 500))) FROM generate_series(1, 20000)));
+SELECT count(*) > 20000 AS all_there, sum(octet_length(payload::text)) > 8 * 1024 * 1024 AS large
+  FROM outbox_fetch('all', 30000);
+SELECT total_bytes < 1024 * 1024 AS given_back FROM pg_backend_memory_contexts WHERE name = 'pg_outbox fetch';
+RESET work_mem;
+
 SELECT outbox_group_drop('all'), outbox_group_drop('payments-only');
 TRUNCATE outbox.event;
