@@ -1495,10 +1495,11 @@ $$;
 COMMENT ON FUNCTION @extschema@.outbox_horizon_holders() IS
 	'pg_outbox: backends and prepared transactions holding a transaction id, oldest first; the oldest holds the feed horizon back';
 
--- One row per group: cursor, leader, backlog and why it may be held. The
--- transaction holding the horizon holds xid8-ordered groups only;
--- commit-ordered groups wait for nothing but commits in progress.
-CREATE FUNCTION @extschema@.outbox_group_stats()
+-- One row per group (or for one group only, for_group): cursor, leader,
+-- backlog and why it may be held. The transaction holding the horizon holds
+-- xid8-ordered groups only; commit-ordered groups wait for nothing but
+-- commits in progress. Counting a backlog reads it: O(backlog).
+CREATE FUNCTION @extschema@.outbox_group_stats(for_group text DEFAULT NULL)
 RETURNS TABLE (group_name text, topics text[], cursor_position text, leader_pid integer,
 			   waiting bigint, oldest_waiting_age interval, advanced_at timestamptz,
 			   horizon xid8, held_by_pid integer, held_by_gid text, held_for interval, stale boolean,
@@ -1533,10 +1534,11 @@ AS $$
 	  LEFT JOIN LATERAL (
 		SELECT h.pid, h.gid, h.held_for FROM @extschema@.outbox_horizon_holders() h
 		 WHERE h.holds_horizon AND g.ordering = 'xid8' LIMIT 1) hh ON true
+	 WHERE for_group IS NULL OR g.name = for_group
 	 ORDER BY g.name
 $$;
-COMMENT ON FUNCTION @extschema@.outbox_group_stats() IS
-	'pg_outbox: per group: cursor, leader, events waiting, age of the oldest, last advance, and who holds the horizon';
+COMMENT ON FUNCTION @extschema@.outbox_group_stats(text) IS
+	'pg_outbox: per group (or for one): cursor, leader, events waiting, age of the oldest, last advance, and who holds the horizon';
 
 CREATE VIEW outbox.group_stats AS SELECT * FROM @extschema@.outbox_group_stats();
 COMMENT ON VIEW outbox.group_stats IS 'pg_outbox: per-group statistics (see outbox_group_stats())';
@@ -1561,7 +1563,7 @@ REVOKE ALL ON FUNCTION
 	@extschema@.outbox_relay_waiting(),
 	@extschema@.outbox_rewind(text, text),
 	@extschema@.outbox_horizon_holders(),
-	@extschema@.outbox_group_stats(),
+	@extschema@.outbox_group_stats(text),
 	@extschema@.inbox_apply(text, uuid, jsonb),
 	@extschema@.inbox_dead_letter(text, text, text, uuid, text, text, jsonb, jsonb, text, text, integer),
 	@extschema@.inbox_consume(text, text, text[], text[], text[], text[], text[]),
@@ -1587,7 +1589,7 @@ GRANT EXECUTE ON FUNCTION
 	@extschema@.outbox_relay_waiting(),
 	@extschema@.outbox_rewind(text, text),
 	@extschema@.outbox_horizon_holders(),
-	@extschema@.outbox_group_stats()
+	@extschema@.outbox_group_stats(text)
 TO outbox_relay, outbox_admin;
 GRANT EXECUTE ON FUNCTION outbox.horizon(), outbox.commit_horizon() TO outbox_relay, outbox_admin;
 GRANT EXECUTE ON FUNCTION

@@ -35,7 +35,6 @@ constexpr const char* kAdvanceAsyncSql =
 constexpr const char* kStreamsSql =
     "SELECT streams::text, cursor FROM outbox.groups WHERE name = $1";
 constexpr const char* kRewindSql = "SELECT outbox_rewind($1, $2)";
-constexpr const char* kLagSql = "SELECT waiting FROM outbox_group_stats() WHERE group_name = $1";
 // Maintenance, unless something ran it within the interval ($1, in ms).
 constexpr const char* kMaintainSql =
     "SELECT CASE WHEN coalesce(m.last_finished_at < now() - $1 * interval '1 millisecond', true)"
@@ -80,7 +79,8 @@ private:
 Publisher::Publisher(const Config& config, Metrics& metrics, const std::atomic<bool>& stop)
     : Service(config, metrics, stop, "pg_outbox_relay publish " + config.group),
       maxlen_text_(std::to_string(config.maxlen)),
-      next_maintain_(std::chrono::steady_clock::now()) {
+      next_maintain_(std::chrono::steady_clock::now()),
+      lag_(config.pg_conninfo, config.group, config.stats_interval, metrics) {
     spdlog::info("publishing group \"{}\" to {} as {}", config_.group, config_.redis.to_string(),
                  config_.stream_template);
 }
@@ -510,14 +510,6 @@ void Publisher::maybe_maintain(bool idle) {
     }
 }
 
-void Publisher::refresh_lag() {
-    const auto now = std::chrono::steady_clock::now();
-    if (now < next_stats_) return;
-    next_stats_ = now + config_.stats_interval;
-    auto r = pg_->exec(kLagSql, {config_.group});
-    if (r.rows() > 0 && !r.is_null(0, 0)) metrics_.lag_events = std::stoll(std::string(r.get(0, 0)));
-}
-
 // Waits for a notification, the timeout or a stop request, whichever
 // comes first.
 void Publisher::wait(std::chrono::milliseconds timeout) {
@@ -546,7 +538,6 @@ void Publisher::turn() {
             check_streams();
             streams_checked_ = true;
         }
-        refresh_lag();
         maybe_maintain(false);
         auto batch = std::move(prefetched_);
         prefetched_.clear();

@@ -341,6 +341,29 @@ TEST_F(PublishTest, MetricsAndHealthEndpoints) {
     EXPECT_EQ(health->body, "ok leader\n");
 }
 
+// The lag metric counts the group's backlog on a connection of its own: it
+// follows a backlog the relay cannot publish (Redis is down) and goes back
+// to 0 once the backlog is published.
+TEST_F(PublishTest, LagMetricCountsTheBacklogOnItsOwnConnection) {
+    const int port = free_port();
+    start_relay({"--metrics-address", "127.0.0.1:" + std::to_string(port), "--stats-interval", "100ms"});
+    emit(10);
+    ASSERT_TRUE(wait_all_published());
+    httplib::Client client("127.0.0.1", port);
+    const auto lag = series("pg_outbox_relay_lag_events");
+    ASSERT_TRUE(eventually([&] { return metric(client, lag) == 0; }, 10s));
+    auto pg = connect();
+    EXPECT_EQ(pg.exec("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pg_outbox_relay lag g'")
+                  .get(0, 0),
+              "1");
+    redis_->stop();
+    emit(42);
+    EXPECT_TRUE(eventually([&] { return metric(client, lag) == 42; }, 10s)) << metric(client, lag);
+    redis_->start();
+    ASSERT_TRUE(wait_all_published());
+    EXPECT_TRUE(eventually([&] { return metric(client, lag) == 0; }, 10s)) << metric(client, lag);
+}
+
 // Another writer put an entry with a higher id into the relay's stream:
 // Redis refuses the relay's next entries as "smaller than the top", but they
 // were never published. The relay does not count them as published; it

@@ -20,6 +20,10 @@ SELECT name, topics, cursor_txid > '0' AND cursor_txid <= outbox.horizon() AS fr
        cursor_txid = '0' AS at_beginning, advanced_at
   FROM outbox.groups ORDER BY name;
 SELECT group_name, topics, leader_pid, waiting FROM outbox_group_stats();
+-- One group's statistics (counting only its backlog); none for a name
+-- that is no group.
+SELECT group_name, waiting FROM outbox_group_stats('audit');
+SELECT count(*) FROM outbox_group_stats('no-such-group');
 
 SELECT pg_temp.try($$SELECT outbox_group_create('billing-relay')$$);
 SELECT pg_temp.try($$SELECT outbox_group_create(NULL)$$);

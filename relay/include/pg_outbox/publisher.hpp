@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "pg_outbox/event.hpp"
+#include "pg_outbox/lag.hpp"
 #include "pg_outbox/position.hpp"
 #include "pg_outbox/service.hpp"
 
@@ -68,7 +69,6 @@ private:
     void send_advance();
     void receive_advance();
     void flush_advance();
-    void refresh_lag();
     void maybe_maintain(bool idle);
     void wait(std::chrono::milliseconds timeout);
 
@@ -89,10 +89,11 @@ private:
     bool transactions_refused_ = false;
     // Last position published to each stream, as far as this relay knows.
     std::map<std::string, Position> known_;
-    std::chrono::steady_clock::time_point next_stats_{};
     std::chrono::steady_clock::time_point next_check_{};
     std::chrono::steady_clock::time_point next_maintain_{};
     std::chrono::steady_clock::time_point fetch_sent_{};
+    // The lag metric, measured on its own connection and thread.
+    LagProbe lag_;
 };
 
 }  // namespace pg_outbox

@@ -1,0 +1,39 @@
+// The backlog of a group, measured for the lag metric.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "pg_outbox/metrics.hpp"
+
+namespace pg_outbox {
+
+// Counts the events a group has still to publish, every interval, on a
+// PostgreSQL connection and in a thread of its own. Counting is O(backlog)
+// (a quarter of a second and more at a million events), and the loop that
+// publishes the backlog must not wait for it. Failures leave the last
+// value in place and are retried at the next interval.
+class LagProbe {
+public:
+    LagProbe(std::string conninfo, std::string group, std::chrono::milliseconds interval, Metrics& metrics);
+    ~LagProbe();
+    LagProbe(const LagProbe&) = delete;
+    LagProbe& operator=(const LagProbe&) = delete;
+
+private:
+    void run();
+
+    const std::string conninfo_;
+    const std::string group_;
+    const std::chrono::milliseconds interval_;
+    Metrics& metrics_;
+    std::mutex mutex_;
+    std::condition_variable wake_;
+    bool stop_ = false;
+    std::thread thread_;
+};
+
+}  // namespace pg_outbox
