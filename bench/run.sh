@@ -60,16 +60,9 @@ psql_db() {
 }
 conninfo() { echo "host=127.0.0.1 port=$PG_PORT user=postgres dbname=$1"; }
 redis() { redis-cli -p "$REDIS_PORT" "$@"; }
-stream_total() {
-	local total=0 k
-	for k in $(redis --scan --pattern 'outbox:*'); do
-		total=$((total + $(redis xlen "$k")))
-	done
-	echo "$total"
-}
 now() { date +%s.%N; }
-wait_streams() { # until the streams hold $1 entries
-	while [ "$(stream_total)" -lt "$1" ]; do sleep 0.02; done
+wait_streams() { # until the streams hold $1 entries (at most 30 minutes)
+	"$TOOL" wait-entries --redis "$REDIS" --count "$1" --timeout 1800 >/dev/null
 }
 # median, min and max of numbers on stdin: "median (min–max)"
 stats() { sort -g | awk '{a[NR]=$1} END {m=(NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2; printf "%.6g (%.6g–%.6g)", m, a[1], a[NR]}'; }

@@ -11,6 +11,9 @@
 //                 read, the ceiling of a consumer
 //   pgq-relay     a PgQ consumer publishing to Redis: next_batch,
 //                 get_batch_events, pipelined XADD, finish_batch, COMMIT
+//   wait-entries  waits until the streams matching a pattern hold a number
+//                 of entries, polling over one connection (a redis-cli per
+//                 poll would cost the machine more CPU than it measures)
 //
 // Each prints "RESULT <name> <value>" lines.
 #include <CLI/CLI.hpp>
@@ -19,6 +22,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <thread>
 #include <vector>
 
 #include "pg_outbox/event.hpp"
@@ -213,6 +217,31 @@ int read_ack(const std::string& redis_address, const std::string& stream, int ba
     return 0;
 }
 
+int wait_entries(const std::string& redis_address, const std::string& pattern, std::size_t count,
+                 int timeout_s) {
+    auto redis = redis_connect(redis_address);
+    const auto t0 = Clock::now();
+    std::size_t total = 0;
+    while (seconds_since(t0) < timeout_s) {
+        auto keys = redis.command({"KEYS", pattern});
+        total = 0;
+        if (keys->type == REDIS_REPLY_ARRAY && keys->elements > 0) {
+            for (std::size_t i = 0; i < keys->elements; ++i) redis.append({"XLEN", reply_text(keys->element[i])});
+            for (std::size_t i = 0; i < keys->elements; ++i) {
+                auto n = redis.get_reply();
+                if (n->type == REDIS_REPLY_INTEGER) total += static_cast<std::size_t>(n->integer);
+            }
+        }
+        if (total >= count) {
+            std::printf("RESULT entries %zu\nRESULT seconds %.3f\n", total, seconds_since(t0));
+            return 0;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    std::fprintf(stderr, "wait-entries: %zu of %zu entries after %d s\n", total, count, timeout_s);
+    return 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -226,6 +255,8 @@ int main(int argc, char** argv) {
     auto* lat = app.add_subcommand("latency", "commit-to-stream latency of arriving entries");
     auto* ra = app.add_subcommand("read-ack", "a bare XREADGROUP and XACK loop over a stream");
     auto* pq = app.add_subcommand("pgq-relay", "a PgQ consumer publishing to Redis");
+    auto* we = app.add_subcommand("wait-entries", "waits until streams hold a number of entries");
+    std::string pattern = "outbox:*";
     std::string consumer;
     pq->add_option("--pg", pg)->required();
     pq->add_option("--consumer", consumer)->required();
@@ -233,7 +264,10 @@ int main(int argc, char** argv) {
         sub->add_option("--pg", pg)->required();
         sub->add_option("--batch", batch);
     }
-    for (auto* sub : {ceiling, naive, lat, ra, pq}) sub->add_option("--redis", redis);
+    for (auto* sub : {ceiling, naive, lat, ra, pq, we}) sub->add_option("--redis", redis);
+    we->add_option("--pattern", pattern);
+    we->add_option("--count", count)->required();
+    we->add_option("--timeout", timeout_s);
     ra->add_option("--stream", stream)->required();
     ra->add_option("--batch", batch);
     lat->add_option("--stream", stream)->required();
@@ -244,5 +278,6 @@ int main(int argc, char** argv) {
     if (naive->parsed()) return naive_relay(pg, redis, batch);
     if (ra->parsed()) return read_ack(redis, stream, batch);
     if (pq->parsed()) return pgq_relay(pg, redis, consumer);
+    if (we->parsed()) return wait_entries(redis, pattern, count, timeout_s);
     return latency(redis, stream, count, timeout_s);
 }
