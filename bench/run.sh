@@ -61,6 +61,11 @@ psql_db() {
 conninfo() { echo "host=127.0.0.1 port=$PG_PORT user=postgres dbname=$1"; }
 redis() { redis-cli -p "$REDIS_PORT" "$@"; }
 now() { date +%s.%N; }
+# A quiet start for the next measurement: nothing left for autovacuum to
+# clean up behind the previous one, no checkpoint due.
+settle() {
+	psql_db "$1" -c "VACUUM" -c "CHECKPOINT" >/dev/null
+}
 wait_streams() { # until the streams hold $1 entries (at most 30 minutes)
 	"$TOOL" wait-entries --redis "$REDIS" --count "$1" --timeout 1800 >/dev/null
 }
@@ -222,6 +227,7 @@ if [[ " $ONLY " == *" drain "* ]]; then
 		# pg_outbox_relay
 		redis flushall >/dev/null
 		psql_db drain -c "SELECT outbox_rewind('drain', 'beginning'); UPDATE outbox.groups SET streams = '{}'" >/dev/null
+		settle drain
 		t0=$(now)
 		"$RELAY" publish --pg "$(conninfo drain)" --redis "$REDIS" --group drain --batch-size 1000 \
 			--log-level warn >"$WORK/relay.log" 2>&1 &
@@ -235,6 +241,7 @@ if [[ " $ONLY " == *" drain "* ]]; then
 		# the same relay on the commit-ordered group
 		redis flushall >/dev/null
 		psql_db drain -c "SELECT outbox_rewind('drain_commit', 'beginning'); UPDATE outbox.groups SET streams = '{}'" >/dev/null
+		settle drain
 		t0=$(now)
 		"$RELAY" publish --pg "$(conninfo drain)" --redis "$REDIS" --group drain_commit --batch-size 1000 \
 			--log-level warn >"$WORK/relay.log" 2>&1 &
@@ -246,13 +253,16 @@ if [[ " $ONLY " == *" drain "* ]]; then
 		commit_eps=$(echo "$EVENTS $t0 $t1" | awk '{printf "%.0f", $1 / ($3 - $2)}')
 		# the ceiling: bare pipelined XADD of the same entries
 		redis flushall >/dev/null
+		settle drain
 		ceiling_eps=$("$TOOL" xadd-ceiling --pg "$(conninfo drain)" --redis "$REDIS" | result events_per_second)
 		# the naive status-column relay
 		redis flushall >/dev/null
 		psql_db drain -c "TRUNCATE naive_outbox; INSERT INTO naive_outbox (id, event_id, topic, key, payload, headers, created_at)
 			SELECT * FROM naive_template" -c "VACUUM ANALYZE naive_outbox" >/dev/null
+		settle drain
 		naive_eps=$("$TOOL" naive-relay --pg "$(conninfo drain)" --redis "$REDIS" | result events_per_second)
 		redis flushall >/dev/null
+		settle drain
 		pgq_eps=$("$TOOL" pgq-relay --pg "$(conninfo drain)" --redis "$REDIS" --consumer "round$r" | result events_per_second)
 		echo "$relay_eps $ceiling_eps $naive_eps $rss $pgq_eps $commit_eps" >>"$WORK/drain"
 		echo "   round $r: relay $relay_eps/s (commit order $commit_eps/s), XADD ceiling $ceiling_eps/s, naive relay $naive_eps/s, PgQ consumer $pgq_eps/s, relay peak RSS ${rss} kB"
