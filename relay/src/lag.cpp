@@ -2,10 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include <optional>
-
-#include "pg_outbox/errors.hpp"
-#include "pg_outbox/pg.hpp"
+#include <exception>
 
 namespace pg_outbox {
 
@@ -30,27 +27,29 @@ LagProbe::~LagProbe() {
 }
 
 void LagProbe::run() {
-    std::optional<PgConnection> pg;
-    bool failing = false;
     std::unique_lock lock(mutex_);
     while (!stop_) {
         lock.unlock();
         // A standby leaves the counting to the leader.
-        if (metrics_.leader) try {
-            if (!pg || !pg->ok()) pg.emplace(conninfo_, "pg_outbox_relay lag " + group_);
-            auto r = pg->exec(kLagSql, {group_});
-            if (r.rows() > 0 && !r.is_null(0, 0)) metrics_.lag_events = std::stoll(std::string(r.get(0, 0)));
-            if (failing) spdlog::info("measuring the backlog of group \"{}\" again", group_);
-            failing = false;
-        } catch (const PgError& e) {
-            // The publishing loop reports PostgreSQL's faults; this only
-            // says once why the metric stands still.
-            if (!failing) spdlog::warn("cannot measure the backlog of group \"{}\": {}", group_, e.what());
-            failing = true;
-            pg.reset();
-        }
+        if (metrics_.leader) measure();
         lock.lock();
         wake_.wait_for(lock, interval_, [this] { return stop_; });
+    }
+}
+
+void LagProbe::measure() {
+    try {
+        if (!pg_ || !pg_->ok()) pg_.emplace(conninfo_, "pg_outbox_relay lag " + group_);
+        auto r = pg_->exec(kLagSql, {group_});
+        if (r.rows() > 0 && !r.is_null(0, 0)) metrics_.lag_events = std::stoll(std::string(r.get(0, 0)));
+        if (failing_) spdlog::info("measuring the backlog of group \"{}\" again", group_);
+        failing_ = false;
+    } catch (const std::exception& e) {
+        // The publishing loop reports PostgreSQL's faults; this says once
+        // why the metric stands still, and never stops the relay.
+        if (!failing_) spdlog::warn("cannot measure the backlog of group \"{}\": {}", group_, e.what());
+        failing_ = true;
+        pg_.reset();
     }
 }
 

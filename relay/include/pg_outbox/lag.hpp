@@ -4,10 +4,12 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "pg_outbox/metrics.hpp"
+#include "pg_outbox/pg.hpp"
 
 namespace pg_outbox {
 
@@ -25,11 +27,15 @@ public:
 
 private:
     void run();
+    // One count; the connection is made again after a failure.
+    void measure();
 
     const std::string conninfo_;
     const std::string group_;
     const std::chrono::milliseconds interval_;
     Metrics& metrics_;
+    std::optional<PgConnection> pg_;  // used by the probe's thread only
+    bool failing_ = false;
     std::mutex mutex_;
     std::condition_variable wake_;
     bool stop_ = false;
