@@ -138,23 +138,31 @@ outbox_fetch(PG_FUNCTION_ARGS)
 		TupleDesc	desc = SPI_tuptable->tupdesc;
 		bool		commit = strcmp(SPI_getvalue(row, desc, 1), "commit") == 0;
 		char	   *sql = SPI_getvalue(row, desc, 2);
-		ParamListInfo params = makeParamList(commit ? 5 : 4);
-		Oid			types[5];
+		ParamListInfo params = makeParamList(commit ? 6 : 5);
+		Oid			types[6];
 		SPIPlanPtr	plan;
 		DestReceiver *dest;
 		SPIExecuteOptions options;
 
 		/*
 		 * The parameters of outbox.fetch_sql(): cursor txid, cursor seq,
-		 * topics, limit; of outbox.commit_fetch_sql(): cursor ticket, cursor
-		 * seq, topics, horizon, limit.
+		 * topics, limit, horizon; of outbox.commit_fetch_sql(): cursor
+		 * ticket, cursor seq, topics, horizon, limit, transaction id bound.
 		 */
 		OutboxSetParam(params, 0, commit ? INT8OID : XID8OID, row, desc, commit ? 4 : 3);
 		OutboxSetParam(params, 1, INT8OID, row, desc, 5);
 		OutboxSetParam(params, 2, TEXTARRAYOID, row, desc, 6);
 		if (commit)
+		{
 			OutboxSetParam(params, 3, INT8OID, row, desc, 7);
-		OutboxSetParam(params, commit ? 4 : 3, INT4OID, row, desc, 8);
+			OutboxSetParam(params, 4, INT4OID, row, desc, 8);
+			OutboxSetParam(params, 5, XID8OID, row, desc, 9);
+		}
+		else
+		{
+			OutboxSetParam(params, 3, INT4OID, row, desc, 8);
+			OutboxSetParam(params, 4, XID8OID, row, desc, 9);
+		}
 		for (i = 0; i < params->numParams; i++)
 			types[i] = params->params[i].ptype;
 

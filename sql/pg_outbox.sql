@@ -494,38 +494,44 @@ COMMENT ON FUNCTION @extschema@.outbox_group_drop(text, boolean) IS 'pg_outbox: 
 -- what a group has still to publish; a plain SQL function, so that the
 -- planner inlines it into each query. "txid >= cursor_txid" lets it prune
 -- partitions behind the cursor; the row comparison keeps the scan an index
--- range scan on (txid, seq).
-CREATE FUNCTION outbox.backlog(cursor_txid xid8, cursor_seq bigint, topics text[])
+-- range scan on (txid, seq). "below", when given, is a horizon read before
+-- the query's snapshot (any earlier horizon is a valid one): as a constant
+-- it also prunes the partitions beyond it while the query is planned.
+CREATE FUNCTION outbox.backlog(cursor_txid xid8, cursor_seq bigint, topics text[], below xid8 DEFAULT NULL)
 RETURNS SETOF outbox.event
 LANGUAGE sql STABLE PARALLEL SAFE
 AS $$
 	SELECT e.*
 	  FROM outbox.event e
 	 WHERE e.txid >= cursor_txid AND (e.txid, e.seq) > (cursor_txid, cursor_seq)
-	   AND e.txid < outbox.horizon()
+	   AND e.txid < coalesce(below, outbox.horizon())
 	   AND (topics IS NULL OR e.topic = ANY (topics))
 $$;
-COMMENT ON FUNCTION outbox.backlog(xid8, bigint, text[]) IS 'pg_outbox: the events after a cursor and below the horizon, of some topics or all';
+COMMENT ON FUNCTION outbox.backlog(xid8, bigint, text[], xid8) IS 'pg_outbox: the events after a cursor and below the horizon (or an earlier one), of some topics or all';
 
 -- The batch query of the xid8 feed: a group's backlog after ($1, $2) of
--- topics $3, in feed order, at most $4.
+-- topics $3 below horizon $5, in feed order, at most $4.
 CREATE FUNCTION outbox.fetch_sql()
 RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
 	SELECT 'SELECT e.txid::text || ''-'' || e.seq, e.txid, e.seq, e.event_id, e.topic, e.key,'
 		   '       e.payload, e.headers, e.created_at'
-		   '  FROM outbox.backlog($1, $2, $3) e'
+		   '  FROM outbox.backlog($1, $2, $3, $5) e'
 		   ' ORDER BY e.txid, e.seq'
 		   ' LIMIT $4'
 $$;
-COMMENT ON FUNCTION outbox.fetch_sql() IS 'pg_outbox: text of the xid8 feed''s batch query (parameters: cursor txid, cursor seq, topics, limit)';
+COMMENT ON FUNCTION outbox.fetch_sql() IS 'pg_outbox: text of the xid8 feed''s batch query (parameters: cursor txid, cursor seq, topics, limit, horizon)';
 
 -- A group's backlog in commit order: the events of the transactions whose
 -- commit tickets are after a cursor and at most a horizon (read with
 -- outbox.commit_horizon() before the snapshot this runs in), of some topics
 -- or all, in commit order. The one definition of what a commit-ordered
--- group has still to publish; inlined into each query.
+-- group has still to publish; inlined into each query. "below", when
+-- given, is a transaction id above every transaction whose ticket is at or
+-- below the horizon (the next one, read after the horizon): as a constant
+-- it prunes the partitions beyond it, of markers and of events, while the
+-- query is planned.
 --
 -- Rows come out in (ticket, seq) order by construction, without a sort that
 -- would read a whole transaction per batch: markers are scanned in ticket
@@ -533,7 +539,8 @@ COMMENT ON FUNCTION outbox.fetch_sql() IS 'pg_outbox: text of the xid8 feed''s b
 -- events in seq order (a lateral reference allows only a nested loop, and
 -- OFFSET 0 keeps both subqueries and their orders intact). The explain
 -- test checks the plan.
-CREATE FUNCTION outbox.commit_backlog(cursor_ticket bigint, cursor_seq bigint, topics text[], horizon bigint)
+CREATE FUNCTION outbox.commit_backlog(cursor_ticket bigint, cursor_seq bigint, topics text[], horizon bigint,
+									  below xid8 DEFAULT NULL)
 RETURNS TABLE (ticket bigint, txid xid8, seq bigint, event_id uuid, topic text, key text,
 			   payload jsonb, headers jsonb, created_at timestamptz)
 LANGUAGE sql STABLE PARALLEL SAFE
@@ -542,32 +549,34 @@ AS $$
 	  FROM (SELECT c.ticket, c.txid
 			  FROM outbox.commit_log c
 			 WHERE c.ticket >= cursor_ticket AND c.ticket <= horizon
+			   AND (below IS NULL OR c.txid < below)
 			 ORDER BY c.ticket
 			OFFSET 0) m
 	 CROSS JOIN LATERAL (
 		SELECT v.*
 		  FROM outbox.event v
-		 WHERE v.txid = m.txid
+		 WHERE v.txid = m.txid AND (below IS NULL OR v.txid < below)
 		   AND v.seq > CASE WHEN m.ticket = cursor_ticket THEN cursor_seq ELSE 0 END
 		   AND (topics IS NULL OR v.topic = ANY (topics))
 		 ORDER BY v.seq
 		OFFSET 0) e
 $$;
-COMMENT ON FUNCTION outbox.commit_backlog(bigint, bigint, text[], bigint) IS
+COMMENT ON FUNCTION outbox.commit_backlog(bigint, bigint, text[], bigint, xid8) IS
 	'pg_outbox: the events after a commit-order cursor and up to a commit horizon, of some topics or all, in commit order';
 
 -- The batch query of the commit-ordered feed: a group's backlog after
--- ($1, $2) of topics $3 up to horizon $4, at most $5.
+-- ($1, $2) of topics $3 up to horizon $4, at most $5, of transactions
+-- below $6.
 CREATE FUNCTION outbox.commit_fetch_sql()
 RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
 	SELECT 'SELECT e.ticket::text || ''-'' || e.seq, e.txid, e.seq, e.event_id, e.topic, e.key,'
 		   '       e.payload, e.headers, e.created_at'
-		   '  FROM outbox.commit_backlog($1, $2, $3, $4) e'
+		   '  FROM outbox.commit_backlog($1, $2, $3, $4, $6) e'
 		   ' LIMIT $5'
 $$;
-COMMENT ON FUNCTION outbox.commit_fetch_sql() IS 'pg_outbox: text of the commit-ordered feed''s batch query (parameters: cursor ticket, cursor seq, topics, horizon, limit)';
+COMMENT ON FUNCTION outbox.commit_fetch_sql() IS 'pg_outbox: text of the commit-ordered feed''s batch query (parameters: cursor ticket, cursor seq, topics, horizon, limit, transaction id bound)';
 
 -- Splits a commit-order position "<ticket>-<seq>".
 CREATE FUNCTION outbox.parse_commit_position(pos text, OUT ticket bigint, OUT seq bigint)
@@ -611,12 +620,15 @@ COMMENT ON FUNCTION outbox.check_commit_read() IS 'pg_outbox: refuses to read th
 -- arguments, takes the group's leadership for this session when it is free
 -- (no row while another session leads), and returns the batch query of the
 -- group's order with its parameters: the cursor, or a later position given
--- as "after", the group's topics, in commit order the commit horizon (read
--- here, in a statement before the batch query, whose snapshot is then
--- taken after it), and the batch size.
+-- as "after", the group's topics, in commit order the commit horizon, the
+-- batch size, and "below": the xid8 horizon, or in commit order a
+-- transaction id above every transaction up to the commit horizon. Both
+-- horizons are read here, in a statement before the batch query, whose
+-- snapshot is then taken after them; as constants of the batch query
+-- they let the planner leave out the partitions beyond them.
 CREATE FUNCTION outbox.fetch_args(group_name text, batch_size integer, after text)
 RETURNS TABLE (ordering text, query text, cursor_txid xid8, cursor_ticket bigint,
-			   cursor_seq bigint, topics text[], horizon bigint, row_limit integer)
+			   cursor_seq bigint, topics text[], horizon bigint, row_limit integer, below xid8)
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -640,6 +652,10 @@ BEGIN
 	IF g.ordering = 'commit' THEN
 		PERFORM outbox.check_commit_read();
 		horizon := outbox.commit_horizon();
+		-- Every transaction with a ticket up to the horizon has ended, so
+		-- its id is below the next one read after the horizon (each
+		-- expression of this volatile function sees a new snapshot).
+		below := pg_snapshot_xmax(pg_current_snapshot());
 		IF after IS NOT NULL THEN
 			SELECT * INTO a FROM outbox.parse_commit_position(after);
 			IF (a.ticket, a.seq) > (g.cursor_ticket, g.cursor_seq) THEN
@@ -648,6 +664,7 @@ BEGIN
 			END IF;
 		END IF;
 	ELSE
+		below := outbox.horizon();
 		next_xid := pg_snapshot_xmax(pg_current_snapshot());
 		IF g.cursor_txid > next_xid THEN
 			RAISE EXCEPTION 'cursor of group "%" is ahead of this server''s transaction ids', group_name

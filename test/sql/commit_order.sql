@@ -66,11 +66,11 @@ ROLLBACK;
 SET enable_sort = off;
 SET enable_seqscan = off;
 SET enable_bitmapscan = off;
-CREATE FUNCTION pg_temp.plan_lines() RETURNS SETOF text LANGUAGE plpgsql AS $$
+CREATE FUNCTION pg_temp.plan_lines(below xid8 DEFAULT NULL) RETURNS SETOF text LANGUAGE plpgsql AS $$
 DECLARE
 	l text;
 BEGIN
-	FOR l IN EXECUTE 'EXPLAIN (COSTS OFF) SELECT * FROM outbox.commit_backlog(0, 0, NULL, 100) LIMIT 10' LOOP
+	FOR l IN EXECUTE format('EXPLAIN (COSTS OFF) SELECT * FROM outbox.commit_backlog(0, 0, NULL, 100, %L) LIMIT 10', below) LOOP
 		RETURN NEXT l;
 	END LOOP;
 END
@@ -80,6 +80,14 @@ SELECT count(*) FILTER (WHERE l ~ '(^|->)\s*(Incremental )?Sort$') AS sorts,
 	   count(*) FILTER (WHERE l ~ 'Sort Key: c\.ticket$') AS markers_by_ticket,
 	   count(*) FILTER (WHERE l ~ 'Sort Key: v\.seq$') AS events_by_seq
   FROM pg_temp.plan_lines() l;
+-- With a bound on transaction ids (outbox_fetch passes the next one, read
+-- after the horizon) the partitions beyond it, of markers and of events,
+-- are not planned at all.
+SELECT (SELECT count(*) FROM pg_temp.plan_lines() l WHERE l ~ ' on (commit_log|event)_') >
+       (SELECT count(*) FROM pg_temp.plan_lines(pg_snapshot_xmax(pg_current_snapshot())) l
+         WHERE l ~ ' on (commit_log|event)_') AS fewer_partitions,
+       (SELECT count(*) FILTER (WHERE l ~ '(^|->)\s*(Incremental )?Sort$') = 0 AND count(*) FILTER (WHERE l ~ 'Nested Loop') = 1
+          FROM pg_temp.plan_lines(pg_snapshot_xmax(pg_current_snapshot())) l) AS no_sort_one_loop;
 RESET enable_sort;
 RESET enable_seqscan;
 RESET enable_bitmapscan;

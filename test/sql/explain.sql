@@ -39,7 +39,7 @@ DECLARE
 BEGIN
     SELECT txid, seq INTO c_txid, c_seq FROM outbox.event ORDER BY txid, seq OFFSET skip LIMIT 1;
     EXECUTE 'EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, FORMAT JSON) ' || outbox.fetch_sql()
-       INTO plan USING c_txid, c_seq, CASE WHEN filtered THEN ARRAY['load'] END, 1000;
+       INTO plan USING c_txid, c_seq, CASE WHEN filtered THEN ARRAY['load'] END, 1000, outbox.horizon();
     SELECT string_agg(DISTINCT n->>'Node Type', ', ' ORDER BY n->>'Node Type'),
            sum((n->>'Actual Rows')::numeric) FILTER (WHERE n->>'Node Type' LIKE '%Scan')
       INTO nodes, rows_read
