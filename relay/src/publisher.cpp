@@ -61,6 +61,9 @@ std::optional<Position> stream_last_id(const redisReply* info) {
     return Position{};
 }
 
+// How often the cursor moves while batches keep coming (explicit ids).
+constexpr std::chrono::milliseconds kAdvanceInterval{100};
+
 // Records how long a batch's Redis round trips took, however they end.
 class RttTimer {
 public:
@@ -458,12 +461,35 @@ std::map<std::string, std::string> Publisher::write_with_script(const Shares& sh
     return last;
 }
 
+// With explicit ids the cursor moves at most every kAdvanceInterval, and
+// whenever the feed runs dry or the relay stops: a batch's advance costs
+// the server about what fetching a small batch costs, and a relay keeping
+// up with a trickle of commits publishes hundreds of batches a second.
+// An advance lost in a crash costs a replay of at most that interval,
+// which Redis refuses as already present. With ids Redis generates, a
+// replay would duplicate entries, so every batch advances.
+bool Publisher::advance_due() const {
+    return config_.id_mode != IdMode::explicit_position ||
+           std::chrono::steady_clock::now() - advance_sent_at_ >= kAdvanceInterval;
+}
+
+// Adds a batch Redis acknowledged to what the next advance records.
+void Publisher::record_published(const std::string& position, std::map<std::string, std::string> streams) {
+    if (!unadvanced_) {
+        unadvanced_.emplace(position, std::move(streams));
+        return;
+    }
+    unadvanced_->first = position;
+    for (auto& [stream, last] : streams) unadvanced_->second[stream] = std::move(last);
+}
+
 void Publisher::send_advance() {
     if (!unadvanced_) return;
     nlohmann::json j(unadvanced_->second);
     pg_->send(config_.id_mode == IdMode::explicit_position ? kAdvanceAsyncSql : kAdvanceSql,
               {config_.group, unadvanced_->first, j.dump()});
     advance_sent_ = true;
+    advance_sent_at_ = std::chrono::steady_clock::now();
 }
 
 void Publisher::receive_advance() {
@@ -477,7 +503,6 @@ void Publisher::receive_advance() {
         throw;
     }
     unadvanced_.reset();
-    metrics_.batches_published++;
 }
 
 void Publisher::flush_advance() {
@@ -558,8 +583,8 @@ void Publisher::turn() {
         }
         const auto t0 = std::chrono::steady_clock::now();
         // While Redis writes this batch, PostgreSQL advances the cursor past
-        // the previous one and fetches the next.
-        send_advance();
+        // the previous ones (when an advance is due) and fetches the next.
+        if (advance_due()) send_advance();
         send_fetch(&batch.back().position);
         std::map<std::string, std::string> streams;
         try {
@@ -575,10 +600,10 @@ void Publisher::turn() {
             throw;
         }
         const auto t1 = std::chrono::steady_clock::now();
+        metrics_.batches_published++;
         receive_advance();
         prefetched_ = receive_fetch();
-        unadvanced_.emplace(batch.back().position, std::move(streams));
-        if (prefetched_.empty()) flush_advance();
+        record_published(batch.back().position, std::move(streams));
         spdlog::debug("published {} events up to {} (redis {:.2f} ms, overlapped with the advance and next fetch; "
                       "turn {:.2f} ms)",
                       batch.size(), batch.back().position, metrics_.redis_rtt_seconds * 1000,

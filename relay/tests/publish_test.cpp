@@ -341,6 +341,45 @@ TEST_F(PublishTest, MetricsAndHealthEndpoints) {
     EXPECT_EQ(health->body, "ok leader\n");
 }
 
+// While batches keep coming the cursor moves at most every 100 ms, not
+// once per batch, and it catches up with the last batch once the feed runs
+// dry. (A trigger counts the advances.)
+TEST_F(PublishTest, CursorAdvancesAtIntervalsWhileBatchesKeepComing) {
+    {
+        auto pg = connect();
+        pg.exec("CREATE TABLE public.advances (at timestamptz DEFAULT clock_timestamp())");
+        pg.exec("GRANT INSERT ON public.advances TO PUBLIC");
+        pg.exec("CREATE FUNCTION public.count_advance() RETURNS trigger LANGUAGE plpgsql AS "
+                "$$BEGIN INSERT INTO public.advances DEFAULT VALUES; RETURN NULL; END$$");
+        pg.exec("CREATE TRIGGER count_advance AFTER UPDATE ON outbox.groups "
+                "FOR EACH ROW EXECUTE FUNCTION public.count_advance()");
+    }
+    const int port = free_port();
+    start_relay({"--metrics-address", "127.0.0.1:" + std::to_string(port)});
+    std::atomic<bool> done{false};
+    std::vector<std::thread> writers;
+    for (int w = 0; w < 2; ++w)
+        writers.emplace_back([this, &done] {
+            auto pg = connect();
+            for (int i = 0; !done; ++i)
+                pg.exec("SELECT count(*) FROM outbox_emit_many($1, NULL, array_fill('{\"x\": 1}'::jsonb, ARRAY[2]))",
+                        {kTopics[i % kTopics.size()]});
+        });
+    std::this_thread::sleep_for(2s);
+    done = true;
+    for (auto& w : writers) w.join();
+    ASSERT_TRUE(wait_all_published());
+    expect_exactly_once_in_order();
+    auto pg = connect();
+    const auto last = query_column(pg, "SELECT txid || '-' || seq FROM outbox.event ORDER BY txid DESC, seq DESC LIMIT 1")[0];
+    ASSERT_TRUE(eventually([&] { return cursor() == last; }, 10s)) << cursor() << " " << last;
+    httplib::Client client("127.0.0.1", port);
+    const double batches = metric(client, series("pg_outbox_relay_batches_published_total"));
+    const double advances = std::stod(query_column(pg, "SELECT count(*) FROM public.advances")[0]);
+    EXPECT_GT(batches, 40) << "the writers did not keep the relay busy";
+    EXPECT_LT(advances, batches / 2) << advances << " advances for " << batches << " batches";
+}
+
 // The lag metric counts the group's backlog on a connection of its own: it
 // follows a backlog the relay cannot publish (Redis is down) and goes back
 // to 0 once the backlog is published.

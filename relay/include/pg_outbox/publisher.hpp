@@ -36,8 +36,9 @@ private:
     // receive_fetch().
     void send_fetch(const std::string* after);
     std::vector<Event> receive_fetch();
+    // fetch() reads after the last batch Redis acknowledged, advanced or not.
     std::vector<Event> fetch() {
-        send_fetch(nullptr);
+        send_fetch(unadvanced_ ? &unadvanced_->first : nullptr);
         return receive_fetch();
     }
     // A batch split by stream, each stream's events in feed order.
@@ -64,8 +65,10 @@ private:
                                          std::map<std::string, std::string>& last);
     // The append script, stream by stream; UNWATCH first when asked.
     std::map<std::string, std::string> write_with_script(const Shares& shares, bool unwatch);
-    // Queues the cursor advance of a batch Redis acknowledged: it is sent
-    // with the next fetch, or alone when the feed runs dry.
+    // The cursor advance of the batches Redis acknowledged: recorded, sent
+    // with a next fetch when due, or alone when the feed runs dry.
+    bool advance_due() const;
+    void record_published(const std::string& position, std::map<std::string, std::string> streams);
     void send_advance();
     void receive_advance();
     void flush_advance();
@@ -78,6 +81,7 @@ private:
     // The last position Redis acknowledged, not yet sent to the cursor.
     std::optional<std::pair<std::string, std::map<std::string, std::string>>> unadvanced_;
     bool advance_sent_ = false;
+    std::chrono::steady_clock::time_point advance_sent_at_{};
     std::string maxlen_text_;
     std::string script_sha_;
     std::string transaction_;  // the last transaction formatted, its capacity kept
