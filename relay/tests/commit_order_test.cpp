@@ -138,9 +138,9 @@ TEST(CommitOrder, RelayPublishesInCommitOrder) {
     late.exec("COMMIT");
     early.exec("COMMIT");
 
-    const auto dir = make_temp_dir("pg_outbox_commit_order");
+    const TempDir dir("pg_outbox_commit_order");
     Process relay({PG_OUTBOX_RELAY_BINARY, "--pg", conninfo, "--redis", redis.address(), "publish", "--group", "g"},
-                  dir + "/relay.log");
+                  dir.path() + "/relay.log");
     auto r = redis.connect();
     ASSERT_TRUE(eventually([&] { return read_stream(r, "outbox:orders").size() == 4; }, 20s)) << relay.log();
     const auto entries = read_stream(r, "outbox:orders");
@@ -166,7 +166,7 @@ TEST(CommitOrder, RelayPublishesInCommitOrder) {
     EXPECT_EQ(relay.wait(), 0);
     r.command({"FLUSHALL"});
     Process again({PG_OUTBOX_RELAY_BINARY, "--pg", conninfo, "--redis", redis.address(), "publish", "--group", "g"},
-                  dir + "/again.log");
+                  dir.path() + "/again.log");
     ASSERT_TRUE(eventually([&] { return read_stream(r, "outbox:orders").size() == 4; }, 20s)) << again.log();
     EXPECT_EQ(read_stream(r, "outbox:orders")[3].id, entries[3].id);
 }

@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <pwd.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -29,6 +30,26 @@ const char* const kPgBin = "/usr/lib/postgresql/15/bin";
 void run_as_postgres(const std::string& command) {
     std::string full = ::geteuid() == 0 ? "runuser -u postgres -- " + command : command;
     if (std::system(full.c_str()) != 0) throw std::runtime_error("command failed: " + full);
+}
+
+// In a forked child about to exec a server or the relay: the child dies
+// with the test process, also when a crashed test runs no destructors.
+void die_with_parent(pid_t parent) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);
+}
+
+// pg_ctl detaches the postmaster from the test process, so a watchdog
+// process stops it (fast shutdown) once the test process is gone.
+pid_t watch_over(pid_t server) {
+    const pid_t test = ::getpid();
+    const pid_t watchdog = ::fork();
+    if (watchdog == 0) {
+        while (::getppid() == test) ::sleep(1);
+        ::kill(server, SIGINT);
+        ::_exit(0);
+    }
+    return watchdog;
 }
 
 pid_t read_pid_file(const std::string& path) {
@@ -103,9 +124,15 @@ PgServer::~PgServer() {
 void PgServer::start() {
     run_as_postgres(std::string(kPgBin) + "/pg_ctl -D " + dir_ + "/data -l " + dir_ + "/server.log -w -t 60 start >/dev/null");
     pid_ = read_pid_file(dir_ + "/data/postmaster.pid");
+    watchdog_ = watch_over(pid_);
 }
 
 void PgServer::stop() {
+    if (watchdog_ > 0) {
+        ::kill(watchdog_, SIGKILL);
+        ::waitpid(watchdog_, nullptr, 0);
+        watchdog_ = -1;
+    }
     if (!alive(pid_)) return;
     ::kill(pid_, SIGINT);  // fast shutdown
     eventually([this] { return !alive(pid_); }, std::chrono::seconds(60), std::chrono::milliseconds(50));
@@ -146,8 +173,10 @@ RedisServer::~RedisServer() {
 }
 
 void RedisServer::start() {
+    const pid_t test = ::getpid();
     pid_ = ::fork();
     if (pid_ == 0) {
+        die_with_parent(test);
         int fd = ::open((dir_ + "/redis.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
         ::dup2(fd, 1);
         ::dup2(fd, 2);
@@ -191,8 +220,10 @@ RedisConnection RedisServer::connect() const {
 // ---- Processes
 
 Process::Process(const std::vector<std::string>& args, const std::string& log_path) : log_path_(log_path) {
+    const pid_t test = ::getpid();
     pid_ = ::fork();
     if (pid_ == 0) {
+        die_with_parent(test);
         int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
         ::dup2(fd, 1);
         ::dup2(fd, 2);

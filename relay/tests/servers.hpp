@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <set>
@@ -45,6 +46,7 @@ private:
     std::string dir_;
     int port_;
     pid_t pid_ = -1;
+    pid_t watchdog_ = -1;  // stops the server if the test process dies
 };
 
 // A Redis server; with aof, every write is fsynced before it is acknowledged.
@@ -105,7 +107,23 @@ std::vector<std::string> query_column(PgConnection& pg, const std::string& sql,
 bool eventually(const std::function<bool()>& condition, std::chrono::milliseconds timeout,
                 std::chrono::milliseconds every = std::chrono::milliseconds(100));
 
-// A temporary directory, removed with its content at destruction.
+// Makes a temporary directory whose name starts with prefix; returns its path.
 std::string make_temp_dir(const std::string& prefix);
+
+// A temporary directory, removed with everything in it when it goes away.
+class TempDir {
+public:
+    explicit TempDir(const std::string& prefix) : path_(make_temp_dir(prefix)) {}
+    ~TempDir() {
+        std::error_code ec;
+        std::filesystem::remove_all(path_, ec);
+    }
+    TempDir(const TempDir&) = delete;
+    TempDir& operator=(const TempDir&) = delete;
+    const std::string& path() const { return path_; }
+
+private:
+    std::string path_;
+};
 
 }  // namespace pg_outbox::testing
