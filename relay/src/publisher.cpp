@@ -475,10 +475,7 @@ bool Publisher::advance_due() const {
 
 // Adds a batch Redis acknowledged to what the next advance records.
 void Publisher::record_published(const std::string& position, std::map<std::string, std::string> streams) {
-    if (!unadvanced_) {
-        unadvanced_.emplace(position, std::move(streams));
-        return;
-    }
+    if (!unadvanced_) unadvanced_.emplace();
     unadvanced_->first = position;
     for (auto& [stream, last] : streams) unadvanced_->second[stream] = std::move(last);
 }
