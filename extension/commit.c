@@ -358,16 +358,16 @@ OutboxWriteMarker(FullTransactionId fxid, uint64 ticket)
 	ResultRelInfo *rri;
 	TupleTableSlot *slot;
 	HeapTuple	tuple;
-	Datum		values[2];
-	bool		nulls[2] = {false, false};
+	Datum		values[MARKER_NATTS];
+	bool		nulls[MARKER_NATTS] = {false, false};
 
 	if (!OidIsValid(relid))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("pg_outbox is not installed in this database")));
 	parent = table_open(relid, RowExclusiveLock);
-	if (RelationGetDescr(parent)->natts != 2)
-		elog(ERROR, "outbox.commit_log has %d columns, expected 2", RelationGetDescr(parent)->natts);
+	if (RelationGetDescr(parent)->natts != MARKER_NATTS)
+		elog(ERROR, "outbox.commit_log has %d columns, expected %d", RelationGetDescr(parent)->natts, MARKER_NATTS);
 	part = OutboxOpenPartition(parent, FullTransactionIdGetDatum(fxid));
 	map = convert_tuples_by_name(RelationGetDescr(parent), RelationGetDescr(part));
 
@@ -377,8 +377,8 @@ OutboxWriteMarker(FullTransactionId fxid, uint64 ticket)
 	ExecOpenIndices(rri, false);
 	slot = MakeSingleTupleTableSlot(RelationGetDescr(part), &TTSOpsHeapTuple);
 
-	values[0] = FullTransactionIdGetDatum(fxid);
-	values[1] = Int64GetDatum((int64) ticket);
+	values[MARKER_TXID] = FullTransactionIdGetDatum(fxid);
+	values[MARKER_TICKET] = Int64GetDatum((int64) ticket);
 	tuple = heap_form_tuple(RelationGetDescr(parent), values, nulls);
 	if (map != NULL)
 		tuple = execute_attr_map_tuple(tuple, map);

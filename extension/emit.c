@@ -56,20 +56,6 @@ PG_FUNCTION_INFO_V1(outbox_emit_many);
 /* outbox.event; InvalidOid until looked up or after invalidation. */
 static Oid	EventRelid = InvalidOid;
 
-/* Columns of outbox.event, in order. */
-enum
-{
-	EVENT_TXID,
-	EVENT_SEQ,
-	EVENT_EVENT_ID,
-	EVENT_TOPIC,
-	EVENT_KEY,
-	EVENT_PAYLOAD,
-	EVENT_HEADERS,
-	EVENT_CREATED_AT,
-	EVENT_NATTS
-};
-
 /* Rows handed to the table access method at once by outbox_emit_many(). */
 #define OUTBOX_MULTI_INSERT_ROWS	1000
 
@@ -164,19 +150,18 @@ OutboxEventRelid(void)
 }
 
 /*
- * Opens the partition of a table of pg_outbox partitioned by transaction id
+ * The partition of a table of pg_outbox partitioned by transaction id
  * (outbox.event, outbox.commit_log) that holds transaction "txid", the way
  * tuple routing finds it: the range partition whose bounds contain it, else
  * the default partition.
  */
-Relation
-OutboxOpenPartition(Relation parent, Datum txid)
+Oid
+OutboxPartitionOf(Relation parent, Datum txid)
 {
 	PartitionKey key = RelationGetPartitionKey(parent);
 	PartitionDesc desc = RelationGetPartitionDesc(parent, true);
 	PartitionBoundInfo bounds = desc->boundinfo;
 	int			index = -1;
-	Relation	part;
 
 	if (bounds != NULL)
 	{
@@ -196,8 +181,15 @@ OutboxOpenPartition(Relation parent, Datum txid)
 						RelationGetRelationName(parent), (unsigned long long) DatumGetUInt64(txid)),
 				 errhint("Create the default partition again: CREATE TABLE outbox.%s_default PARTITION OF outbox.%s DEFAULT.",
 						 RelationGetRelationName(parent), RelationGetRelationName(parent))));
+	return desc->oids[index];
+}
 
-	part = table_open(desc->oids[index], RowExclusiveLock);
+/* Opens the partition that holds "txid" (see OutboxPartitionOf) to write into it. */
+Relation
+OutboxOpenPartition(Relation parent, Datum txid)
+{
+	Relation	part = table_open(OutboxPartitionOf(parent, txid), RowExclusiveLock);
+
 	if (part->rd_rel->relkind != RELKIND_RELATION)
 		ereport(ERROR,
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),

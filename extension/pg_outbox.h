@@ -31,6 +31,28 @@
 #define OUTBOX_MIN_MAINTENANCE_INTERVAL		100
 #define OUTBOX_MAX_MAINTENANCE_INTERVAL		(24 * 60 * 60 * 1000)
 
+/* Columns of outbox.event, in order (0-based). */
+enum
+{
+	EVENT_TXID,
+	EVENT_SEQ,
+	EVENT_EVENT_ID,
+	EVENT_TOPIC,
+	EVENT_KEY,
+	EVENT_PAYLOAD,
+	EVENT_HEADERS,
+	EVENT_CREATED_AT,
+	EVENT_NATTS
+};
+
+/* Columns of outbox.commit_log, in order (0-based). */
+enum
+{
+	MARKER_TXID,
+	MARKER_TICKET,
+	MARKER_NATTS
+};
+
 /* GUCs */
 extern int	pg_outbox_max_payload_size;
 extern bool pg_outbox_notify;
@@ -39,6 +61,7 @@ extern int	pg_outbox_maintenance_interval;
 
 /* emit.c */
 extern void OutboxEmitInit(void);
+extern Oid	OutboxPartitionOf(Relation parent, Datum txid);
 extern Relation OutboxOpenPartition(Relation parent, Datum txid);
 
 /* commit.c */

@@ -509,20 +509,6 @@ AS $$
 $$;
 COMMENT ON FUNCTION outbox.backlog(xid8, bigint, text[], xid8) IS 'pg_outbox: the events after a cursor and below the horizon (or an earlier one), of some topics or all';
 
--- The batch query of the xid8 feed: a group's backlog after ($1, $2) of
--- topics $3 below horizon $5, in feed order, at most $4.
-CREATE FUNCTION outbox.fetch_sql()
-RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-AS $$
-	SELECT 'SELECT e.txid::text || ''-'' || e.seq, e.txid, e.seq, e.event_id, e.topic, e.key,'
-		   '       e.payload, e.headers, e.created_at'
-		   '  FROM outbox.backlog($1, $2, $3, $5) e'
-		   ' ORDER BY e.txid, e.seq'
-		   ' LIMIT $4'
-$$;
-COMMENT ON FUNCTION outbox.fetch_sql() IS 'pg_outbox: text of the xid8 feed''s batch query (parameters: cursor txid, cursor seq, topics, limit, horizon)';
-
 -- A group's backlog in commit order: the events of the transactions whose
 -- commit tickets are after a cursor and at most a horizon (read with
 -- outbox.commit_horizon() before the snapshot this runs in), of some topics
@@ -564,20 +550,6 @@ $$;
 COMMENT ON FUNCTION outbox.commit_backlog(bigint, bigint, text[], bigint, xid8) IS
 	'pg_outbox: the events after a commit-order cursor and up to a commit horizon, of some topics or all, in commit order';
 
--- The batch query of the commit-ordered feed: a group's backlog after
--- ($1, $2) of topics $3 up to horizon $4, at most $5, of transactions
--- below $6.
-CREATE FUNCTION outbox.commit_fetch_sql()
-RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-AS $$
-	SELECT 'SELECT e.ticket::text || ''-'' || e.seq, e.txid, e.seq, e.event_id, e.topic, e.key,'
-		   '       e.payload, e.headers, e.created_at'
-		   '  FROM outbox.commit_backlog($1, $2, $3, $4, $6) e'
-		   ' LIMIT $5'
-$$;
-COMMENT ON FUNCTION outbox.commit_fetch_sql() IS 'pg_outbox: text of the commit-ordered feed''s batch query (parameters: cursor ticket, cursor seq, topics, horizon, limit, transaction id bound)';
-
 -- Splits a commit-order position "<ticket>-<seq>".
 CREATE FUNCTION outbox.parse_commit_position(pos text, OUT ticket bigint, OUT seq bigint)
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
@@ -618,16 +590,15 @@ COMMENT ON FUNCTION outbox.check_commit_read() IS 'pg_outbox: refuses to read th
 
 -- Where a group's next batch starts, for outbox_fetch(): checks the
 -- arguments, takes the group's leadership for this session when it is free
--- (no row while another session leads), and returns the batch query of the
--- group's order with its parameters: the cursor, or a later position given
--- as "after", the group's topics, in commit order the commit horizon, the
--- batch size, and "below": the xid8 horizon, or in commit order a
--- transaction id above every transaction up to the commit horizon. Both
--- horizons are read here, in a statement before the batch query, whose
--- snapshot is then taken after them; as constants of the batch query
--- they let the planner leave out the partitions beyond them.
+-- (no row while another session leads), and returns the group's order and
+-- where its batch lies: after the cursor, or a later position given as
+-- "after", of the group's topics, in commit order up to the commit horizon,
+-- at most the batch size, of transactions below "below" (the xid8 horizon,
+-- or in commit order a transaction id above every transaction up to the
+-- commit horizon). Both horizons are read here, before the snapshot that
+-- reads the batch is taken.
 CREATE FUNCTION outbox.fetch_args(group_name text, batch_size integer, after text)
-RETURNS TABLE (ordering text, query text, cursor_txid xid8, cursor_ticket bigint,
+RETURNS TABLE (ordering text, cursor_txid xid8, cursor_ticket bigint,
 			   cursor_seq bigint, topics text[], horizon bigint, row_limit integer, below xid8)
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
@@ -685,7 +656,6 @@ BEGIN
 		END IF;
 	END IF;
 	ordering := g.ordering;
-	query := CASE g.ordering WHEN 'commit' THEN outbox.commit_fetch_sql() ELSE outbox.fetch_sql() END;
 	cursor_txid := g.cursor_txid;
 	cursor_ticket := g.cursor_ticket;
 	cursor_seq := g.cursor_seq;
@@ -699,30 +669,18 @@ COMMENT ON FUNCTION outbox.fetch_args(text, integer, text) IS
 
 -- The next batch after the group's cursor. Takes the group's leadership for
 -- this session when it is free; returns nothing while another session leads.
--- outbox.fetch_args() says where the batch starts, and the batch query of
--- the group's order (outbox.fetch_sql(), outbox.commit_fetch_sql()) reads it.
---
--- A batch must cost O(batch) at any backlog (I-10), so the plan may not
--- depend on estimates. The query is planned at each call with the cursor
--- as constants: a cached generic plan made while partitions were empty
--- keeps a sequential scan and sort. And the only plan left to the planner
--- is ordered index scans under a Merge Append, stopped by the LIMIT: the
--- row comparison's selectivity is estimated from its first column alone,
--- so a backlog of few transaction ids (one bulk transaction, say) looks
--- like a handful of rows, and a top-N sort over the whole backlog would
--- look cheaper.
---
--- Written in C (fetch.c) for where it keeps the batch's rows between calls.
+-- outbox.fetch_args() says where the batch lies; fetch.c reads it by index,
+-- without planning a query: the head of outbox.backlog() (xid8 order) or
+-- outbox.commit_backlog() (commit order), in feed order. A batch costs
+-- O(batch) at any backlog (I-10), and a relay that keeps up with a trickle
+-- of commits, fetching many small batches a second, does not pay for a
+-- plan each time.
 CREATE FUNCTION @extschema@.outbox_fetch(group_name text, batch_size integer DEFAULT 1000, after text DEFAULT NULL)
 RETURNS TABLE (pos text, txid xid8, seq bigint, event_id uuid, topic text, key text,
 			   payload jsonb, headers jsonb, created_at timestamptz)
 AS 'MODULE_PATHNAME', 'outbox_fetch'
 LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER ROWS 1000
-SET search_path = pg_catalog, pg_temp
-SET enable_sort = off
-SET enable_seqscan = off
-SET enable_bitmapscan = off
-SET jit = off;
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.outbox_fetch(text, integer, text) IS
 	'pg_outbox: the next batch of the group''s feed after its cursor (or after a later position); empty while another session leads the group';
 

@@ -42,16 +42,31 @@ PgResult PgConnection::exec(const std::string& sql, const std::vector<Param>& pa
     return result;
 }
 
-void PgConnection::send(const std::string& sql, const std::vector<Param>& params) {
+void PgConnection::prepare(const std::string& name, const std::string& sql) {
+    PGresult* raw = PQprepare(conn_.get(), name.c_str(), sql.c_str(), 0, nullptr);
+    PgResult result(raw);
+    if (!raw || PQresultStatus(raw) != PGRES_COMMAND_OK) throw_error(raw, "could not prepare a statement");
+}
+
+void PgConnection::queue(const char* name, const char* sql, const std::vector<Param>& params) {
     if (queued_ == 0 && PQenterPipelineMode(conn_.get()) == 0) throw_error(nullptr, "could not enter pipeline mode");
     std::vector<const char*> values;
     values.reserve(params.size());
     for (const auto& p : params) values.push_back(p ? p->c_str() : nullptr);
-    if (PQsendQueryParams(conn_.get(), sql.c_str(), static_cast<int>(values.size()), nullptr, values.data(), nullptr,
-                          nullptr, 0) == 0 ||
-        PQpipelineSync(conn_.get()) == 0 || PQflush(conn_.get()) != 0)
+    const int n = static_cast<int>(values.size());
+    const int sent = name ? PQsendQueryPrepared(conn_.get(), name, n, values.data(), nullptr, nullptr, 0)
+                          : PQsendQueryParams(conn_.get(), sql, n, nullptr, values.data(), nullptr, nullptr, 0);
+    if (sent == 0 || PQpipelineSync(conn_.get()) == 0 || PQflush(conn_.get()) != 0)
         throw_error(nullptr, "could not send a query");
     ++queued_;
+}
+
+void PgConnection::send(const std::string& sql, const std::vector<Param>& params) {
+    queue(nullptr, sql.c_str(), params);
+}
+
+void PgConnection::send_prepared(const std::string& name, const std::vector<Param>& params) {
+    queue(name.c_str(), nullptr, params);
 }
 
 PgResult PgConnection::receive() {

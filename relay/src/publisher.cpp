@@ -88,8 +88,16 @@ Publisher::Publisher(const Config& config, Metrics& metrics, const std::atomic<b
                  config_.stream_template);
 }
 
+// Names of the statements prepared on each connection.
+constexpr const char* kFetchStatement = "pg_outbox_fetch";
+constexpr const char* kAdvanceStatement = "pg_outbox_advance";
+
 void Publisher::on_pg_connected() {
     if (config_.listen) pg_->listen("pg_outbox");
+    // The two calls of every batch.
+    pg_->prepare(kFetchStatement, kFetchSql);
+    pg_->prepare(kAdvanceStatement,
+                 config_.id_mode == IdMode::explicit_position ? kAdvanceAsyncSql : kAdvanceSql);
     streams_checked_ = false;
 }
 
@@ -191,7 +199,7 @@ void Publisher::check_streams() {
 
 void Publisher::send_fetch(const std::string* after) {
     fetch_sent_ = std::chrono::steady_clock::now();
-    pg_->send(kFetchSql, {config_.group, std::to_string(config_.batch_size), after ? Param(*after) : std::nullopt});
+    pg_->send_prepared(kFetchStatement, {config_.group, std::to_string(config_.batch_size), after ? Param(*after) : std::nullopt});
 }
 
 std::vector<Event> Publisher::receive_fetch() {
@@ -483,8 +491,7 @@ void Publisher::record_published(const std::string& position, std::map<std::stri
 void Publisher::send_advance() {
     if (!unadvanced_) return;
     nlohmann::json j(unadvanced_->second);
-    pg_->send(config_.id_mode == IdMode::explicit_position ? kAdvanceAsyncSql : kAdvanceSql,
-              {config_.group, unadvanced_->first, j.dump()});
+    pg_->send_prepared(kAdvanceStatement, {config_.group, unadvanced_->first, j.dump()});
     advance_sent_ = true;
     advance_sent_at_ = std::chrono::steady_clock::now();
 }

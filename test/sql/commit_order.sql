@@ -43,6 +43,50 @@ SELECT outbox_advance('c_all', '99999999999999999999-1');
 SELECT outbox_group_create('c_u', topics => ARRAY['u'], start_at => 'beginning', ordering => 'commit');
 SELECT payload FROM outbox_fetch('c_u');
 
+-- A batch is the head of the backlog as outbox.commit_backlog() defines
+-- it, in commit order: after every position and the cursor, at several
+-- batch sizes, with and without a topic filter. Returns the comparisons
+-- made and how many differed.
+SELECT outbox_group_create('c_head', start_at => 'now', ordering => 'commit');
+SELECT outbox_group_create('c_head_u', topics => ARRAY['u'], start_at => 'now', ordering => 'commit');
+BEGIN;
+SELECT count(*) FROM outbox_emit_many('t', NULL, ARRAY['1', '2']::jsonb[]);
+SELECT count(*) FROM outbox_emit_many('u', NULL, ARRAY['3', '4']::jsonb[]);
+COMMIT;
+SELECT count(*) FROM outbox_emit('u', NULL, '5');
+SELECT count(*) FROM outbox_emit_many('t', NULL, ARRAY['6', '7', '8']::jsonb[]);
+CREATE FUNCTION pg_temp.head_mismatches(g text, OUT compared int, OUT mismatched int)
+LANGUAGE plpgsql AS $$
+DECLARE
+    gr outbox.groups;
+    h bigint := outbox.commit_horizon();
+    p record;
+    n int;
+BEGIN
+    compared := 0;
+    mismatched := 0;
+    SELECT * INTO gr FROM outbox.groups WHERE name = g;
+    FOR p IN SELECT NULL::bigint AS ticket, NULL::bigint AS seq
+             UNION ALL
+             (SELECT b.ticket, b.seq FROM outbox.commit_backlog(gr.cursor_ticket, gr.cursor_seq, NULL, h) b) LOOP
+        FOREACH n IN ARRAY ARRAY[1, 2, 3, 1000] LOOP
+            compared := compared + 1;
+            IF ARRAY(SELECT f.pos FROM outbox_fetch(g, n, p.ticket || '-' || p.seq) f)
+               IS DISTINCT FROM
+               ARRAY(SELECT b.ticket || '-' || b.seq
+                       FROM outbox.commit_backlog(coalesce(p.ticket, gr.cursor_ticket), coalesce(p.seq, gr.cursor_seq),
+                                                  gr.topics, h) b
+                      LIMIT n) THEN
+                mismatched := mismatched + 1;
+            END IF;
+        END LOOP;
+    END LOOP;
+END
+$$;
+SELECT * FROM pg_temp.head_mismatches('c_head');
+SELECT * FROM pg_temp.head_mismatches('c_head_u');
+SELECT outbox_group_drop('c_head'), outbox_group_drop('c_head_u');
+
 -- 'now' starts after everything committed so far.
 SELECT outbox_group_create('c_now', ordering => 'commit');
 SELECT count(*) FROM outbox_fetch('c_now');

@@ -128,6 +128,49 @@ SELECT group_name, cursor_position ~ '^[0-9]+-0$' AS cursor_ok, leader_pid = pg_
        oldest_waiting_age > '0'::interval AS has_age, horizon = outbox.horizon() AS horizon_ok
   FROM outbox.group_stats ORDER BY group_name;
 
+-- A batch is the head of the backlog as outbox.backlog() defines it, in
+-- feed order: after every position and the cursor, at several batch
+-- sizes, with and without a topic filter. Returns the comparisons made and
+-- how many differed.
+SELECT outbox_group_create('head', start_at => 'now');
+SELECT outbox_group_create('head_bc', topics => ARRAY['b', 'c'], start_at => 'now');
+BEGIN;
+SELECT count(*) FROM outbox_emit_many('a', NULL, ARRAY['1', '2']::jsonb[]);
+SELECT count(*) FROM outbox_emit_many('b', NULL, ARRAY['3', '4', '5']::jsonb[]);
+SELECT count(*) FROM outbox_emit('c', NULL, '6');
+COMMIT;
+SELECT count(*) FROM outbox_emit('a', NULL, '7');
+SELECT count(*) FROM outbox_emit_many('c', NULL, ARRAY['8', '9']::jsonb[]);
+CREATE FUNCTION pg_temp.head_mismatches(g text, OUT compared int, OUT mismatched int)
+LANGUAGE plpgsql AS $$
+DECLARE
+    gr outbox.groups;
+    p record;
+    n int;
+BEGIN
+    compared := 0;
+    mismatched := 0;
+    SELECT * INTO gr FROM outbox.groups WHERE name = g;
+    FOR p IN SELECT NULL::xid8 AS txid, NULL::bigint AS seq
+             UNION ALL
+             (SELECT b.txid, b.seq FROM outbox.backlog(gr.cursor_txid, gr.cursor_seq, NULL) b ORDER BY 1, 2) LOOP
+        FOREACH n IN ARRAY ARRAY[1, 2, 3, 1000] LOOP
+            compared := compared + 1;
+            IF ARRAY(SELECT f.pos FROM outbox_fetch(g, n, p.txid || '-' || p.seq) f)
+               IS DISTINCT FROM
+               ARRAY(SELECT b.txid || '-' || b.seq
+                       FROM outbox.backlog(coalesce(p.txid, gr.cursor_txid), coalesce(p.seq, gr.cursor_seq), gr.topics) b
+                      ORDER BY b.txid, b.seq LIMIT n) THEN
+                mismatched := mismatched + 1;
+            END IF;
+        END LOOP;
+    END LOOP;
+END
+$$;
+SELECT * FROM pg_temp.head_mismatches('head');
+SELECT * FROM pg_temp.head_mismatches('head_bc');
+SELECT outbox_group_drop('head'), outbox_group_drop('head_bc');
+
 -- A batch's rows are kept in memory of the session that outlives the
 -- calling query, for the next batch (fetch.c). A batch still open when its
 -- transaction fails, one read after its transaction (WITH HOLD), one from

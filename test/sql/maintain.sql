@@ -87,6 +87,32 @@ SELECT group_name, stale FROM outbox.group_stats ORDER BY 1;
 SELECT outbox_group_set_stale('slow', false);
 
 
+-- A batch reads across partitions in feed order, the default partition's
+-- rows merged with the range partitions': an event in a premade
+-- partition, one in the default partition after a jump, one in a
+-- partition made above that jump, one in the default partition again.
+SELECT outbox_group_create('merge', start_at => 'now');
+SELECT outbox_emit('t', 'merge-1', '{}') IS NOT NULL AS emitted;
+CALL burn(1000);
+SELECT outbox_emit('t', 'merge-2', '{}') IS NOT NULL AS emitted;
+DO $$
+DECLARE
+    x bigint := pg_current_xact_id()::text::bigint;
+BEGIN
+    EXECUTE format('CREATE TABLE outbox.event_merge PARTITION OF outbox.event FOR VALUES FROM (%L) TO (%L)',
+                   x + 50, x + 100);
+END
+$$;
+CALL burn(60);
+SELECT outbox_emit('t', 'merge-3', '{}') IS NOT NULL AS emitted;
+CALL burn(100);
+SELECT outbox_emit('t', 'merge-4', '{}') IS NOT NULL AS emitted;
+SELECT count(*) AS in_default FROM outbox.event_default;
+SELECT count(*) AS in_merge FROM outbox.event_merge;
+SELECT key FROM outbox_fetch('merge', 10);
+SELECT key FROM outbox_fetch('merge', 2, (SELECT pos FROM outbox_fetch('merge', 1)));
+SELECT outbox_group_drop('merge');
+
 -- The summary of the last run.
 SELECT last_started_at <= last_finished_at AS ran FROM outbox.maintenance;
 

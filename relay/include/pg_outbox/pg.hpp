@@ -49,8 +49,15 @@ public:
     PgConnection& operator=(PgConnection&&) noexcept = default;
 
     // Runs one statement with text parameters (never interpolated).
-    // Unnamed statements only: no cached generic plan can form.
+    // Unnamed statements: no cached generic plan can form.
     PgResult exec(const std::string& sql, const std::vector<Param>& params = {});
+
+    // Prepares a named statement on this connection, for calls of the
+    // extension's functions that a relay makes many times a second: such a
+    // call plans nothing that depends on the data (the functions plan
+    // their own queries), so parsing and planning it again each time is
+    // pure cost. Not for queries over tables.
+    void prepare(const std::string& name, const std::string& sql);
 
     // The same in two steps, so that the caller can work while the server
     // runs the statements: send() queues a statement (libpq pipeline mode,
@@ -58,6 +65,8 @@ public:
     // in order, one per send(). exec() waits for nothing queued, so every
     // send() must be received first.
     void send(const std::string& sql, const std::vector<Param>& params = {});
+    // The same for a statement prepare() made.
+    void send_prepared(const std::string& name, const std::vector<Param>& params = {});
     PgResult receive();
     int queued() const { return queued_; }
 
@@ -73,6 +82,8 @@ public:
 
 private:
     [[noreturn]] void throw_error(const PGresult* r, const std::string& what) const;
+    // Queues a statement, unnamed (sql) or prepared (name), and its sync point.
+    void queue(const char* name, const char* sql, const std::vector<Param>& params);
 
     std::unique_ptr<PGconn, PGconnDeleter> conn_;
     int queued_ = 0;
