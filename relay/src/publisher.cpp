@@ -103,6 +103,7 @@ void Publisher::on_pg_connected() {
 
 void Publisher::on_redis_connected() {
     streams_checked_ = false;
+    watched_.clear();
     load_script();
     check_transactions();
 }
@@ -112,6 +113,7 @@ void Publisher::on_redis_connected() {
 // guarded by WATCH, so the script writes every batch instead.
 void Publisher::check_transactions() {
     transactions_refused_ = false;
+    watched_.clear();
     if (config_.id_mode != IdMode::explicit_position) return;
     redis_->append({"MULTI"});
     redis_->append({"DISCARD"});
@@ -139,6 +141,7 @@ void Publisher::on_pg_lost() {
 }
 
 void Publisher::on_redis_fault() {
+    watched_.clear();
     prefetched_.clear();
     unadvanced_.reset();
     streams_checked_ = false;
@@ -248,71 +251,88 @@ std::map<std::string, std::string> Publisher::publish(const std::vector<Event>& 
     const auto shares = split(batch);
     RttTimer rtt(metrics_.redis_rtt_seconds);
     std::map<std::string, std::string> last;
-    bool watching = false;
     if (config_.id_mode == IdMode::explicit_position && !script_next_ && !transactions_refused_) {
         switch (write_transaction(shares, last)) {
             case Transaction::written:
                 metrics_.transaction_batches++;
                 return last;
             case Transaction::declined:
-                watching = true;
                 break;
             case Transaction::aborted:
                 spdlog::debug("a stream of the batch changed before EXEC; appending with the script");
                 break;
         }
     }
-    last = write_with_script(shares, watching);
+    last = write_with_script(shares);
     metrics_.script_batches++;
     script_next_ = false;
     return last;
 }
 
-// Watches the batch's streams and asks for their last ids; the replies
-// are for streams_as_known().
-void Publisher::look_at_streams(const Shares& shares) {
+// Watches streams and asks for their last ids, formatted into "out"; the
+// replies are for read_look().
+void Publisher::format_look(std::string& out, const std::vector<std::string>& keys) {
     std::vector<std::string_view> watch{"WATCH"};
-    watch.insert(watch.end(), shares.keys.begin(), shares.keys.end());
-    redis_->append(watch);
-    for (const auto& key : shares.keys) redis_->append({"XINFO", "STREAM", key});
-    redis_->flush();
+    watch.insert(watch.end(), keys.begin(), keys.end());
+    format_command(out, watch);
+    for (const auto& key : keys) format_command(out, {"XINFO", "STREAM", key});
 }
 
-// Whether every stream of the batch is as this relay left it, now that it
-// is watched: its last id is the last position the relay published there
+// Reads the replies of a look at streams: each stream's last id, recorded
+// in watched_ while the WATCH holds. WATCH may be refused for one batch
+// (CROSSSLOT: streams in several slots of a cluster node) or for good (an
+// ACL): the streams are then not watched, and the script writes the batch.
+void Publisher::read_look(const std::vector<std::string>& keys) {
+    auto watched = redis_->get_reply();
+    const bool ok = watched->type != REDIS_REPLY_ERROR;
+    if (!ok) spdlog::debug("Redis refused WATCH ({}); appending with the script", reply_text(watched.get()));
+    for (const auto& key : keys) {
+        auto info = redis_->get_reply();  // read every reply
+        if (ok) watched_[key] = stream_last_id(info.get());
+    }
+}
+
+// Whether every stream of the batch is watched and as this relay left it:
+// its last id when watched is the last position the relay published there
 // (0-0, or no stream at all, when it published none), and the batch's
 // entries lie above it. The append script would then write every entry,
-// and so do plain XADDs, as long as no stream changes before EXEC.
-// Anything else (Redis lost entries, another writer, a replay after a
-// rewind or a crash, a stream of another type) is for the script to sort
-// out.
-bool Publisher::streams_as_known(const Shares& shares) {
-    auto watched = redis_->get_reply();
-    // WATCH may be refused for this batch only (CROSSSLOT: streams in
-    // several slots of a cluster node) or for good (an ACL): either way
-    // the script writes the batch, at the cost of this one round trip.
-    bool as_known = watched->type != REDIS_REPLY_ERROR;
-    if (!as_known) spdlog::debug("Redis refused WATCH ({}); appending with the script", reply_text(watched.get()));
+// and so do plain XADDs, as long as no stream changes before EXEC (WATCH
+// sees to that). Anything else (Redis lost entries, another writer, a
+// replay after a rewind or a crash, a stream of another type) is for the
+// script to sort out.
+bool Publisher::streams_as_known(const Shares& shares) const {
     for (std::size_t s = 0; s < shares.keys.size(); ++s) {
-        auto info = redis_->get_reply();  // read every reply
-        if (!as_known) continue;
-        const auto last = stream_last_id(info.get());
+        const auto w = watched_.find(shares.keys[s]);
+        const std::optional<Position> last = w == watched_.end() ? std::nullopt : w->second;
         const auto known = known_.find(shares.keys[s]);
         const Position expected = known == known_.end() ? Position{} : known->second;
         const auto first = Position::parse(shares.events[s].front()->position);
-        as_known = last && *last == expected && first && expected < *first;
-        if (!as_known)
+        if (!(last && *last == expected && first && expected < *first)) {
             spdlog::debug("stream \"{}\": last id {}, expected {}, batch from {}; appending with the script",
-                          shares.keys[s], last ? last->to_string() : std::string(reply_text(info.get())),
-                          expected.to_string(), shares.events[s].front()->position);
+                          shares.keys[s], last ? last->to_string() : std::string("unknown"), expected.to_string(),
+                          shares.events[s].front()->position);
+            return false;
+        }
     }
-    return as_known;
+    return true;
 }
 
 Publisher::Transaction Publisher::write_transaction(const Shares& shares, std::map<std::string, std::string>& last) {
-    // The transaction is formatted while the look at the streams makes its
-    // round trip, and thrown away in the rare case they are not as known.
-    look_at_streams(shares);
+    // Streams still watched since the last transaction (which looked at
+    // its own streams again after EXEC) need no look; most batches go to
+    // the streams of the one before, so most batches take one round trip.
+    // Otherwise the transaction is formatted while the look makes its
+    // round trip, and thrown away in the rare case the streams are not as
+    // known.
+    std::vector<std::string> unwatched;
+    for (const auto& key : shares.keys)
+        if (watched_.find(key) == watched_.end()) unwatched.push_back(key);
+    if (!unwatched.empty()) {
+        look_.clear();
+        format_look(look_, unwatched);
+        redis_->append_formatted(look_);
+        redis_->flush();
+    }
     transaction_.clear();
     format_command(transaction_, {"MULTI"});
     const std::string_view maxlen = config_.maxlen > 0 ? std::string_view(maxlen_text_) : std::string_view();
@@ -326,6 +346,10 @@ Publisher::Transaction Publisher::write_transaction(const Shares& shares, std::m
         entries += shares.events[s].size();
     }
     format_command(transaction_, {"EXEC"});
+    // EXEC ends every WATCH: look at the streams again for the next batch,
+    // in the same round trip.
+    format_look(transaction_, shares.keys);
+    if (!unwatched.empty()) read_look(unwatched);
     if (!streams_as_known(shares)) return Transaction::declined;
     redis_->append_formatted(transaction_);
 
@@ -338,6 +362,8 @@ Publisher::Transaction Publisher::write_transaction(const Shares& shares, std::m
         if (r->type == REDIS_REPLY_ERROR && !refused) refused = std::string(reply_text(r.get()));
     }
     auto exec = redis_->get_reply();
+    watched_.clear();
+    read_look(shares.keys);
 
     if (multi->type == REDIS_REPLY_ERROR) {
         // Refused since the connection was checked: the XADDs ran one by
@@ -403,10 +429,14 @@ Publisher::Transaction Publisher::read_transaction_replies(const Shares& shares,
     return Transaction::written;
 }
 
-std::map<std::string, std::string> Publisher::write_with_script(const Shares& shares, bool unwatch) {
+std::map<std::string, std::string> Publisher::write_with_script(const Shares& shares) {
     const auto& keys = shares.keys;
     const auto& per_stream = shares.events;
+    // The script's writes would abort the next transaction on a stream
+    // still watched.
+    const bool unwatch = !watched_.empty();
     if (unwatch) redis_->append({"UNWATCH"});
+    watched_.clear();
     const bool explicit_ids = config_.id_mode == IdMode::explicit_position;
     std::vector<std::vector<std::string>> counts(keys.size());
     for (std::size_t s = 0; s < keys.size(); ++s) {

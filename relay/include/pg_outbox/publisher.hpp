@@ -59,12 +59,14 @@ private:
     // EXEC, which wrote nothing. Throws RedisError when Redis refused the
     // transaction or an entry of it.
     Transaction write_transaction(const Shares& shares, std::map<std::string, std::string>& last);
-    void look_at_streams(const Shares& shares);
-    bool streams_as_known(const Shares& shares);
+    static void format_look(std::string& out, const std::vector<std::string>& keys);
+    void read_look(const std::vector<std::string>& keys);
+    bool streams_as_known(const Shares& shares) const;
     Transaction read_transaction_replies(const Shares& shares, const redisReply* exec,
                                          std::map<std::string, std::string>& last);
-    // The append script, stream by stream; UNWATCH first when asked.
-    std::map<std::string, std::string> write_with_script(const Shares& shares, bool unwatch);
+    // The append script, stream by stream (after UNWATCH, when streams are
+    // watched).
+    std::map<std::string, std::string> write_with_script(const Shares& shares);
     // The cursor advance of the batches Redis acknowledged: recorded, sent
     // with a next fetch when due, or alone when the feed runs dry.
     bool advance_due() const;
@@ -85,6 +87,11 @@ private:
     std::string maxlen_text_;
     std::string script_sha_;
     std::string transaction_;  // the last transaction formatted, its capacity kept
+    std::string look_;         // the last look at streams formatted
+    // Streams watched on the Redis connection, with their last id when the
+    // WATCH began (nullopt: not a stream, or unreadable). A stream that
+    // changes after that aborts the next EXEC.
+    std::map<std::string, std::optional<Position>> watched_;
     // The next batch goes through the append script: the last transaction
     // failed, and the script tells entries already present from missing ones.
     bool script_next_ = false;
