@@ -343,9 +343,14 @@ COMMENT ON FUNCTION outbox.lock_class() IS 'pg_outbox: advisory lock classid of 
 -- Positions: "<txid>-<seq>", the same text as the Redis stream entry id a
 -- relay gives the event.
 --
+--
+-- The internal helpers that run on every fetch and advance
+-- (parse_position, parse_commit_position, get_group, fetch_args) pin no
+-- search_path of their own: the functions that call them do, and a role
+-- that calls them directly runs them with its own privileges. Each SET
+-- clause costs a save and restore of settings per call.
 CREATE FUNCTION outbox.parse_position(pos text, OUT txid xid8, OUT seq bigint)
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
 	IF pos IS NULL THEN
@@ -356,14 +361,15 @@ BEGIN
 			USING ERRCODE = 'invalid_parameter_value',
 				  HINT = 'A position is written "<transaction id>-<sequence>", for example "1042-3".';
 	END IF;
-	BEGIN
-		txid := split_part(pos, '-', 1)::xid8;
-		seq := split_part(pos, '-', 2)::bigint;
-	EXCEPTION WHEN numeric_value_out_of_range OR invalid_text_representation THEN
+	-- Range checks without an exception block (a subtransaction per call).
+	IF split_part(pos, '-', 1)::numeric > 18446744073709551615
+	   OR split_part(pos, '-', 2)::numeric > 9223372036854775807 THEN
 		RAISE EXCEPTION 'invalid feed position "%"', pos
 			USING ERRCODE = 'invalid_parameter_value',
 				  DETAIL = 'A part of the position is out of range.';
-	END;
+	END IF;
+	txid := split_part(pos, '-', 1)::xid8;
+	seq := split_part(pos, '-', 2)::bigint;
 END
 $$;
 COMMENT ON FUNCTION outbox.parse_position(text) IS 'pg_outbox: splits a feed position "<txid>-<seq>"';
@@ -373,7 +379,6 @@ COMMENT ON FUNCTION outbox.parse_position(text) IS 'pg_outbox: splits a feed pos
 CREATE FUNCTION outbox.get_group(group_name text, for_update boolean DEFAULT false)
 RETURNS outbox.groups
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
 	g outbox.groups;
@@ -553,7 +558,6 @@ COMMENT ON FUNCTION outbox.commit_backlog(bigint, bigint, text[], bigint, xid8) 
 -- Splits a commit-order position "<ticket>-<seq>".
 CREATE FUNCTION outbox.parse_commit_position(pos text, OUT ticket bigint, OUT seq bigint)
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
 	p record;
@@ -601,7 +605,6 @@ CREATE FUNCTION outbox.fetch_args(group_name text, batch_size integer, after tex
 RETURNS TABLE (ordering text, cursor_txid xid8, cursor_ticket bigint,
 			   cursor_seq bigint, topics text[], horizon bigint, row_limit integer, below xid8)
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
 	g outbox.groups;

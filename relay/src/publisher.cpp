@@ -91,11 +91,13 @@ Publisher::Publisher(const Config& config, Metrics& metrics, const std::atomic<b
 // Names of the statements prepared on each connection.
 constexpr const char* kFetchStatement = "pg_outbox_fetch";
 constexpr const char* kAdvanceStatement = "pg_outbox_advance";
+constexpr const char* kWaitingStatement = "pg_outbox_relay_waiting";
 
 void Publisher::on_pg_connected() {
     if (config_.listen) pg_->listen("pg_outbox");
-    // The two calls of every batch.
+    // The calls of every batch, and of every time the feed runs dry.
     pg_->prepare(kFetchStatement, kFetchSql);
+    pg_->prepare(kWaitingStatement, kWaitingSql);
     pg_->prepare(kAdvanceStatement,
                  config_.id_mode == IdMode::explicit_position ? kAdvanceAsyncSql : kAdvanceSql);
     streams_checked_ = false;
@@ -499,10 +501,11 @@ std::map<std::string, std::string> Publisher::write_with_script(const Shares& sh
     return last;
 }
 
-// With explicit ids the cursor moves at most every kAdvanceInterval, and
-// whenever the feed runs dry or the relay stops: a batch's advance costs
-// the server about what fetching a small batch costs, and a relay keeping
-// up with a trickle of commits publishes hundreds of batches a second.
+// With explicit ids the cursor moves at most every kAdvanceInterval (also
+// when the feed runs dry: the relay wakes up for it) and when the relay
+// stops: a batch's advance costs the server about what fetching a small
+// batch costs, and a relay keeping up with a trickle of commits publishes
+// hundreds of batches a second, running dry between most of them.
 // An advance lost in a crash costs a replay of at most that interval,
 // which Redis refuses as already present. With ids Redis generates, a
 // replay would duplicate entries, so every batch advances.
@@ -604,15 +607,25 @@ void Publisher::turn() {
         if (batch.empty() && config_.listen) {
             // About to sleep: ask for a notification (the next committing
             // emitter sends one), then look once more for what committed
-            // before the request.
-            flush_advance();
-            pg_->exec(kWaitingSql);
-            batch = fetch();
+            // before the request, in the same round trip.
+            pg_->send_prepared(kWaitingStatement);
+            send_fetch(unadvanced_ ? &unadvanced_->first : nullptr);
+            pg_->receive();
+            batch = receive_fetch();
         }
         if (batch.empty()) {
-            flush_advance();
+            // A relay keeping up with a trickle of commits runs dry many
+            // times a second: the cursor still moves at most every
+            // kAdvanceInterval, and the sleep ends when it is due.
+            auto sleep = config_.poll_interval;
+            if (advance_due())
+                flush_advance();
+            else if (unadvanced_)
+                sleep = std::min(sleep, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                            advance_sent_at_ + kAdvanceInterval - std::chrono::steady_clock::now()) +
+                                            std::chrono::milliseconds(1));
             maybe_maintain(true);
-            wait(config_.poll_interval);
+            wait(sleep);
             return;
         }
         const auto t0 = std::chrono::steady_clock::now();
