@@ -349,8 +349,6 @@ OutboxCommitStart(int db)
 static void
 OutboxWriteMarker(FullTransactionId fxid, uint64 ticket)
 {
-	Oid			nspid = get_namespace_oid(OUTBOX_SCHEMA, false);
-	Oid			relid = get_relname_relid("commit_log", nspid);
 	Relation	parent;
 	Relation	part;
 	TupleConversionMap *map;
@@ -361,11 +359,7 @@ OutboxWriteMarker(FullTransactionId fxid, uint64 ticket)
 	Datum		values[MARKER_NATTS];
 	bool		nulls[MARKER_NATTS] = {false, false};
 
-	if (!OidIsValid(relid))
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("pg_outbox is not installed in this database")));
-	parent = table_open(relid, RowExclusiveLock);
+	parent = table_open(OutboxRelid("commit_log"), RowExclusiveLock);
 	if (RelationGetDescr(parent)->natts != MARKER_NATTS)
 		elog(ERROR, "outbox.commit_log has %d columns, expected %d", RelationGetDescr(parent)->natts, MARKER_NATTS);
 	part = OutboxOpenPartition(parent, FullTransactionIdGetDatum(fxid));

@@ -136,16 +136,7 @@ static Oid
 OutboxEventRelid(void)
 {
 	if (!OidIsValid(EventRelid))
-	{
-		Oid			nspid = get_namespace_oid(OUTBOX_SCHEMA, true);
-
-		EventRelid = OidIsValid(nspid) ? get_relname_relid("event", nspid) : InvalidOid;
-		if (!OidIsValid(EventRelid))
-			ereport(ERROR,
-					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-					 errmsg("pg_outbox is not installed in this database"),
-					 errhint("Run CREATE EXTENSION pg_outbox.")));
-	}
+		EventRelid = OutboxRelid("event");
 	return EventRelid;
 }
 

@@ -58,7 +58,6 @@
 #include "access/table.h"
 #include "access/tableam.h"
 #include "catalog/index.h"
-#include "catalog/namespace.h"
 #include "catalog/pg_am.h"
 #include "catalog/pg_index.h"
 #include "catalog/pg_type.h"
@@ -71,7 +70,6 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
-#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
@@ -142,20 +140,6 @@ OutboxFetchDone(void *arg)
 	if (FetchesInUse == 0 &&
 		MemoryContextMemAllocated(FetchContext, true) > OUTBOX_FETCH_KEEP_BYTES)
 		MemoryContextReset(FetchContext);
-}
-
-/* A relation of the outbox schema, by name. */
-static Oid
-OutboxRelid(const char *name)
-{
-	Oid			relid = get_relname_relid(name, get_namespace_oid(OUTBOX_SCHEMA, false));
-
-	if (!OidIsValid(relid))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_TABLE),
-				 errmsg("relation \"%s.%s\" does not exist", OUTBOX_SCHEMA, name),
-				 errhint("Reinstall the extension: DROP EXTENSION pg_outbox; CREATE EXTENSION pg_outbox.")));
-	return relid;
 }
 
 /* Reads a transaction id bound of a partition. */
@@ -286,6 +270,35 @@ OutboxPartScanClose(PartScan *ps)
 		free_attrmap(ps->map);
 }
 
+/*
+ * Opens a scan of each partition of "parent" in "parts", in the order of
+ * its index on "columns", positioned on its first row after "keys".
+ */
+static PartScan *
+OutboxPartScansOpen(Relation parent, List *parts, const int *columns, int ncolumns,
+					ScanKey keys, int nkeys, Snapshot snapshot)
+{
+	PartScan   *scans = palloc0(sizeof(PartScan) * Max(list_length(parts), 1));
+	int			i;
+
+	for (i = 0; i < list_length(parts); i++)
+	{
+		OutboxPartScanOpen(&scans[i], parent, list_nth_oid(parts, i), columns, ncolumns, nkeys, snapshot);
+		index_rescan(scans[i].scan, keys, nkeys, NULL, 0);
+		OutboxPartScanNext(&scans[i]);
+	}
+	return scans;
+}
+
+static void
+OutboxPartScansClose(PartScan *scans, int nscans)
+{
+	int			i;
+
+	for (i = 0; i < nscans; i++)
+		OutboxPartScanClose(&scans[i]);
+}
+
 /* A column of the parent (0-based) in the scan's current row. */
 static inline Datum
 OutboxColumn(PartScan *ps, int column, bool *isnull)
@@ -367,7 +380,7 @@ OutboxReadFeed(const FetchArgs *a, FetchOut *out, Snapshot snapshot)
 	Relation	parent = table_open(OutboxRelid("event"), AccessShareLock);
 	List	   *parts = OutboxPartitionsBetween(parent, a->cursor_txid, a->below);
 	int			nparts = list_length(parts);
-	PartScan   *scans = palloc0(sizeof(PartScan) * Max(nparts, 1));
+	PartScan   *scans;
 	ScanKeyData keys[2];
 	ScanKeyData row[2];
 	int			i;
@@ -381,13 +394,7 @@ OutboxReadFeed(const FetchArgs *a, FetchOut *out, Snapshot snapshot)
 						   InvalidOid, PointerGetDatum(row));
 	ScanKeyInit(&keys[1], 1, BTLessStrategyNumber, F_XID8LT,
 				FullTransactionIdGetDatum(FullTransactionIdFromU64(a->below)));
-
-	for (i = 0; i < nparts; i++)
-	{
-		OutboxPartScanOpen(&scans[i], parent, list_nth_oid(parts, i), key_columns, 2, 2, snapshot);
-		index_rescan(scans[i].scan, keys, 2, NULL, 0);
-		OutboxPartScanNext(&scans[i]);
-	}
+	scans = OutboxPartScansOpen(parent, parts, key_columns, 2, keys, 2, snapshot);
 
 	while (out->count < a->limit)
 	{
@@ -417,8 +424,7 @@ OutboxReadFeed(const FetchArgs *a, FetchOut *out, Snapshot snapshot)
 		OutboxPartScanNext(next);
 	}
 
-	for (i = 0; i < nparts; i++)
-		OutboxPartScanClose(&scans[i]);
+	OutboxPartScansClose(scans, nparts);
 	table_close(parent, NoLock);
 }
 
@@ -436,7 +442,7 @@ OutboxReadCommitFeed(const FetchArgs *a, FetchOut *out, Snapshot snapshot)
 	Relation	events = table_open(OutboxRelid("event"), AccessShareLock);
 	List	   *parts = OutboxPartitionsBetween(markers, 0, a->below);
 	int			nparts = list_length(parts);
-	PartScan   *scans = palloc0(sizeof(PartScan) * Max(nparts, 1));
+	PartScan   *scans;
 	List	   *event_scans = NIL;	/* of PartScan *, opened as needed */
 	ScanKeyData keys[2];
 	ListCell   *lc;
@@ -445,12 +451,7 @@ OutboxReadCommitFeed(const FetchArgs *a, FetchOut *out, Snapshot snapshot)
 	/* ticket >= cursor_ticket AND ticket <= horizon */
 	ScanKeyInit(&keys[0], 1, BTGreaterEqualStrategyNumber, F_INT8GE, Int64GetDatum(a->cursor_ticket));
 	ScanKeyInit(&keys[1], 1, BTLessEqualStrategyNumber, F_INT8LE, Int64GetDatum(a->horizon));
-	for (i = 0; i < nparts; i++)
-	{
-		OutboxPartScanOpen(&scans[i], markers, list_nth_oid(parts, i), ticket_column, 1, 2, snapshot);
-		index_rescan(scans[i].scan, keys, 2, NULL, 0);
-		OutboxPartScanNext(&scans[i]);
-	}
+	scans = OutboxPartScansOpen(markers, parts, ticket_column, 1, keys, 2, snapshot);
 
 	while (out->count < a->limit)
 	{
@@ -504,8 +505,7 @@ OutboxReadCommitFeed(const FetchArgs *a, FetchOut *out, Snapshot snapshot)
 
 	foreach(lc, event_scans)
 		OutboxPartScanClose(lfirst(lc));
-	for (i = 0; i < nparts; i++)
-		OutboxPartScanClose(&scans[i]);
+	OutboxPartScansClose(scans, nparts);
 	table_close(events, NoLock);
 	table_close(markers, NoLock);
 }

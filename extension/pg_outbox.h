@@ -59,6 +59,9 @@ extern bool pg_outbox_notify;
 extern char *pg_outbox_database;
 extern int	pg_outbox_maintenance_interval;
 
+/* pg_outbox.c */
+extern Oid	OutboxRelid(const char *name);
+
 /* emit.c */
 extern void OutboxEmitInit(void);
 extern Oid	OutboxPartitionOf(Relation parent, Datum txid);
