@@ -609,7 +609,7 @@ void Publisher::turn() {
             // emitter sends one), then look once more for what committed
             // before the request, in the same round trip.
             pg_->send_prepared(kWaitingStatement);
-            send_fetch(unadvanced_ ? &unadvanced_->first : nullptr);
+            send_next_fetch();
             pg_->receive();
             batch = receive_fetch();
         }

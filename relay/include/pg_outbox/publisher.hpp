@@ -36,9 +36,10 @@ private:
     // receive_fetch().
     void send_fetch(const std::string* after);
     std::vector<Event> receive_fetch();
-    // fetch() reads after the last batch Redis acknowledged, advanced or not.
+    // The next batch after the last one Redis acknowledged, advanced or not.
+    void send_next_fetch() { send_fetch(unadvanced_ ? &unadvanced_->first : nullptr); }
     std::vector<Event> fetch() {
-        send_fetch(unadvanced_ ? &unadvanced_->first : nullptr);
+        send_next_fetch();
         return receive_fetch();
     }
     // A batch split by stream, each stream's events in feed order.
