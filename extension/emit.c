@@ -108,6 +108,8 @@ OutboxXactCallback(XactEvent event, void *arg)
 			break;
 		case XACT_EVENT_COMMIT:
 			OutboxCommitEnd(true);
+			if (EmittedInXact)
+				OutboxWakeSleepers();
 			EmittedInXact = false;
 			break;
 		case XACT_EVENT_PREPARE:

@@ -57,6 +57,7 @@
 #include "access/stratnum.h"
 #include "access/table.h"
 #include "access/tableam.h"
+#include "access/xact.h"
 #include "catalog/index.h"
 #include "catalog/pg_am.h"
 #include "catalog/pg_index.h"
@@ -65,18 +66,25 @@
 #include "executor/tuptable.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/latch.h"
 #include "partitioning/partbounds.h"
 #include "partitioning/partdesc.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/datetime.h"
 #include "utils/fmgroids.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
+#include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 #include "utils/xid8.h"
 
 #include "pg_outbox.h"
+
+/* The longest wait for events, in microseconds. */
+#define OUTBOX_FETCH_MAX_WAIT		(USECS_PER_HOUR)
 
 /* Memory kept between batches, at most. */
 #define OUTBOX_FETCH_KEEP_BYTES		(8 * 1024 * 1024)
@@ -568,8 +576,50 @@ OutboxReadArgs(HeapTuple row, TupleDesc desc, FetchArgs *a)
 }
 
 /*
- * outbox_fetch(group_name, batch_size, after): the rows of the group's next
- * batch, in feed order; none while another session leads the group.
+ * Reads the group's next batch into "out" (outbox.fetch_args()'s arguments:
+ * group name, batch size, after). False when another session leads.
+ */
+static bool
+OutboxReadBatch(Datum *args, char *nulls, FetchOut *out)
+{
+	FetchArgs	a;
+
+	if (FetchArgsPlan == NULL)
+	{
+		Oid			argtypes[3] = {TEXTOID, INT4OID, TEXTOID};
+		SPIPlanPtr	plan = SPI_prepare("SELECT * FROM outbox.fetch_args($1, $2, $3)", 3, argtypes);
+
+		if (plan == NULL || SPI_keepplan(plan) != 0)
+			elog(ERROR, "pg_outbox: preparing the call of outbox.fetch_args() failed: %s",
+				 SPI_result_code_string(SPI_result));
+		FetchArgsPlan = plan;
+	}
+	if (SPI_execute_plan(FetchArgsPlan, args, nulls, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "pg_outbox: outbox.fetch_args() failed");
+	if (SPI_processed != 1)
+		return false;
+
+	memset(&a, 0, sizeof(a));
+	OutboxReadArgs(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, &a);
+
+	/*
+	 * A snapshot taken after the horizons were read: at READ COMMITTED (the
+	 * only level commit order allows) every transaction below them has
+	 * ended and is visible in it if it committed.
+	 */
+	PushActiveSnapshot(GetTransactionSnapshot());
+	if (a.commit)
+		OutboxReadCommitFeed(&a, out, GetActiveSnapshot());
+	else
+		OutboxReadFeed(&a, out, GetActiveSnapshot());
+	PopActiveSnapshot();
+	return true;
+}
+
+/*
+ * outbox_fetch(group_name, batch_size, after, wait): the rows of the
+ * group's next batch, in feed order; none while another session leads the
+ * group. An empty batch waits up to "wait" for events.
  */
 Datum
 outbox_fetch(PG_FUNCTION_ARGS)
@@ -581,6 +631,7 @@ outbox_fetch(PG_FUNCTION_ARGS)
 	FetchOut	out;
 	MemoryContext oldcontext;
 	MemoryContextCallback *done;
+	long		wait_ms = 0;
 	int			i;
 
 	if (rsinfo == NULL || !IsA(rsinfo, ReturnSetInfo) ||
@@ -619,42 +670,63 @@ outbox_fetch(PG_FUNCTION_ARGS)
 		args[i] = PG_GETARG_DATUM(i);
 		nulls[i] = PG_ARGISNULL(i) ? 'n' : ' ';
 	}
+	if (!PG_ARGISNULL(3))
+	{
+		Interval   *wait = PG_GETARG_INTERVAL_P(3);
+
+		if (wait->month != 0 || wait->day != 0 || wait->time < 0 || wait->time > OUTBOX_FETCH_MAX_WAIT)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("wait must be between 0 and 1 hour")));
+		wait_ms = wait->time / 1000;
+	}
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 
-	if (FetchArgsPlan == NULL)
+	/*
+	 * An empty batch waits for a commit that emitted, up to "wait": among
+	 * the sleepers (wakeup.c), then a read, then the latch, until a read
+	 * finds events. At REPEATABLE READ and above every read would see the
+	 * same snapshot, and without preloading there are no sleepers: no wait.
+	 */
+	if (wait_ms > 0 && !IsolationUsesXactSnapshot())
 	{
-		Oid			argtypes[3] = {TEXTOID, INT4OID, TEXTOID};
-		SPIPlanPtr	plan = SPI_prepare("SELECT * FROM outbox.fetch_args($1, $2, $3)", 3, argtypes);
+		TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), wait_ms);
 
-		if (plan == NULL || SPI_keepplan(plan) != 0)
-			elog(ERROR, "pg_outbox: preparing the call of outbox.fetch_args() failed: %s",
-				 SPI_result_code_string(SPI_result));
-		FetchArgsPlan = plan;
+		PG_TRY();
+		{
+			bool		sleeping = false;
+
+			while (OutboxReadBatch(args, nulls, &out) && out.count == 0)
+			{
+				long		left;
+
+				if (!sleeping)
+				{
+					if (!OutboxSleepBegin())
+						break;
+					sleeping = true;
+					ResetLatch(MyLatch);
+					continue;	/* read again, among the sleepers */
+				}
+				left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+				if (left <= 0)
+					break;
+				(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, left,
+								 PG_WAIT_EXTENSION);
+				ResetLatch(MyLatch);
+				CHECK_FOR_INTERRUPTS();
+			}
+		}
+		PG_FINALLY();
+		{
+			OutboxSleepEnd();
+		}
+		PG_END_TRY();
 	}
-	if (SPI_execute_plan(FetchArgsPlan, args, nulls, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "pg_outbox: outbox.fetch_args() failed");
-
-	if (SPI_processed == 1)
-	{
-		FetchArgs	a;
-
-		memset(&a, 0, sizeof(a));
-		OutboxReadArgs(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, &a);
-
-		/*
-		 * A snapshot taken after the horizons were read: at READ COMMITTED
-		 * (the only level commit order allows) every transaction below them
-		 * has ended and is visible in it if it committed.
-		 */
-		PushActiveSnapshot(GetTransactionSnapshot());
-		if (a.commit)
-			OutboxReadCommitFeed(&a, &out, GetActiveSnapshot());
-		else
-			OutboxReadFeed(&a, &out, GetActiveSnapshot());
-		PopActiveSnapshot();
-	}
+	else
+		(void) OutboxReadBatch(args, nulls, &out);
 
 	SPI_finish();
 	return (Datum) 0;

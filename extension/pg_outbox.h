@@ -77,6 +77,9 @@ extern void OutboxCommitPrePrepare(void);
 /* wakeup.c */
 extern void OutboxWakeupInit(void);
 extern bool OutboxShouldNotify(void);
+extern bool OutboxSleepBegin(void);
+extern void OutboxSleepEnd(void);
+extern void OutboxWakeSleepers(void);
 
 /* worker.c */
 extern void OutboxWorkerInit(void);

@@ -22,6 +22,16 @@
  * Without preloading there is no shared memory: every committing
  * transaction that emitted notifies.
  *
+ * A relay can also wait inside outbox_fetch() (its "wait" argument) rather
+ * than for a notification: the backend puts its process number among its
+ * database's sleepers and sleeps on its latch, and every transaction that
+ * emitted sets the sleepers' latches once it has committed and is visible.
+ * The wait ends in the backend that then reads the batch, one hop instead
+ * of a notification to the relay and a new fetch from it, and the emitter
+ * pays a latch instead of a NOTIFY. A sleeper registers before it reads
+ * the feed once more: either that read sees a commit, or the commit sees
+ * the sleeper.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -30,7 +40,9 @@
 #include "miscadmin.h"
 #include "port/atomics.h"
 #include "storage/ipc.h"
+#include "storage/latch.h"
 #include "storage/lwlock.h"
+#include "storage/proc.h"
 #include "storage/shmem.h"
 
 #include "pg_outbox.h"
@@ -38,14 +50,22 @@
 /* Databases with a flag of their own; more share "always notify". */
 #define OUTBOX_WAKEUP_SLOTS 64
 
+/* Backends of a database that can sleep in outbox_fetch() at once. */
+#define OUTBOX_WAKEUP_SLEEPERS 8
+
 typedef struct OutboxWakeupSlot
 {
 	pg_atomic_uint32 dbid;		/* InvalidOid while free */
 	pg_atomic_uint32 armed;		/* a relay waits for a notification */
+	/* process number + 1 of each backend sleeping in outbox_fetch(); 0: free */
+	pg_atomic_uint32 sleepers[OUTBOX_WAKEUP_SLEEPERS];
 } OutboxWakeupSlot;
 
 static OutboxWakeupSlot *WakeupSlots = NULL;
-static pg_atomic_uint32 *MyArmed = NULL;
+static OutboxWakeupSlot *MySlot = NULL;
+
+/* This backend's entry among its database's sleepers; -1 when none. */
+static int	MySleeper = -1;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
@@ -79,9 +99,13 @@ OutboxWakeupShmemStartup(void)
 
 		for (i = 0; i < OUTBOX_WAKEUP_SLOTS; i++)
 		{
+			int			j;
+
 			pg_atomic_init_u32(&WakeupSlots[i].dbid, InvalidOid);
 			/* Armed: the first commit of a database notifies. */
 			pg_atomic_init_u32(&WakeupSlots[i].armed, 1);
+			for (j = 0; j < OUTBOX_WAKEUP_SLEEPERS; j++)
+				pg_atomic_init_u32(&WakeupSlots[i].sleepers[j], 0);
 		}
 	}
 	LWLockRelease(AddinShmemInitLock);
@@ -100,16 +124,16 @@ OutboxWakeupInit(void)
 }
 
 /*
- * The flag of this backend's database, claiming a free slot the first
- * time; NULL without shared memory or when every slot is taken.
+ * The slot of this backend's database, claimed the first time; NULL
+ * without shared memory or when every slot is taken.
  */
-static pg_atomic_uint32 *
-OutboxArmedFlag(void)
+static OutboxWakeupSlot *
+OutboxMySlot(void)
 {
 	int			i;
 
-	if (MyArmed != NULL || WakeupSlots == NULL || !OidIsValid(MyDatabaseId))
-		return MyArmed;
+	if (MySlot != NULL || WakeupSlots == NULL || !OidIsValid(MyDatabaseId))
+		return MySlot;
 	for (i = 0; i < OUTBOX_WAKEUP_SLOTS; i++)
 	{
 		uint32		db = pg_atomic_read_u32(&WakeupSlots[i].dbid);
@@ -122,20 +146,82 @@ OutboxArmedFlag(void)
 		}
 		if (db == MyDatabaseId)
 		{
-			MyArmed = &WakeupSlots[i].armed;
+			MySlot = &WakeupSlots[i];
 			break;
 		}
 	}
-	return MyArmed;
+	return MySlot;
 }
 
 /* Whether a transaction that emitted and commits now should notify. */
 bool
 OutboxShouldNotify(void)
 {
-	pg_atomic_uint32 *armed = OutboxArmedFlag();
+	OutboxWakeupSlot *slot = OutboxMySlot();
 
-	return armed == NULL || pg_atomic_exchange_u32(armed, 0) != 0;
+	return slot == NULL || pg_atomic_exchange_u32(&slot->armed, 0) != 0;
+}
+
+/*
+ * Puts this backend among its database's sleepers, for a wait in
+ * outbox_fetch(): commits that emitted set its latch from now on. False
+ * without shared memory or when the database has OUTBOX_WAKEUP_SLEEPERS
+ * already. The caller reads the feed again before it sleeps.
+ */
+bool
+OutboxSleepBegin(void)
+{
+	OutboxWakeupSlot *slot = OutboxMySlot();
+	int			i;
+
+	Assert(MySleeper < 0);
+	if (slot == NULL)
+		return false;
+	for (i = 0; i < OUTBOX_WAKEUP_SLEEPERS; i++)
+	{
+		uint32		free = 0;
+
+		/* A full barrier: the feed is read again after this. */
+		if (pg_atomic_compare_exchange_u32(&slot->sleepers[i], &free, (uint32) MyProc->pgprocno + 1))
+		{
+			MySleeper = i;
+			return true;
+		}
+	}
+	return false;
+}
+
+/* Takes this backend out of the sleepers, if it is among them. */
+void
+OutboxSleepEnd(void)
+{
+	if (MySleeper < 0)
+		return;
+	pg_atomic_write_u32(&MySlot->sleepers[MySleeper], 0);
+	MySleeper = -1;
+}
+
+/*
+ * Wakes the backends sleeping in outbox_fetch() in this database; called
+ * by a transaction that emitted, once its commit is visible.
+ */
+void
+OutboxWakeSleepers(void)
+{
+	OutboxWakeupSlot *slot = OutboxMySlot();
+	int			i;
+
+	if (slot == NULL)
+		return;
+	/* The commit became visible before the sleepers are read. */
+	pg_memory_barrier();
+	for (i = 0; i < OUTBOX_WAKEUP_SLEEPERS; i++)
+	{
+		uint32		sleeper = pg_atomic_read_u32(&slot->sleepers[i]);
+
+		if (sleeper != 0)
+			SetLatch(&ProcGlobal->allProcs[sleeper - 1].procLatch);
+	}
 }
 
 /*
@@ -146,11 +232,11 @@ OutboxShouldNotify(void)
 Datum
 outbox_relay_waiting(PG_FUNCTION_ARGS)
 {
-	pg_atomic_uint32 *armed = OutboxArmedFlag();
+	OutboxWakeupSlot *slot = OutboxMySlot();
 
-	if (armed == NULL)
+	if (slot == NULL)
 		PG_RETURN_BOOL(false);
-	pg_atomic_write_u32(armed, 1);
-	pg_atomic_fetch_add_u32(armed, 0);	/* a full barrier before the relay's re-check */
+	pg_atomic_write_u32(&slot->armed, 1);
+	pg_atomic_fetch_add_u32(&slot->armed, 0);	/* a full barrier before the relay's re-check */
 	PG_RETURN_BOOL(true);
 }

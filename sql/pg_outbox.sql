@@ -677,14 +677,16 @@ COMMENT ON FUNCTION outbox.fetch_args(text, integer, text) IS
 -- outbox.commit_backlog() (commit order), in feed order. A batch costs
 -- O(batch) at any backlog (I-10), and a relay that keeps up with a trickle
 -- of commits, fetching many small batches a second, does not pay for a
--- plan each time.
-CREATE FUNCTION @extschema@.outbox_fetch(group_name text, batch_size integer DEFAULT 1000, after text DEFAULT NULL)
+-- plan each time. With "wait", an empty batch waits for a commit that
+-- emitted (pg_outbox preloaded, READ COMMITTED), up to that long.
+CREATE FUNCTION @extschema@.outbox_fetch(group_name text, batch_size integer DEFAULT 1000, after text DEFAULT NULL,
+										 wait interval DEFAULT NULL)
 RETURNS TABLE (pos text, txid xid8, seq bigint, event_id uuid, topic text, key text,
 			   payload jsonb, headers jsonb, created_at timestamptz)
 AS 'MODULE_PATHNAME', 'outbox_fetch'
 LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER ROWS 1000
 SET search_path = pg_catalog, pg_temp;
-COMMENT ON FUNCTION @extschema@.outbox_fetch(text, integer, text) IS
+COMMENT ON FUNCTION @extschema@.outbox_fetch(text, integer, text, interval) IS
 	'pg_outbox: the next batch of the group''s feed after its cursor (or after a later position); empty while another session leads the group';
 
 -- Moves the cursor forward to the last published position. Only the leader
@@ -1534,7 +1536,7 @@ REVOKE ALL ON FUNCTION
 	@extschema@.outbox_emit_many(text, text[], jsonb[], jsonb[], uuid[]),
 	@extschema@.outbox_group_create(text, text[], text, text),
 	@extschema@.outbox_group_drop(text, boolean),
-	@extschema@.outbox_fetch(text, integer, text),
+	@extschema@.outbox_fetch(text, integer, text, interval),
 	@extschema@.outbox_advance(text, text, jsonb),
 	@extschema@.outbox_lead(text),
 	@extschema@.outbox_resign(text),
@@ -1560,7 +1562,7 @@ GRANT EXECUTE ON FUNCTION
 TO outbox_writer, outbox_admin;
 
 GRANT EXECUTE ON FUNCTION
-	@extschema@.outbox_fetch(text, integer, text),
+	@extschema@.outbox_fetch(text, integer, text, interval),
 	@extschema@.outbox_advance(text, text, jsonb),
 	@extschema@.outbox_lead(text),
 	@extschema@.outbox_resign(text),

@@ -23,7 +23,7 @@ constexpr const char* kWaitingSql = "SELECT outbox_relay_waiting()";
 constexpr const char* kFetchSql =
     "SELECT pos, event_id, topic, key, payload, headers, created_at,"
     "       CASE WHEN ordinality = 1 THEN extract(epoch FROM clock_timestamp() - created_at) END"
-    "  FROM outbox_fetch($1, $2, $3) WITH ORDINALITY";
+    "  FROM outbox_fetch($1, $2, $3, $4::interval) WITH ORDINALITY";
 constexpr const char* kAdvanceSql = "SELECT outbox_advance($1, $2, $3::jsonb)";
 // The same without waiting for the commit's WAL flush. With explicit ids an
 // advance lost in a PostgreSQL crash costs nothing but a replay that Redis
@@ -64,6 +64,9 @@ std::optional<Position> stream_last_id(const redisReply* info) {
 // How often the cursor moves while batches keep coming (explicit ids).
 constexpr std::chrono::milliseconds kAdvanceInterval{100};
 
+// The longest sleep in outbox_fetch(): a stop request waits for it.
+constexpr std::chrono::milliseconds kFetchWaitSlice{100};
+
 // Records how long a batch's Redis round trips took, however they end.
 class RttTimer {
 public:
@@ -95,6 +98,9 @@ constexpr const char* kWaitingStatement = "pg_outbox_relay_waiting";
 
 void Publisher::on_pg_connected() {
     if (config_.listen) pg_->listen("pg_outbox");
+    // With pg_outbox preloaded (outbox_relay_waiting() says notifications
+    // are sent on demand), the server can sleep in outbox_fetch() instead.
+    sleeps_in_fetch_ = config_.listen && pg_->exec(kWaitingSql).get(0, 0) == "t";
     // The calls of every batch, and of every time the feed runs dry.
     pg_->prepare(kFetchStatement, kFetchSql);
     pg_->prepare(kWaitingStatement, kWaitingSql);
@@ -202,14 +208,17 @@ void Publisher::check_streams() {
     }
 }
 
-void Publisher::send_fetch(const std::string* after) {
+void Publisher::send_fetch(const std::string* after, std::chrono::milliseconds wait) {
     fetch_sent_ = std::chrono::steady_clock::now();
-    pg_->send_prepared(kFetchStatement, {config_.group, std::to_string(config_.batch_size), after ? Param(*after) : std::nullopt});
+    fetch_waits_ = wait.count() > 0;
+    pg_->send_prepared(kFetchStatement, {config_.group, std::to_string(config_.batch_size),
+                                         after ? Param(*after) : std::nullopt,
+                                         fetch_waits_ ? Param(std::to_string(wait.count()) + " ms") : std::nullopt});
 }
 
 std::vector<Event> Publisher::receive_fetch() {
     auto r = pg_->receive();
-    metrics_.pg_rtt_seconds = seconds_since(fetch_sent_);
+    if (!fetch_waits_) metrics_.pg_rtt_seconds = seconds_since(fetch_sent_);
     std::vector<Event> batch;
     batch.reserve(r.rows());
     for (int i = 0; i < r.rows(); ++i) {
@@ -604,7 +613,7 @@ void Publisher::turn() {
         auto batch = std::move(prefetched_);
         prefetched_.clear();
         if (batch.empty()) batch = fetch();
-        if (batch.empty() && config_.listen) {
+        if (batch.empty() && config_.listen && !sleeps_in_fetch_) {
             // About to sleep: ask for a notification (the next committing
             // emitter sends one), then look once more for what committed
             // before the request, in the same round trip.
@@ -625,7 +634,16 @@ void Publisher::turn() {
                                             advance_sent_at_ + kAdvanceInterval - std::chrono::steady_clock::now()) +
                                             std::chrono::milliseconds(1));
             maybe_maintain(true);
-            wait(sleep);
+            if (sleeps_in_fetch_) {
+                // The server sleeps until a commit that emitted wakes it and
+                // returns the batch then: one hop from the commit to the
+                // rows, where a notification would wake this relay to send
+                // a fetch. In slices, so that a stop request is seen.
+                send_next_fetch(std::min(sleep, kFetchWaitSlice));
+                prefetched_ = receive_fetch();
+            } else {
+                wait(sleep);
+            }
             return;
         }
         const auto t0 = std::chrono::steady_clock::now();

@@ -1,8 +1,11 @@
 // What pg_outbox does when preloaded, in throwaway instances: the
 // maintenance background worker starts, maintains, reloads its settings and
-// stops cleanly; and relays are woken by one notification when they wait,
-// not one per commit.
+// stops cleanly; relays are woken by one notification when they wait, not
+// one per commit; and a fetch that waits in the server is woken by commits
+// that emitted.
 #include <gtest/gtest.h>
+
+#include <future>
 
 #include "servers.hpp"
 
@@ -97,4 +100,33 @@ TEST(RelayWakeup, WithoutPreloadEveryCommitNotifies) {
     int n = 0;
     while (const int got = listener.wait_for_notification(300ms)) n += got;
     EXPECT_EQ(n, 5);
+}
+
+// Preloaded, an empty fetch with a wait sleeps in the server until a commit
+// that emitted wakes it, and returns that commit's events then; in both
+// orders. A commit that emitted nothing wakes nobody.
+TEST(RelayWakeup, FetchSleepsUntilACommitThatEmitted) {
+    PgServer pg({"shared_preload_libraries = 'pg_outbox'", "pg_outbox.database = 'postgres'"});
+    const auto conninfo = pg.create_database("app");
+    PgConnection writer(conninfo, "tests");
+    for (const std::string group : {"xid8", "commit"}) {
+        writer.exec("SELECT outbox_group_create($1, ordering => $1)", {group});
+        auto fetched = std::async(std::launch::async, [&] {
+            PgConnection relay(conninfo, "tests");
+            const auto t0 = std::chrono::steady_clock::now();
+            auto r = relay.exec("SELECT key FROM outbox_fetch($1, 10, NULL, '60 s')", {group});
+            return std::make_pair(r.rows() == 1 ? std::string(r.get(0, 0)) : std::string("rows: ") +
+                                                                                 std::to_string(r.rows()),
+                                  std::chrono::steady_clock::now() - t0);
+        });
+        // The fetch sleeps: a commit without events leaves it asleep.
+        ASSERT_EQ(fetched.wait_for(500ms), std::future_status::timeout);
+        writer.exec("SELECT pg_current_xact_id()");
+        ASSERT_EQ(fetched.wait_for(500ms), std::future_status::timeout);
+        writer.exec("SELECT outbox_emit('t', 'woke-' || $1, '{}')", {group});
+        ASSERT_EQ(fetched.wait_for(30s), std::future_status::ready) << group;
+        const auto [key, took] = fetched.get();
+        EXPECT_EQ(key, "woke-" + group);
+        EXPECT_LT(took, 30s) << group;  // woken, well before the wait's end
+    }
 }

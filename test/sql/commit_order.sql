@@ -87,6 +87,21 @@ SELECT * FROM pg_temp.head_mismatches('c_head');
 SELECT * FROM pg_temp.head_mismatches('c_head_u');
 SELECT outbox_group_drop('c_head'), outbox_group_drop('c_head_u');
 
+-- An empty batch waits for a commit that emitted, up to "wait" (the
+-- relay tests wake it); at REPEATABLE READ every read would see the same
+-- snapshot, and it returns at once.
+SELECT outbox_group_create('c_wait', ordering => 'commit');
+SELECT outbox_group_create('c_wait_x', ordering => 'xid8');
+SELECT clock_timestamp() AS t0 \gset
+SELECT count(*) FROM outbox_fetch('c_wait', 10, NULL, '200 ms');
+SELECT clock_timestamp() - :'t0' >= '150 ms' AS waited;
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT clock_timestamp() AS t0 \gset
+SELECT count(*) FROM outbox_fetch('c_wait_x', 10, NULL, '30 s');
+SELECT clock_timestamp() - :'t0' < '20 s' AS returned_at_once;
+COMMIT;
+SELECT outbox_group_drop('c_wait'), outbox_group_drop('c_wait_x');
+
 -- 'now' starts after everything committed so far.
 SELECT outbox_group_create('c_now', ordering => 'commit');
 SELECT count(*) FROM outbox_fetch('c_now');

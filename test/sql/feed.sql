@@ -171,6 +171,16 @@ SELECT * FROM pg_temp.head_mismatches('head');
 SELECT * FROM pg_temp.head_mismatches('head_bc');
 SELECT outbox_group_drop('head'), outbox_group_drop('head_bc');
 
+-- A wait is between 0 and 1 hour. Without pg_outbox preloaded no commit
+-- could wake a sleeping fetch: an empty batch returns at once.
+SELECT pg_temp.try($$SELECT * FROM outbox_fetch('all', 1, NULL, '-1 s')$$);
+SELECT pg_temp.try($$SELECT * FROM outbox_fetch('all', 1, NULL, '2 hours')$$);
+SELECT outbox_group_create('no_wait', start_at => 'now');
+SELECT clock_timestamp() AS t0 \gset
+SELECT count(*) FROM outbox_fetch('no_wait', 10, NULL, '30 s');
+SELECT clock_timestamp() - :'t0' < '20 s' AS returned_at_once;
+SELECT outbox_group_drop('no_wait');
+
 -- A batch's rows are kept in memory of the session that outlives the
 -- calling query, for the next batch (fetch.c). A batch still open when its
 -- transaction fails, one read after its transaction (WITH HOLD), one from

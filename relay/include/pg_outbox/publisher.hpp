@@ -34,10 +34,13 @@ private:
     // The next batch after the cursor, or after "after" when given (the
     // batch still being written to Redis). fetch() is send_fetch() then
     // receive_fetch().
-    void send_fetch(const std::string* after);
+    // With "wait", an empty batch waits in the server for a commit.
+    void send_fetch(const std::string* after, std::chrono::milliseconds wait = std::chrono::milliseconds(0));
     std::vector<Event> receive_fetch();
     // The next batch after the last one Redis acknowledged, advanced or not.
-    void send_next_fetch() { send_fetch(unadvanced_ ? &unadvanced_->first : nullptr); }
+    void send_next_fetch(std::chrono::milliseconds wait = std::chrono::milliseconds(0)) {
+        send_fetch(unadvanced_ ? &unadvanced_->first : nullptr, wait);
+    }
     std::vector<Event> fetch() {
         send_next_fetch();
         return receive_fetch();
@@ -104,6 +107,10 @@ private:
     std::chrono::steady_clock::time_point next_check_{};
     std::chrono::steady_clock::time_point next_maintain_{};
     std::chrono::steady_clock::time_point fetch_sent_{};
+    bool fetch_waits_ = false;  // the fetch in flight may sleep in the server
+    // The server sleeps in outbox_fetch() until a commit wakes it, instead
+    // of this relay waiting for a notification (pg_outbox preloaded).
+    bool sleeps_in_fetch_ = false;
     // The lag metric, measured on its own connection and thread.
     LagProbe lag_;
 };
