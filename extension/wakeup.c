@@ -66,11 +66,14 @@ static OutboxWakeupSlot *MySlot = NULL;
 
 /* This backend's entry among its database's sleepers; -1 when none. */
 static int	MySleeper = -1;
+static bool SleepExitRegistered = false;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
 PG_FUNCTION_INFO_V1(outbox_relay_waiting);
+
+static void OutboxSleepExit(int code, Datum arg);
 
 /* Asks for the slots' shared memory. */
 static void
@@ -177,6 +180,12 @@ OutboxSleepBegin(void)
 	Assert(MySleeper < 0);
 	if (slot == NULL)
 		return false;
+	/* A backend that exits while it sleeps (FATAL, postmaster death) leaves. */
+	if (!SleepExitRegistered)
+	{
+		before_shmem_exit(OutboxSleepExit, (Datum) 0);
+		SleepExitRegistered = true;
+	}
 	for (i = 0; i < OUTBOX_WAKEUP_SLEEPERS; i++)
 	{
 		uint32		free = 0;
@@ -199,6 +208,12 @@ OutboxSleepEnd(void)
 		return;
 	pg_atomic_write_u32(&MySlot->sleepers[MySleeper], 0);
 	MySleeper = -1;
+}
+
+static void
+OutboxSleepExit(int code, Datum arg)
+{
+	OutboxSleepEnd();
 }
 
 /*
