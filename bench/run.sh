@@ -283,7 +283,7 @@ if [[ " $ONLY " == *" drain "* ]]; then
 fi
 
 if [[ " $ONLY " == *" latency "* ]]; then
-	say "latency: $RATE transactions/s for ${SECONDS_LAT}s, woken by NOTIFY vs polling every 100ms"
+	say "latency: $RATE transactions/s for ${SECONDS_LAT}s, woken by commits vs polling every 100ms"
 	psql_db postgres -c "CREATE DATABASE lat"
 	psql_db lat -c "CREATE EXTENSION pg_outbox" -c "SELECT outbox_group_create('lat', ordering => 'commit')" \
 		-c "SELECT outbox_group_create('lat_xid8', ordering => 'xid8')" >/dev/null
@@ -320,9 +320,9 @@ if [[ " $ONLY " == *" latency "* ]]; then
 		done
 	done
 	for mode in listen poll xid8; do
-		label="commit order, LISTEN/NOTIFY"
+		label="commit order, woken by commits"
 		[ "$mode" = poll ] && label="commit order, polling every 100ms"
-		[ "$mode" = xid8 ] && label="xid8 order, LISTEN/NOTIFY"
+		[ "$mode" = xid8 ] && label="xid8 order, woken by commits"
 		row "latency at $RATE tx/s, $label: commit to stream p50 (ms) | $(awk '{print $1}' "$WORK/lat_$mode" | stats) |"
 		row "latency at $RATE tx/s, $label: p99 (ms) | $(awk '{print $2}' "$WORK/lat_$mode" | stats) | $([ $mode != poll ] && echo '< 5')"
 		row "latency at $RATE tx/s, $label: p99.9 (ms) | $(awk '{print $3}' "$WORK/lat_$mode" | stats) |"
