@@ -429,19 +429,32 @@ OutboxCheckKey(text *key, int element)
 						   len, OUTBOX_MAX_KEY_LEN)));
 }
 
-/* Checks a payload's stored size against pg_outbox.max_payload_size. */
+/*
+ * Checks an event's stored size, payload and headers together (the relay
+ * writes both into one stream entry), against pg_outbox.max_payload_size.
+ * "headers" may be NULL; "element" is 0 for a scalar, else the array index.
+ */
 static void
-OutboxCheckPayload(Jsonb *payload, int element)
+OutboxCheckSize(Jsonb *payload, Jsonb *headers, int element)
 {
 	Size		size = VARSIZE(payload);
+	Size		hsize = headers ? VARSIZE(headers) : 0;
 
-	if (size > (Size) pg_outbox_max_payload_size)
+	if (size + hsize <= (Size) pg_outbox_max_payload_size)
+		return;
+	if (headers == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 element ? errmsg("payload %d is too large", element) : errmsg("payload is too large"),
 				 errdetail("The payload is %zu bytes as jsonb; pg_outbox.max_payload_size is %d bytes.",
 						   size, pg_outbox_max_payload_size),
 				 errhint("Store large content elsewhere and emit a reference to it, or raise pg_outbox.max_payload_size.")));
+	ereport(ERROR,
+			(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+			 element ? errmsg("payload and headers %d are too large", element) : errmsg("payload and headers are too large"),
+			 errdetail("The payload is %zu bytes and the headers are %zu bytes as jsonb; pg_outbox.max_payload_size, which counts both, is %d bytes.",
+					   size, hsize, pg_outbox_max_payload_size),
+			 errhint("Store large content elsewhere and emit a reference to it, or raise pg_outbox.max_payload_size.")));
 }
 
 /* Checks that headers are a JSON object. */
@@ -467,6 +480,7 @@ outbox_emit(PG_FUNCTION_ARGS)
 	bool		nulls[1][EVENT_NATTS] = {{false}};
 	text	   *topic;
 	Jsonb	   *payload;
+	Jsonb	   *headers = NULL;
 	pg_uuid_t  *event_id;
 	FullTransactionId fxid;
 	TimestampTz now;
@@ -494,17 +508,16 @@ outbox_emit(PG_FUNCTION_ARGS)
 				 errmsg("payload must not be null"),
 				 errhint("Use '{}' or 'null'::jsonb for an event without a payload.")));
 	payload = PG_GETARG_JSONB_P(2);
-	OutboxCheckPayload(payload, 0);
 
 	if (PG_ARGISNULL(3))
 		nulls[0][EVENT_HEADERS] = true;
 	else
 	{
-		Jsonb	   *headers = PG_GETARG_JSONB_P(3);
-
+		headers = PG_GETARG_JSONB_P(3);
 		OutboxCheckHeaders(headers, 0);
 		values[0][EVENT_HEADERS] = PointerGetDatum(headers);
 	}
+	OutboxCheckSize(payload, headers, 0);
 
 	OutboxCheckWritable();
 
@@ -611,7 +624,6 @@ outbox_emit_many(PG_FUNCTION_ARGS)
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 					 errmsg("payload %d must not be null", i + 1),
 					 errhint("Use '{}' or 'null'::jsonb for an event without a payload.")));
-		OutboxCheckPayload(DatumGetJsonbP(payloads[i]), i + 1);
 		values[i][EVENT_PAYLOAD] = payloads[i];
 		values[i][EVENT_TOPIC] = PointerGetDatum(topic);
 		values[i][EVENT_CREATED_AT] = TimestampTzGetDatum(now);
@@ -653,6 +665,10 @@ outbox_emit_many(PG_FUNCTION_ARGS)
 			nulls[i][EVENT_HEADERS] = false;
 		}
 	}
+	for (i = 0; i < n; i++)
+		OutboxCheckSize(DatumGetJsonbP(values[i][EVENT_PAYLOAD]),
+						nulls[i][EVENT_HEADERS] ? NULL : DatumGetJsonbP(values[i][EVENT_HEADERS]),
+						i + 1);
 
 	if (!PG_ARGISNULL(4))
 	{
