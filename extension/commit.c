@@ -55,6 +55,7 @@
 #include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_namespace.h"
+#include "commands/dbcommands.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -335,6 +336,14 @@ OutboxCommitStart(int db)
 	floor = OutboxQueryOwned("SELECT greatest((SELECT max(ticket) FROM outbox.commit_log),"
 							 "                (SELECT max(cursor_ticket) FROM outbox.groups),"
 							 "                (SELECT retired_ticket FROM outbox.maintenance))");
+	/* Tickets are stored as bigint: the counter must start well below its end. */
+	if (floor > (uint64) PG_INT64_MAX - 2 * OUTBOX_TICKET_EPOCH)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("commit tickets of database \"%s\" cannot start above ticket " UINT64_FORMAT,
+						get_database_name(MyDatabaseId), floor),
+				 errdetail("A commit-ordered group's cursor, a commit marker or a retired partition holds a ticket that close to the end of the bigint range."),
+				 errhint("Find the group with a cursor that high in outbox.group_stats and re-anchor it with outbox_rewind(group, 'beginning').")));
 	LWLockAcquire(Shared->lock, LW_EXCLUSIVE);
 	if (!Shared->dbs[db].started)
 	{
@@ -408,6 +417,13 @@ OutboxCommitPreCommit(FullTransactionId fxid)
 
 	slot = &Shared->slots[MyProc->pgprocno];
 	LWLockAcquire(Shared->lock, LW_EXCLUSIVE);
+	if (Shared->dbs[db].next > (uint64) PG_INT64_MAX)
+	{
+		LWLockRelease(Shared->lock);
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("commit tickets of database \"%s\" are exhausted", get_database_name(MyDatabaseId))));
+	}
 	MyTicket = Shared->dbs[db].next++;
 	slot->db = db;
 	slot->ticket = MyTicket;

@@ -83,8 +83,13 @@
 
 #include "pg_outbox.h"
 
-/* The longest wait for events, in microseconds. */
-#define OUTBOX_FETCH_MAX_WAIT		(USECS_PER_HOUR)
+/*
+ * The longest wait for events, in microseconds. While it waits, the calling
+ * statement's snapshot holds this backend's xmin, and with it the horizon
+ * of VACUUM for the whole cluster: a function cannot let go of the snapshot
+ * of the query that called it. A client that waits longer calls again.
+ */
+#define OUTBOX_FETCH_MAX_WAIT		(10 * USECS_PER_SEC)
 
 /* Memory kept between batches, at most. */
 #define OUTBOX_FETCH_KEEP_BYTES		(8 * 1024 * 1024)
@@ -677,7 +682,9 @@ outbox_fetch(PG_FUNCTION_ARGS)
 		if (wait->month != 0 || wait->day != 0 || wait->time < 0 || wait->time > OUTBOX_FETCH_MAX_WAIT)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("wait must be between 0 and 1 hour")));
+					 errmsg("wait must be between 0 and 10 seconds"),
+					 errdetail("While it waits, the statement's snapshot holds back the cleanup horizon of VACUUM."),
+					 errhint("Call outbox_fetch() again to wait longer.")));
 		wait_ms = wait->time / 1000;
 	}
 

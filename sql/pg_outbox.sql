@@ -277,6 +277,7 @@ CREATE TABLE outbox.groups (
 	advanced_at timestamptz,
 	streams jsonb NOT NULL DEFAULT '{}',
 	stale boolean NOT NULL DEFAULT false,
+	generation bigint NOT NULL DEFAULT 1,
 	CONSTRAINT groups_pkey PRIMARY KEY (id),
 	CONSTRAINT groups_name_key UNIQUE (name),
 	CONSTRAINT groups_name_check CHECK (name ~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$'),
@@ -289,6 +290,7 @@ COMMENT ON TABLE outbox.groups IS 'pg_outbox groups: one cursor over the feed ea
 COMMENT ON COLUMN outbox.groups.ordering IS 'xid8: feed order of transaction ids; commit: order in which the transactions committed (needs preloading)';
 COMMENT ON COLUMN outbox.groups.cursor IS 'the cursor as a position: "<txid>-<seq>" (xid8 order) or "<ticket>-<seq>" (commit order)';
 COMMENT ON COLUMN outbox.groups.stale IS 'a stale group no longer keeps events from retention (outbox_group_set_stale)';
+COMMENT ON COLUMN outbox.groups.generation IS 'bumped by every outbox_rewind(): a leader that read ahead of a moved cursor starts again from it';
 COMMENT ON COLUMN outbox.groups.streams IS 'last position the group''s relay published to each stream, as reported to outbox_advance()';
 SELECT pg_catalog.pg_extension_config_dump('outbox.groups', '');
 
@@ -338,6 +340,30 @@ RETURNS oid
 AS 'MODULE_PATHNAME', 'outbox_lock_class'
 LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 COMMENT ON FUNCTION outbox.lock_class() IS 'pg_outbox: advisory lock classid of group leadership locks (pg_locks.classid)';
+
+CREATE FUNCTION outbox.note_generation(group_id integer, generation bigint)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'outbox_note_generation'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+COMMENT ON FUNCTION outbox.note_generation(integer, bigint) IS
+	'pg_outbox: notes a led group''s generation for this session; returns the one noted before';
+
+-- Refuses a leader's fetch or advance once after its group's cursor was
+-- moved by outbox_rewind() (SQLSTATE OB002); its next fetch starts at the
+-- moved cursor. Called only when outbox.note_generation() saw a change.
+CREATE FUNCTION outbox.raise_rewound(g outbox.groups)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $$
+BEGIN
+	RAISE EXCEPTION 'cursor of group "%" was moved by outbox_rewind() while this session led it', g.name
+		USING ERRCODE = 'OB002',
+			  DETAIL = format('The cursor is at %s now.', g.cursor),
+			  HINT = 'Fetch again without "after": the next batch starts at the moved cursor.';
+END
+$$;
+COMMENT ON FUNCTION outbox.raise_rewound(outbox.groups) IS
+	'pg_outbox: raises OB002 for a leader whose group''s cursor was moved under it';
 
 --
 -- Positions: "<txid>-<seq>", the same text as the Redis stream entry id a
@@ -623,9 +649,22 @@ BEGIN
 	IF NOT outbox.lead(g.id) THEN
 		RETURN;
 	END IF;
+	IF outbox.note_generation(g.id, g.generation) <> g.generation THEN
+		PERFORM outbox.raise_rewound(g);
+	END IF;
 	IF g.ordering = 'commit' THEN
 		PERFORM outbox.check_commit_read();
 		horizon := outbox.commit_horizon();
+		-- No ticket above the horizon's next one has been issued yet: a
+		-- cursor there was not reached by publishing. Reading on would
+		-- skip every ticket up to it, issued later, for good.
+		IF g.cursor_ticket > horizon + 1 THEN
+			RAISE EXCEPTION 'cursor of group "%" is ahead of this server''s commit tickets', group_name
+				USING ERRCODE = 'object_not_in_prerequisite_state',
+					  DETAIL = format('The cursor is at ticket %s, the commit horizon is at %s.', g.cursor_ticket, horizon),
+					  HINT = format('Re-anchor the group with outbox_rewind(%L, ''now'') or outbox_rewind(%L, ''beginning'').',
+									group_name, group_name);
+		END IF;
 		-- Every transaction with a ticket up to the horizon has ended, so
 		-- its id is below the next one read after the horizon (each
 		-- expression of this volatile function sees a new snapshot).
@@ -699,6 +738,7 @@ AS $$
 DECLARE
 	g outbox.groups;
 	p record;
+	bad record;
 	new_txid xid8;
 	new_ticket bigint;
 	behind boolean;
@@ -711,9 +751,23 @@ BEGIN
 			USING ERRCODE = 'object_not_in_prerequisite_state',
 				  HINT = 'Only the session that fetched the batch with outbox_fetch() may advance the cursor.';
 	END IF;
-	IF streams IS NOT NULL AND jsonb_typeof(streams) <> 'object' THEN
-		RAISE EXCEPTION 'streams must be a JSON object of stream names and positions'
-			USING ERRCODE = 'invalid_parameter_value';
+	IF outbox.note_generation(g.id, g.generation) <> g.generation THEN
+		PERFORM outbox.raise_rewound(g);
+	END IF;
+	IF streams IS NOT NULL THEN
+		IF jsonb_typeof(streams) <> 'object' THEN
+			RAISE EXCEPTION 'streams must be a JSON object of stream names and positions'
+				USING ERRCODE = 'invalid_parameter_value';
+		END IF;
+		SELECT s.key, s.value INTO bad FROM jsonb_each(streams) s
+		 WHERE jsonb_typeof(s.value) <> 'string'
+			OR s.value #>> '{}' !~ '^[0-9]{1,20}-[0-9]{1,19}$'
+		 LIMIT 1;
+		IF FOUND THEN
+			RAISE EXCEPTION 'invalid position % for stream "%" in streams', bad.value, bad.key
+				USING ERRCODE = 'invalid_parameter_value',
+					  HINT = 'streams maps each stream name to the last position published there, as a string such as "1042-3".';
+		END IF;
 	END IF;
 	-- The position in the group's order: (ticket, seq) or (txid, seq).
 	IF g.ordering = 'commit' THEN
@@ -792,7 +846,13 @@ COMMENT ON FUNCTION @extschema@.outbox_resign(text) IS
 	'pg_outbox: gives up the group''s leadership; true when this session led it';
 
 -- Moves a cursor anywhere: to a position (replay, or recovery after the
--- broker lost entries), to 'now' or to 'beginning'.
+-- broker lost entries), to 'now' or to 'beginning'. A position ahead of
+-- the horizon is refused: transactions still running (or commits still in
+-- progress) would be skipped when they commit. Each rewind bumps the
+-- group's generation, so that a leader reading ahead of the old cursor
+-- starts again from the new one (outbox.raise_rewound). A position whose
+-- events retention already removed is accepted with a warning naming the
+-- oldest event still kept.
 CREATE FUNCTION @extschema@.outbox_rewind(group_name text, pos text)
 RETURNS text
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
@@ -800,11 +860,18 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
 	g outbox.groups;
+	m outbox.maintenance;
 	new_txid xid8;
 	new_ticket bigint;
 	new_seq bigint := 0;
 	new_position text;
+	limit_txid xid8;
+	limit_ticket bigint;
+	oldest text;
 BEGIN
+	IF pos IS NULL THEN
+		RAISE EXCEPTION 'position must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
 	g := outbox.get_group(group_name, true);
 	IF g.ordering = 'commit' THEN
 		IF pos = 'now' THEN
@@ -813,6 +880,14 @@ BEGIN
 			new_ticket := 0;
 		ELSE
 			SELECT p.ticket, p.seq INTO new_ticket, new_seq FROM outbox.parse_commit_position(pos) p;
+			limit_ticket := outbox.commit_horizon();
+			IF (new_ticket, new_seq) > (limit_ticket + 1, 0::bigint) THEN
+				RAISE EXCEPTION 'position % is ahead of the commit horizon of this server', pos
+					USING ERRCODE = 'object_not_in_prerequisite_state',
+						  DETAIL = format('Commit tickets after %s are not final or not issued yet: a cursor beyond them would skip their events for good.',
+										  limit_ticket),
+						  HINT = format('Rewind to a position up to "%s-0", or to ''now''.', limit_ticket + 1);
+			END IF;
 		END IF;
 	ELSIF pos = 'now' THEN
 		new_txid := outbox.horizon();
@@ -820,11 +895,42 @@ BEGIN
 		new_txid := '0'::xid8;
 	ELSE
 		SELECT p.txid, p.seq INTO new_txid, new_seq FROM outbox.parse_position(pos) p;
+		limit_txid := outbox.horizon();
+		IF (new_txid, new_seq) > (limit_txid, 0::bigint) THEN
+			RAISE EXCEPTION 'position % is ahead of the feed horizon of this server', pos
+				USING ERRCODE = 'object_not_in_prerequisite_state',
+					  DETAIL = format('Transactions from %s on may still be running or are not started yet: a cursor beyond them would skip their events for good.',
+									  limit_txid),
+					  HINT = format('Rewind to a position up to "%s-0", or to ''now''.', limit_txid);
+		END IF;
 	END IF;
 	UPDATE outbox.groups
-	   SET cursor_txid = new_txid, cursor_ticket = new_ticket, cursor_seq = new_seq, advanced_at = now()
+	   SET cursor_txid = new_txid, cursor_ticket = new_ticket, cursor_seq = new_seq, advanced_at = now(),
+		   generation = generation + 1
 	 WHERE id = g.id
 	RETURNING cursor INTO new_position;
+	-- This session's own rewind (a relay recovering lost stream entries)
+	-- does not refuse its next fetch.
+	IF outbox.is_leader(g.id) THEN
+		PERFORM outbox.note_generation(g.id, g.generation + 1);
+	END IF;
+	SELECT * INTO m FROM outbox.maintenance;
+	IF (g.ordering = 'xid8' AND (new_txid, new_seq) < (m.retired_txid, m.retired_seq))
+	   OR (g.ordering = 'commit' AND m.retired_ticket > 0
+		   AND (new_ticket < m.retired_ticket OR (new_ticket = m.retired_ticket AND new_seq = 0))) THEN
+		IF g.ordering = 'xid8' THEN
+			SELECT e.txid || '-' || e.seq INTO oldest FROM outbox.event e ORDER BY e.txid, e.seq LIMIT 1;
+		ELSE
+			SELECT c.ticket || '-' || min(e.seq) INTO oldest
+			  FROM (SELECT l.txid, l.ticket FROM outbox.commit_log l ORDER BY l.ticket LIMIT 1) c
+			  JOIN outbox.event e ON e.txid = c.txid
+			 GROUP BY c.ticket;
+		END IF;
+		RAISE WARNING 'events before position % of group "%" were removed by retention', new_position, group_name
+			USING DETAIL = CASE WHEN oldest IS NULL THEN 'No event is retained.'
+								ELSE format('The oldest event still retained is at %s.', oldest) END,
+				  HINT = 'The group resumes with the oldest event still retained; the ones before it cannot be published again.';
+	END IF;
 	RAISE LOG 'pg_outbox: cursor of group "%" moved from % to %', group_name, g.cursor, new_position;
 	RETURN new_position;
 END
@@ -1133,10 +1239,13 @@ CREATE TABLE outbox.maintenance (
 	last_finished_at timestamptz,
 	last_summary jsonb,
 	retired_ticket bigint NOT NULL DEFAULT 0,
+	retired_txid xid8 NOT NULL DEFAULT '0',
+	retired_seq bigint NOT NULL DEFAULT 0,
 	CONSTRAINT maintenance_pkey PRIMARY KEY (only_row),
 	CONSTRAINT maintenance_only_row CHECK (only_row)
 );
 COMMENT ON TABLE outbox.maintenance IS 'pg_outbox: when maintenance last ran, and what it did';
+COMMENT ON COLUMN outbox.maintenance.retired_txid IS 'with retired_seq: position of the last event retention removed';
 COMMENT ON COLUMN outbox.maintenance.retired_ticket IS 'highest commit ticket in a retired partition: tickets are never issued again at or below it';
 INSERT INTO outbox.maintenance DEFAULT VALUES;
 
@@ -1219,6 +1328,7 @@ DECLARE
 	g record;
 	n bigint;
 	markers regclass;
+	last_event record;
 BEGIN
 	IF NOT outbox.try_maintenance_lock() THEN
 		action := 'skipped'; detail := 'another maintenance run is in progress';
@@ -1281,6 +1391,12 @@ BEGIN
 			   SET retired_ticket = greatest(m.retired_ticket,
 											 (SELECT max(c.ticket) FROM outbox.commit_log c
 											   WHERE c.txid >= b.lower AND c.txid < b.upper));
+			-- Rewinds before the last event removed warn (outbox_rewind).
+			EXECUTE format('SELECT txid, seq FROM %s ORDER BY txid DESC, seq DESC LIMIT 1', b.relid) INTO last_event;
+			IF last_event.txid IS NOT NULL THEN
+				UPDATE outbox.maintenance m SET retired_txid = last_event.txid, retired_seq = last_event.seq
+				 WHERE (last_event.txid, last_event.seq) > (m.retired_txid, m.retired_seq);
+			END IF;
 			EXECUTE format('ALTER TABLE outbox.event DETACH PARTITION %s', b.relid);
 			markers := to_regclass(format('outbox.%I', outbox.commit_partition_name(b.lower)));
 			IF markers IS NOT NULL THEN
@@ -1447,30 +1563,50 @@ COMMENT ON FUNCTION @extschema@.outbox_partitions() IS
 --
 
 -- Backends and prepared transactions that hold a transaction id, oldest
--- first; the oldest one holds the feed horizon back.
-CREATE FUNCTION @extschema@.outbox_horizon_holders()
+-- first; the oldest one holds the feed horizon back. As the owner, to read
+-- every backend's transaction id, but without any session's text.
+CREATE FUNCTION outbox.horizon_holders_all()
 RETURNS TABLE (holds_horizon boolean, pid integer, gid text, database name, username name,
-			   state text, xid_age integer, xact_start timestamptz, held_for interval,
-			   query text)
+			   state text, xid_age integer, xact_start timestamptz, held_for interval)
 LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 	WITH h AS (
 		SELECT (pg_snapshot_xmin(pg_current_snapshot())::text::numeric % 4294967296)::text::xid AS xmin32
 	), holders AS (
-		SELECT a.pid, NULL::text AS gid, a.datname, a.usename, a.state, a.backend_xid AS xid,
-			   a.xact_start, a.query
+		SELECT a.pid, NULL::text AS gid, a.datname, a.usename, a.state, a.backend_xid AS xid, a.xact_start
 		  FROM pg_stat_activity a
 		 WHERE a.backend_xid IS NOT NULL
 		   AND a.pid <> pg_backend_pid()
 		UNION ALL
-		SELECT NULL, p.gid, p.database, p.owner, 'prepared', p.transaction, p.prepared, NULL
+		SELECT NULL, p.gid, p.database, p.owner, 'prepared', p.transaction, p.prepared
 		  FROM pg_prepared_xacts p
 	)
 	SELECT x.xid = h.xmin32, x.pid, x.gid, x.datname, x.usename, x.state, age(x.xid),
-		   x.xact_start, now() - x.xact_start, x.query
+		   x.xact_start, now() - x.xact_start
 	  FROM holders x, h
 	 ORDER BY age(x.xid) DESC, x.pid
+$$;
+COMMENT ON FUNCTION outbox.horizon_holders_all() IS
+	'pg_outbox: backends and prepared transactions holding a transaction id, oldest first, without their session text';
+
+-- The same with each backend's current query, as the caller: a query only
+-- where pg_stat_activity shows it to the caller, and of other databases
+-- only to a caller that may read all statistics (pg_read_all_stats).
+CREATE FUNCTION @extschema@.outbox_horizon_holders()
+RETURNS TABLE (holds_horizon boolean, pid integer, gid text, database name, username name,
+			   state text, xid_age integer, xact_start timestamptz, held_for interval,
+			   query text)
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT h.holds_horizon, h.pid, h.gid, h.database, h.username, h.state, h.xid_age, h.xact_start,
+		   h.held_for,
+		   CASE WHEN h.database = current_database() OR pg_has_role('pg_read_all_stats', 'USAGE')
+				THEN a.query END
+	  FROM outbox.horizon_holders_all() h
+	  LEFT JOIN pg_stat_activity a ON a.pid = h.pid
+	 ORDER BY h.xid_age DESC, h.pid
 $$;
 COMMENT ON FUNCTION @extschema@.outbox_horizon_holders() IS
 	'pg_outbox: backends and prepared transactions holding a transaction id, oldest first; the oldest holds the feed horizon back';
@@ -1512,7 +1648,7 @@ AS $$
 				SELECT c.created_at FROM outbox.commit_backlog(g.cursor_ticket, g.cursor_seq, g.topics, ch.h) c
 				 WHERE g.ordering = 'commit') e) w
 	  LEFT JOIN LATERAL (
-		SELECT h.pid, h.gid, h.held_for FROM @extschema@.outbox_horizon_holders() h
+		SELECT h.pid, h.gid, h.held_for FROM outbox.horizon_holders_all() h
 		 WHERE h.holds_horizon AND g.ordering = 'xid8' LIMIT 1) hh ON true
 	 WHERE for_group IS NULL OR g.name = for_group
 	 ORDER BY g.name
@@ -1571,7 +1707,8 @@ GRANT EXECUTE ON FUNCTION
 	@extschema@.outbox_horizon_holders(),
 	@extschema@.outbox_group_stats(text)
 TO outbox_relay, outbox_admin;
-GRANT EXECUTE ON FUNCTION outbox.horizon(), outbox.commit_horizon() TO outbox_relay, outbox_admin;
+GRANT EXECUTE ON FUNCTION outbox.horizon(), outbox.commit_horizon(), outbox.horizon_holders_all()
+TO outbox_relay, outbox_admin;
 GRANT EXECUTE ON FUNCTION
 	@extschema@.outbox_maintain(),
 	@extschema@.outbox_partitions()

@@ -74,6 +74,14 @@ SELECT outbox_advance('slow', (SELECT pos FROM outbox_fetch('slow', 1)));
 SELECT action, count(*) FROM outbox_maintain() WHERE action IN ('dropped', 'detached') GROUP BY action;
 SELECT key FROM outbox.feed;
 
+-- Rewinding "fast" before what retention removed warns: those events
+-- cannot be published again. It goes on with the oldest event kept; a
+-- rewind to that event's position does not warn.
+SELECT outbox_rewind('fast', 'beginning');
+SELECT key FROM outbox_fetch('fast', 10);
+SELECT outbox_advance('fast', (SELECT pos FROM outbox_fetch('fast', 10) ORDER BY txid DESC, seq DESC LIMIT 1));
+SELECT outbox_rewind('fast', (SELECT txid || '-' || seq FROM outbox.event ORDER BY txid, seq LIMIT 1)) IS NOT NULL AS no_warning;
+
 -- A stale group no longer keeps storage; a lagging one is reported.
 UPDATE outbox.config SET max_group_lag = '1 microsecond', retire_mode = 'detach';
 SET client_min_messages = error;  -- the warning names the lag, which varies
