@@ -72,6 +72,9 @@ std::string Metrics::render() const {
            batches_published.load());
     metric("pg_outbox_relay_rewinds_total", "counter", "Rewinds after Redis was found behind the cursor.",
            streams_rewound.load());
+    metric("pg_outbox_relay_cursor_moves_total", "counter",
+           "Times the group's cursor was found moved by outbox_rewind() while this relay led it.",
+           rewinds_noticed.load());
     out << "# HELP pg_outbox_relay_redis_batches_total Batches written to Redis, by path: transaction (streams "
            "checked under WATCH, plain XADD in MULTI/EXEC) or script (the append script, which tells entries "
            "already present from missing ones).\n"

@@ -44,6 +44,19 @@ constexpr const char* kMaintainSql =
 // Raised when the session no longer leads its group (a standby took over).
 struct LostLeadership {};
 
+// Raised when outbox_rewind() moved the group's cursor while this session
+// led it (SQLSTATE OB002): what was read ahead of the old cursor, and the
+// positions not yet advanced to, no longer count.
+struct GroupRewound {
+    std::string message;
+};
+
+// Turns the server's refusal after a rewind into GroupRewound.
+[[noreturn]] void rethrow_rewound(const PgError& e) {
+    if (e.sqlstate() == "OB002" && !e.connection_lost()) throw GroupRewound{e.what()};
+    throw e;
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -217,7 +230,13 @@ void Publisher::send_fetch(const std::string* after, std::chrono::milliseconds w
 }
 
 std::vector<Event> Publisher::receive_fetch() {
-    auto r = pg_->receive();
+    auto r = [this] {
+        try {
+            return pg_->receive();
+        } catch (const PgError& e) {
+            rethrow_rewound(e);
+        }
+    }();
     if (!fetch_waits_) metrics_.pg_rtt_seconds = seconds_since(fetch_sent_);
     std::vector<Event> batch;
     batch.reserve(r.rows());
@@ -546,7 +565,7 @@ void Publisher::receive_advance() {
     } catch (const PgError& e) {
         unadvanced_.reset();
         if (e.sqlstate() == "55000" && !e.connection_lost()) throw LostLeadership{};
-        throw;
+        rethrow_rewound(e);
     }
     unadvanced_.reset();
 }
@@ -661,6 +680,8 @@ void Publisher::turn() {
             } catch (const PgError&) {
                 // The next turn finds the connection broken, if it is.
             } catch (const LostLeadership&) {
+            } catch (const GroupRewound&) {
+                // The next fetch, from the moved cursor, says so again.
             }
             throw;
         }
@@ -674,16 +695,31 @@ void Publisher::turn() {
                       batch.size(), batch.back().position, metrics_.redis_rtt_seconds * 1000,
                       std::chrono::duration<double, std::milli>(t1 - t0).count() + seconds_since(t1) * 1000);
     } catch (const LostLeadership&) {
-        while (pg_->queued() > 0) {
-            try {
-                pg_->receive();
-            } catch (const PgError&) {
-                // results of the lost turn: nothing to keep
-            }
-        }
+        discard_queued();
         prefetched_.clear();
         metrics_.leader = false;
         spdlog::warn("group \"{}\" is led by another session now; standing by", config_.group);
+    } catch (const GroupRewound& e) {
+        // Published entries stay (their ids make a replay harmless); the
+        // next fetch starts at the moved cursor, and the streams are
+        // looked at again before it.
+        discard_queued();
+        prefetched_.clear();
+        unadvanced_.reset();
+        streams_checked_ = false;
+        metrics_.rewinds_noticed++;
+        spdlog::warn("{}; publishing from the moved cursor", e.message);
+    }
+}
+
+// Reads and drops the results still queued on the connection.
+void Publisher::discard_queued() {
+    while (pg_->queued() > 0) {
+        try {
+            pg_->receive();
+        } catch (const PgError&) {
+            // results of an abandoned turn: nothing to keep
+        }
     }
 }
 
@@ -696,6 +732,7 @@ void Publisher::on_stop() {
     } catch (const PgError&) {
         // The connection is going away anyway, and the lock with it.
     } catch (const LostLeadership&) {
+    } catch (const GroupRewound&) {
     }
 }
 

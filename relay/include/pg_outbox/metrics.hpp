@@ -27,6 +27,7 @@ public:
     std::atomic<std::uint64_t> events_already_published{0};
     std::atomic<std::uint64_t> batches_published{0};
     std::atomic<std::uint64_t> streams_rewound{0};
+    std::atomic<std::uint64_t> rewinds_noticed{0};
     // Batches written by each path: a transaction of plain XADDs, or the
     // append script.
     std::atomic<std::uint64_t> transaction_batches{0};

@@ -80,6 +80,7 @@ private:
     void flush_advance();
     void maybe_maintain(bool idle);
     void wait(std::chrono::milliseconds timeout);
+    void discard_queued();
 
     bool streams_checked_ = false;
     // The batch fetched while the previous one was being written to Redis.
