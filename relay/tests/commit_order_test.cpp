@@ -41,6 +41,37 @@ PgConnection connect_when_up(const std::string& conninfo) {
 
 }  // namespace
 
+// A commit-order cursor written near the end of bigint around the
+// functions (outbox_rewind refuses one): after a restart the ticket
+// counter does not start there (it overflowed into negative tickets, and
+// every later event was skipped). Commits that emitted and fetches fail
+// loudly until the group is re-anchored, then flow again.
+TEST(CommitOrder, TicketCounterNeverStartsNearTheEndOfBigint) {
+    PgServer pg(kPreload);
+    const auto conninfo = pg.create_database("app");
+    {
+        PgConnection db(conninfo, "tests");
+        db.exec("SELECT outbox_group_create('g', start_at => 'beginning', ordering => 'commit')");
+        db.exec("UPDATE outbox.groups SET cursor_ticket = 9223372036854775000 WHERE name = 'g'");
+    }
+    pg.restart();
+    {
+        auto db = connect_when_up(conninfo);
+        try {
+            db.exec("SELECT outbox_emit('t', 'refused', '1')");
+            ADD_FAILURE() << "a commit took a ticket above the end of bigint";
+        } catch (const std::exception& e) {
+            EXPECT_NE(std::string(e.what()).find("cannot start above ticket"), std::string::npos) << e.what();
+        }
+        EXPECT_EQ(query_column(db, "SELECT count(*) FROM outbox.event")[0], "0");
+        EXPECT_EQ(query_column(db, "SELECT count(*) FROM outbox.commit_log WHERE ticket < 0")[0], "0");
+        db.exec("SELECT outbox_rewind('g', 'beginning')");
+        db.exec("SELECT outbox_emit('t', 'after', '1')");
+        EXPECT_EQ(fetch_keys(db, "g"), "after ");
+        EXPECT_GT(std::stoll(query_column(db, "SELECT max(ticket) FROM outbox.commit_log")[0]), 0);
+    }
+}
+
 // A reader passes tickets; the server crashes (a backend killed, so the
 // postmaster reinitialises shared memory) and restarts cleanly: the
 // tickets after each are above every ticket before, and the group reads
