@@ -56,7 +56,6 @@ enum
 /* GUCs */
 extern int	pg_outbox_max_payload_size;
 extern bool pg_outbox_notify;
-extern char *pg_outbox_database;
 extern int	pg_outbox_maintenance_interval;
 
 /* pg_outbox.c */

@@ -1736,3 +1736,16 @@ TO outbox_consumer, outbox_admin;
 GRANT EXECUTE ON FUNCTION @extschema@.inbox_replay(bigint, text) TO outbox_admin;
 GRANT UPDATE (replayed_at) ON outbox.dead_letters TO outbox_admin;
 GRANT UPDATE ON outbox.config TO outbox_admin;
+
+--
+-- Maintenance of this database starts as soon as the install commits
+-- (when pg_outbox is preloaded; see worker.c).
+--
+CREATE FUNCTION outbox.maintenance_wake()
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'outbox_maintenance_wake'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+COMMENT ON FUNCTION outbox.maintenance_wake() IS
+	'pg_outbox: has the maintenance launcher look at every database once this transaction commits (when preloaded)';
+REVOKE ALL ON FUNCTION outbox.maintenance_wake() FROM PUBLIC;
+SELECT outbox.maintenance_wake();

@@ -15,8 +15,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-const std::vector<std::string> kPreload = {"shared_preload_libraries = 'pg_outbox'",
-                                           "pg_outbox.database = 'postgres'"};
+const std::vector<std::string> kPreload = {"shared_preload_libraries = 'pg_outbox'"};
 
 // The keys of a fetch of the whole backlog, in feed order.
 std::string fetch_keys(PgConnection& relay, const std::string& group) {
@@ -122,7 +121,7 @@ TEST(CommitOrder, CrashAndRestartNeverReissueATicket) {
 // yet. Later commits wait behind it instead of being read past it; once
 // it finishes, everything comes in commit order.
 TEST(CommitOrder, TicketToVisibilityWindowSkipsNothing) {
-    PgServer pg({kPreload[0], kPreload[1], "synchronous_standby_names = 'nobody'", "synchronous_commit = local"});
+    PgServer pg({kPreload[0], "synchronous_standby_names = 'nobody'", "synchronous_commit = local"});
     const auto conninfo = pg.create_database("app");
     PgConnection admin(conninfo, "tests");
     admin.exec("SELECT outbox_group_create('g', start_at => 'beginning', ordering => 'commit')");
