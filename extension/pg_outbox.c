@@ -21,6 +21,32 @@ void		_PG_init(void);
 int			pg_outbox_max_payload_size = OUTBOX_DEFAULT_MAX_PAYLOAD_SIZE;
 bool		pg_outbox_notify = true;
 
+/* pg_outbox.today, read by outbox.inbox_today() in SQL */
+static char *pg_outbox_today = NULL;
+
+/* pg_outbox.today is empty or a date written YYYY-MM-DD. */
+static bool
+OutboxCheckToday(char **newval, void **extra, GucSource source)
+{
+	const char *v = *newval;
+	int			i;
+
+	if (v == NULL || v[0] == '\0')
+		return true;
+	for (i = 0; i < 10; i++)
+		if (i == 4 || i == 7 ? v[i] != '-' : !isdigit((unsigned char) v[i]))
+		{
+			GUC_check_errdetail("pg_outbox.today is a date written YYYY-MM-DD, or empty.");
+			return false;
+		}
+	if (v[10] != '\0')
+	{
+		GUC_check_errdetail("pg_outbox.today is a date written YYYY-MM-DD, or empty.");
+		return false;
+	}
+	return true;
+}
+
 /* Defines the settings and initialises each subsystem. */
 void
 _PG_init(void)
@@ -44,6 +70,15 @@ _PG_init(void)
 							 PGC_USERSET,
 							 0,
 							 NULL, NULL, NULL);
+
+	DefineCustomStringVariable("pg_outbox.today",
+							   "The day (UTC) inbox maintenance takes as today.",
+							   "For tests that run maintenance across days; empty: the real date.",
+							   &pg_outbox_today,
+							   "",
+							   PGC_SUSET,
+							   0,
+							   OutboxCheckToday, NULL, NULL);
 
 	OutboxWorkerInit();
 	OutboxCommitInit();

@@ -49,6 +49,26 @@ installcheck_on regress installcheck
 say "commit-order tests on a throwaway cluster that preloads pg_outbox"
 installcheck_on preload installcheck-preload -o shared_preload_libraries=pg_outbox
 
+# Runs an operations test script (test/ops) on a throwaway cluster that
+# preloads pg_outbox; it prints an "ok" or "not ok" line per check.
+ops_test() {
+	local script=$1
+	pg_virtualenv -v 15 -o max_prepared_transactions=10 -o shared_preload_libraries=pg_outbox \
+		bash "$script" >"$log/ops" 2>&1 || true
+	grep -E '^(ok|not ok) ' "$log/ops" || cat "$log/ops"
+	passed=$((passed + $(grep -cE '^ok ' "$log/ops" || true)))
+	failed=$((failed + $(grep -cE '^not ok ' "$log/ops" || true)))
+	if ! grep -qE '^[0-9]+ passed, 0 failed$' "$log/ops"; then
+		grep -qE '^not ok ' "$log/ops" || failed=$((failed + 1))
+		cat "$log/ops"
+	fi
+}
+
+for script in test/ops/*.sh; do
+	say "operations: $script on a throwaway cluster"
+	ops_test "$script"
+done
+
 say "relay: build, unit tests, integration tests (own PostgreSQL and Redis per test)"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPG_OUTBOX_WERROR=ON >/dev/null
 cmake --build build -j"$(nproc)" >"$log/build" 2>&1 || { cat "$log/build"; exit 1; }

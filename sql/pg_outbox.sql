@@ -59,6 +59,23 @@ COMMENT ON COLUMN outbox.config.max_group_lag IS 'a group whose oldest waiting e
 INSERT INTO outbox.config DEFAULT VALUES;
 SELECT pg_catalog.pg_extension_config_dump('outbox.config', '');
 
+-- pg_dump copies the settings row; CREATE EXTENSION in the restored
+-- database has inserted the defaults already. The restored row replaces
+-- them (an insert replaces the row: there is only one).
+CREATE FUNCTION outbox.config_replace()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	DELETE FROM outbox.config;
+	RETURN NEW;
+END
+$$;
+COMMENT ON FUNCTION outbox.config_replace() IS 'pg_outbox: an inserted settings row replaces the existing one (restores)';
+CREATE TRIGGER config_replace BEFORE INSERT ON outbox.config
+	FOR EACH ROW EXECUTE FUNCTION outbox.config_replace();
+
 --
 -- The event table: insert-only, range-partitioned on the emitting
 -- transaction's top-level id. (txid, seq) is the feed position: txid orders
@@ -171,6 +188,25 @@ COMMENT ON FUNCTION outbox.free_range(xid8) IS 'pg_outbox: the bounds a new even
 -- (sub)transaction: readers see the rows in the default partition or in
 -- the new one, never in neither. The default partition is locked first:
 -- the attach scans it. Returns the events moved.
+-- Makes a table pg_outbox created a member of the extension, or no longer
+-- one, whichever it is not yet (during CREATE EXTENSION tables are members
+-- already). Event and marker partitions are members: pg_dump leaves them
+-- out, with their events, which another cluster's transaction ids could not
+-- order. Inbox partitions are not: they are dumped, rows and all.
+CREATE FUNCTION outbox.set_member(rel regclass, member boolean)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	IF member <> EXISTS (SELECT 1 FROM pg_depend d
+						  WHERE d.classid = 'pg_class'::regclass AND d.objid = rel AND d.deptype = 'e') THEN
+		EXECUTE format('ALTER EXTENSION pg_outbox %s TABLE %s', CASE WHEN member THEN 'ADD' ELSE 'DROP' END, rel);
+	END IF;
+END
+$$;
+COMMENT ON FUNCTION outbox.set_member(regclass, boolean) IS 'pg_outbox: makes a table a member of the extension, or no longer one';
+
 CREATE FUNCTION outbox.attach_range(lower xid8, upper xid8)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
@@ -188,6 +224,7 @@ BEGIN
 		part := CASE parent WHEN 'event' THEN outbox.partition_name(lower) ELSE outbox.commit_partition_name(lower) END;
 		EXECUTE format('LOCK TABLE outbox.%I IN ACCESS EXCLUSIVE MODE', parent || '_default');
 		EXECUTE format('CREATE TABLE outbox.%I (LIKE outbox.%I INCLUDING DEFAULTS)', part, parent);
+		PERFORM outbox.set_member(format('outbox.%I', part)::regclass, true);
 		EXECUTE format('WITH moved AS (DELETE FROM outbox.%I WHERE txid >= %L AND txid < %L RETURNING *)
 						INSERT INTO outbox.%I SELECT * FROM moved', parent || '_default', lower, upper, part);
 		GET DIAGNOSTICS n = ROW_COUNT;
@@ -962,37 +999,71 @@ ALTER TABLE outbox.config
 	ADD CONSTRAINT config_inbox_retention_check CHECK (inbox_retention >= interval '1 day');
 COMMENT ON COLUMN outbox.config.inbox_retention IS 'how long the inbox remembers applied events; must cover the broker''s retention and any replay window';
 
+-- The day maintenance takes as today (UTC): the real one, or
+-- pg_outbox.today when set (tests run maintenance across days with it).
+CREATE FUNCTION outbox.inbox_today()
+RETURNS date
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT coalesce(nullif(current_setting('pg_outbox.today', true), '')::date,
+					(now() AT TIME ZONE 'UTC')::date)
+$$;
+COMMENT ON FUNCTION outbox.inbox_today() IS 'pg_outbox: today for inbox maintenance (UTC), or pg_outbox.today when set';
+
 -- Creates the daily inbox partitions from today to three days ahead, each
--- with its (consumer, event_id) unique index. Returns how many it created.
+-- with its (consumer, event_id) unique index, moving the rows of its day
+-- out of the default partition (where applies land when maintenance did
+-- not run in time) in the same transaction: an apply sees its event in
+-- one or the other. The partitions are not members of the extension, so
+-- pg_dump carries them and their rows: the inbox's memory of what each
+-- consumer applied survives a dump and restore. Returns how many it
+-- created.
 CREATE FUNCTION outbox.inbox_premake_partitions()
 RETURNS integer
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+	today date := outbox.inbox_today();
 	day date;
+	lower timestamptz;
+	upper timestamptz;
 	part name;
 	created integer := 0;
 BEGIN
-	FOR i IN 0 .. 3 LOOP
-		day := (now() AT TIME ZONE 'UTC')::date + i;
+	-- Days of rows already in the default partition, and the days ahead.
+	FOR day IN
+		SELECT d FROM (SELECT DISTINCT (applied_at AT TIME ZONE 'UTC')::date AS d FROM outbox.inbox_default
+					   UNION SELECT today + i FROM generate_series(0, 3) i) days
+		 ORDER BY d
+	LOOP
 		part := format('inbox_%s', to_char(day, 'YYYYMMDD'));
-		IF NOT EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-						WHERE n.nspname = 'outbox' AND c.relname = part) THEN
-			EXECUTE format('CREATE TABLE outbox.%I PARTITION OF outbox.inbox FOR VALUES FROM (%L) TO (%L)',
-						   part, day::timestamp AT TIME ZONE 'UTC', (day + 1)::timestamp AT TIME ZONE 'UTC');
-			EXECUTE format('CREATE UNIQUE INDEX %I ON outbox.%I (consumer, event_id)',
-						   part || '_consumer_event_id_key', part);
-			created := created + 1;
-		END IF;
+		CONTINUE WHEN EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+							   WHERE n.nspname = 'outbox' AND c.relname = part);
+		lower := day::timestamp AT TIME ZONE 'UTC';
+		upper := (day + 1)::timestamp AT TIME ZONE 'UTC';
+		LOCK TABLE outbox.inbox_default IN ACCESS EXCLUSIVE MODE;
+		EXECUTE format('CREATE TABLE outbox.%I (LIKE outbox.inbox INCLUDING DEFAULTS)', part);
+		PERFORM outbox.set_member(format('outbox.%I', part)::regclass, false);
+		EXECUTE format('WITH moved AS (DELETE FROM outbox.inbox_default WHERE applied_at >= %L AND applied_at < %L RETURNING *)
+						INSERT INTO outbox.%I SELECT * FROM moved', lower, upper, part);
+		EXECUTE format('CREATE UNIQUE INDEX %I ON outbox.%I (consumer, event_id)',
+					   part || '_consumer_event_id_key', part);
+		EXECUTE format('ALTER TABLE outbox.%I ADD CONSTRAINT %I CHECK (applied_at >= %L AND applied_at < %L)',
+					   part, part || '_bounds', lower, upper);
+		EXECUTE format('ALTER TABLE outbox.inbox ATTACH PARTITION outbox.%I FOR VALUES FROM (%L) TO (%L)',
+					   part, lower, upper);
+		EXECUTE format('ALTER TABLE outbox.%I DROP CONSTRAINT %I', part, part || '_bounds');
+		created := created + 1;
 	END LOOP;
 	RETURN created;
 END
 $$;
-COMMENT ON FUNCTION outbox.inbox_premake_partitions() IS 'pg_outbox: creates the inbox partitions from today to three days ahead';
-SELECT outbox.inbox_premake_partitions();
+COMMENT ON FUNCTION outbox.inbox_premake_partitions() IS
+	'pg_outbox: creates the inbox partitions from today to three days ahead, and those of rows in the default partition, moving those rows';
 
--- Drops the inbox partitions that end before now() - inbox_retention.
+-- Drops the inbox partitions that end before today - inbox_retention.
 -- Returns how many it dropped.
 CREATE FUNCTION outbox.inbox_retire_partitions()
 RETURNS integer
@@ -1004,15 +1075,16 @@ DECLARE
 	dropped integer := 0;
 BEGIN
 	FOR p IN
-		SELECT c.relname
+		SELECT c.oid::regclass AS rel, c.relname
 		  FROM pg_inherits i
 		  JOIN pg_class c ON c.oid = i.inhrelid
 		 WHERE i.inhparent = 'outbox.inbox'::regclass
 		   AND c.relname ~ '^inbox_[0-9]{8}$'
 		   AND to_date(substr(c.relname, 7), 'YYYYMMDD') + 1
-			   <= ((now() - (SELECT inbox_retention FROM outbox.config)) AT TIME ZONE 'UTC')::date
+			   <= ((outbox.inbox_today()::timestamp - (SELECT inbox_retention FROM outbox.config)))::date
 		 ORDER BY c.relname
 	LOOP
+		PERFORM outbox.set_member(p.rel, false);
 		EXECUTE format('DROP TABLE outbox.%I', p.relname);
 		RAISE LOG 'pg_outbox: dropped inbox partition %', p.relname;
 		dropped := dropped + 1;
@@ -1403,18 +1475,20 @@ BEGIN
 				EXECUTE format('ALTER TABLE outbox.commit_log DETACH PARTITION %s', markers);
 			END IF;
 			IF cfg.retire_mode = 'drop' THEN
+				PERFORM outbox.set_member(b.relid, false);
 				EXECUTE format('DROP TABLE %s', b.relid);
 				IF markers IS NOT NULL THEN
+					PERFORM outbox.set_member(markers, false);
 					EXECUTE format('DROP TABLE %s', markers);
 				END IF;
 				action := 'dropped';
 			ELSE
 				-- Kept for inspection, and dropped with the extension.
 				EXECUTE format('ALTER TABLE %s RENAME TO %I', b.relid, b.name || '_detached');
-				EXECUTE format('ALTER EXTENSION pg_outbox ADD TABLE outbox.%I', b.name || '_detached');
+				PERFORM outbox.set_member(format('outbox.%I', b.name || '_detached')::regclass, true);
 				IF markers IS NOT NULL THEN
 					EXECUTE format('ALTER TABLE %s RENAME TO %I', markers, outbox.commit_partition_name(b.lower) || '_detached');
-					EXECUTE format('ALTER EXTENSION pg_outbox ADD TABLE outbox.%I', outbox.commit_partition_name(b.lower) || '_detached');
+					PERFORM outbox.set_member(format('outbox.%I', outbox.commit_partition_name(b.lower) || '_detached')::regclass, true);
 				END IF;
 				action := 'detached';
 			END IF;
@@ -1496,10 +1570,7 @@ BEGIN
 		FOREACH part IN ARRAY parts LOOP
 			EXECUTE format('ALTER TABLE %s DETACH PARTITION %s',
 						   CASE WHEN part = p.relid THEN 'outbox.event' ELSE 'outbox.commit_log' END, part);
-			IF EXISTS (SELECT 1 FROM pg_depend d
-						WHERE d.classid = 'pg_class'::regclass AND d.objid = part AND d.deptype = 'e') THEN
-				EXECUTE format('ALTER EXTENSION pg_outbox DROP TABLE %s', part);
-			END IF;
+			PERFORM outbox.set_member(part, false);
 			EXECUTE format('DROP TABLE %s', part);
 		END LOOP;
 		dropped := dropped + 1;
