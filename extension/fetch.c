@@ -117,6 +117,7 @@ typedef struct FetchArgs
 	int64		horizon;		/* commit order: tickets up to this one */
 	uint64		below;			/* transaction ids below this one */
 	int64		limit;			/* rows at most */
+	uint64		epoch;			/* added to the order part of positions */
 	int			ntopics;		/* -1: every topic */
 	text	  **topics;
 } FetchArgs;
@@ -373,7 +374,13 @@ OutboxPutEvent(FetchOut *out, const FetchArgs *a, PartScan *ps, uint64 order)
 	for (i = 0; i < EVENT_NATTS; i++)
 		if (i != EVENT_TOPIC)
 			values[1 + i] = OutboxColumn(ps, i, &nulls[1 + i]);
-	snprintf(pos, sizeof(pos), UINT64_FORMAT "-" INT64_FORMAT, order,
+	if (order > PG_UINT64_MAX - a->epoch)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("position of event beyond the range of stream ids"),
+				 errdetail("Transaction id or ticket " UINT64_FORMAT " plus the group's epoch " UINT64_FORMAT " is above 2^64 - 1.",
+						   order, a->epoch)));
+	snprintf(pos, sizeof(pos), UINT64_FORMAT "-" INT64_FORMAT, order + a->epoch,
 			 DatumGetInt64(values[1 + EVENT_SEQ]));
 	values[FETCH_POS] = CStringGetTextDatum(pos);
 	nulls[FETCH_POS] = false;
@@ -560,6 +567,7 @@ OutboxReadArgs(HeapTuple row, TupleDesc desc, FetchArgs *a)
 	}
 	a->cursor_seq = DatumGetInt64(OutboxArg(row, desc, "cursor_seq", &isnull));
 	a->limit = DatumGetInt32(OutboxArg(row, desc, "row_limit", &isnull));
+	a->epoch = (uint64) DatumGetInt64(OutboxArg(row, desc, "epoch", &isnull));
 	a->below = U64FromFullTransactionId(DatumGetFullTransactionId(OutboxArg(row, desc, "below", &isnull)));
 	if (isnull)
 		elog(ERROR, "outbox.fetch_args() returned no transaction id bound");

@@ -309,7 +309,8 @@ CREATE TABLE outbox.groups (
 	cursor_txid xid8,
 	cursor_ticket bigint,
 	cursor_seq bigint NOT NULL,
-	cursor text GENERATED ALWAYS AS (coalesce(cursor_txid::text, cursor_ticket::text) || '-' || cursor_seq) STORED,
+	epoch bigint NOT NULL DEFAULT 0,
+	cursor text GENERATED ALWAYS AS ((coalesce(cursor_txid::text::numeric, cursor_ticket) + epoch) || '-' || cursor_seq) STORED,
 	created_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
 	advanced_at timestamptz,
 	streams jsonb NOT NULL DEFAULT '{}',
@@ -320,12 +321,14 @@ CREATE TABLE outbox.groups (
 	CONSTRAINT groups_name_check CHECK (name ~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$'),
 	CONSTRAINT groups_topics_check CHECK (topics IS NULL OR pg_catalog.cardinality(topics) > 0),
 	CONSTRAINT groups_ordering_check CHECK (ordering IN ('xid8', 'commit')),
+	CONSTRAINT groups_epoch_check CHECK (epoch >= 0),
 	CONSTRAINT groups_cursor_check CHECK (CASE ordering WHEN 'xid8' THEN cursor_txid IS NOT NULL AND cursor_ticket IS NULL
 														 ELSE cursor_ticket IS NOT NULL AND cursor_txid IS NULL END)
 );
 COMMENT ON TABLE outbox.groups IS 'pg_outbox groups: one cursor over the feed each';
 COMMENT ON COLUMN outbox.groups.ordering IS 'xid8: feed order of transaction ids; commit: order in which the transactions committed (needs preloading)';
-COMMENT ON COLUMN outbox.groups.cursor IS 'the cursor as a position: "<txid>-<seq>" (xid8 order) or "<ticket>-<seq>" (commit order)';
+COMMENT ON COLUMN outbox.groups.cursor IS 'the cursor as a position: "<txid>-<seq>" (xid8 order) or "<ticket>-<seq>" (commit order), plus the epoch';
+COMMENT ON COLUMN outbox.groups.epoch IS 'added to the transaction id or ticket of the group''s positions (stream entry ids); set by outbox_reanchor() so that ids keep increasing in another cluster';
 COMMENT ON COLUMN outbox.groups.stale IS 'a stale group no longer keeps events from retention (outbox_group_set_stale)';
 COMMENT ON COLUMN outbox.groups.generation IS 'bumped by every outbox_rewind(): a leader that read ahead of a moved cursor starts again from it';
 COMMENT ON COLUMN outbox.groups.streams IS 'last position the group''s relay published to each stream, as reported to outbox_advance()';
@@ -637,6 +640,31 @@ END
 $$;
 COMMENT ON FUNCTION outbox.parse_commit_position(text) IS 'pg_outbox: splits a commit-order position "<ticket>-<seq>"';
 
+-- A group's position as this server's: a group re-anchored in another
+-- cluster (outbox_reanchor) adds an epoch to the transaction id or ticket
+-- of its positions; this takes it off. Text that is no position is
+-- returned as is, for the parser to refuse.
+CREATE FUNCTION outbox.unshift_position(pos text, epoch bigint)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $$
+DECLARE
+	major numeric;
+BEGIN
+	IF epoch = 0 OR pos !~ '^[0-9]{1,20}-[0-9]{1,19}$' THEN
+		RETURN pos;
+	END IF;
+	major := split_part(pos, '-', 1)::numeric;
+	IF major < epoch THEN
+		RAISE EXCEPTION 'position % is from before the group was re-anchored', pos
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = format('The group''s positions start at %s since outbox_reanchor().', epoch);
+	END IF;
+	RETURN (major - epoch) || '-' || split_part(pos, '-', 2);
+END
+$$;
+COMMENT ON FUNCTION outbox.unshift_position(text, bigint) IS 'pg_outbox: a re-anchored group''s position as this server''s (the epoch taken off)';
+
 -- Reading the commit-ordered feed needs a snapshot taken after the
 -- horizon: READ COMMITTED, where each statement takes a new one.
 CREATE FUNCTION outbox.check_commit_read()
@@ -666,7 +694,7 @@ COMMENT ON FUNCTION outbox.check_commit_read() IS 'pg_outbox: refuses to read th
 -- reads the batch is taken.
 CREATE FUNCTION outbox.fetch_args(group_name text, batch_size integer, after text)
 RETURNS TABLE (ordering text, cursor_txid xid8, cursor_ticket bigint,
-			   cursor_seq bigint, topics text[], horizon bigint, row_limit integer, below xid8)
+			   cursor_seq bigint, topics text[], horizon bigint, row_limit integer, below xid8, epoch bigint)
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 AS $$
 DECLARE
@@ -689,6 +717,9 @@ BEGIN
 	IF outbox.note_generation(g.id, g.generation) <> g.generation THEN
 		PERFORM outbox.raise_rewound(g);
 	END IF;
+	IF g.epoch > 0 THEN
+		after := outbox.unshift_position(after, g.epoch);
+	END IF;
 	IF g.ordering = 'commit' THEN
 		PERFORM outbox.check_commit_read();
 		horizon := outbox.commit_horizon();
@@ -699,8 +730,8 @@ BEGIN
 			RAISE EXCEPTION 'cursor of group "%" is ahead of this server''s commit tickets', group_name
 				USING ERRCODE = 'object_not_in_prerequisite_state',
 					  DETAIL = format('The cursor is at ticket %s, the commit horizon is at %s.', g.cursor_ticket, horizon),
-					  HINT = format('Re-anchor the group with outbox_rewind(%L, ''now'') or outbox_rewind(%L, ''beginning'').',
-									group_name, group_name);
+					  HINT = format('After a restore into another cluster or a failover, re-anchor the group with outbox_reanchor(%L).',
+									group_name);
 		END IF;
 		-- Every transaction with a ticket up to the horizon has ended, so
 		-- its id is below the next one read after the horizon (each
@@ -721,8 +752,8 @@ BEGIN
 				USING ERRCODE = 'object_not_in_prerequisite_state',
 					  DETAIL = format('The cursor is at transaction %s, the next transaction id is %s. This happens after a dump and restore into another cluster, or a failover to a server with an older history.',
 									  g.cursor_txid, next_xid),
-					  HINT = format('Re-anchor the group with outbox_rewind(%L, ''now'') or outbox_rewind(%L, ''beginning'').',
-									group_name, group_name);
+					  HINT = format('Re-anchor the group with outbox_reanchor(%L): it goes on from this server''s horizon, with stream ids above those it published.',
+									group_name);
 		END IF;
 		-- A relay that fetches the next batch while the broker still writes
 		-- the previous one reads after that batch, not after the cursor.
@@ -740,6 +771,7 @@ BEGIN
 	cursor_seq := g.cursor_seq;
 	topics := g.topics;
 	row_limit := batch_size;
+	epoch := g.epoch;
 	RETURN NEXT;
 END
 $$;
@@ -776,13 +808,15 @@ DECLARE
 	g outbox.groups;
 	p record;
 	bad record;
+	lpos text;
 	new_txid xid8;
 	new_ticket bigint;
 	behind boolean;
 	horizon bigint;
 BEGIN
-	SELECT * INTO p FROM outbox.parse_position(pos);
 	g := outbox.get_group(group_name, true);
+	lpos := outbox.unshift_position(pos, g.epoch);
+	SELECT * INTO p FROM outbox.parse_position(lpos);
 	IF NOT outbox.is_leader(g.id) THEN
 		RAISE EXCEPTION 'this session does not lead group "%"', group_name
 			USING ERRCODE = 'object_not_in_prerequisite_state',
@@ -808,7 +842,7 @@ BEGIN
 	END IF;
 	-- The position in the group's order: (ticket, seq) or (txid, seq).
 	IF g.ordering = 'commit' THEN
-		new_ticket := (outbox.parse_commit_position(pos)).ticket;
+		new_ticket := (outbox.parse_commit_position(lpos)).ticket;
 		behind := (new_ticket, p.seq) < (g.cursor_ticket, g.cursor_seq);
 	ELSE
 		new_txid := p.txid;
@@ -916,7 +950,8 @@ BEGIN
 		ELSIF pos = 'beginning' THEN
 			new_ticket := 0;
 		ELSE
-			SELECT p.ticket, p.seq INTO new_ticket, new_seq FROM outbox.parse_commit_position(pos) p;
+			SELECT p.ticket, p.seq INTO new_ticket, new_seq
+			  FROM outbox.parse_commit_position(outbox.unshift_position(pos, g.epoch)) p;
 			limit_ticket := outbox.commit_horizon();
 			IF (new_ticket, new_seq) > (limit_ticket + 1, 0::bigint) THEN
 				RAISE EXCEPTION 'position % is ahead of the commit horizon of this server', pos
@@ -931,7 +966,7 @@ BEGIN
 	ELSIF pos = 'beginning' THEN
 		new_txid := '0'::xid8;
 	ELSE
-		SELECT p.txid, p.seq INTO new_txid, new_seq FROM outbox.parse_position(pos) p;
+		SELECT p.txid, p.seq INTO new_txid, new_seq FROM outbox.parse_position(outbox.unshift_position(pos, g.epoch)) p;
 		limit_txid := outbox.horizon();
 		IF (new_txid, new_seq) > (limit_txid, 0::bigint) THEN
 			RAISE EXCEPTION 'position % is ahead of the feed horizon of this server', pos
@@ -974,6 +1009,61 @@ END
 $$;
 COMMENT ON FUNCTION @extschema@.outbox_rewind(text, text) IS
 	'pg_outbox: moves the group''s cursor to a position, ''now'' or ''beginning''; returns the new position';
+
+-- Re-anchors a group on this server after a restore into another cluster
+-- or a failover to one with an older history: the cursor goes to this
+-- server's horizon ('now'), and the group's epoch rises so that its next
+-- positions, the ids of the stream entries it writes, are above every
+-- position it published before (its cursor and the last position per
+-- stream): the relay goes on appending to the same streams. Events that
+-- were waiting on the old server are not here to publish. Returns the new
+-- cursor.
+CREATE FUNCTION @extschema@.outbox_reanchor(group_name text)
+RETURNS text
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	g outbox.groups;
+	local_major numeric;
+	published numeric;
+	new_epoch numeric;
+	new_position text;
+BEGIN
+	g := outbox.get_group(group_name, true);
+	-- The highest transaction id or ticket (with the epoch) published.
+	SELECT max(m) INTO published
+	  FROM (SELECT split_part(g.cursor, '-', 1)::numeric AS m
+			UNION ALL
+			SELECT split_part(s.value, '-', 1)::numeric FROM jsonb_each_text(g.streams) s
+			 WHERE s.value ~ '^[0-9]{1,20}-[0-9]{1,19}$') x;
+	IF g.ordering = 'commit' THEN
+		local_major := outbox.commit_horizon() + 1;
+	ELSE
+		local_major := outbox.horizon()::text::numeric;
+	END IF;
+	new_epoch := greatest(g.epoch, published + 1 - local_major);
+	IF new_epoch + local_major > 18446744073709551615 OR new_epoch > 9223372036854775807 THEN
+		RAISE EXCEPTION 'cannot re-anchor group "%": its positions would leave the range of stream ids', group_name
+			USING ERRCODE = 'program_limit_exceeded',
+				  HINT = 'Publish to new streams with a new group instead.';
+	END IF;
+	UPDATE outbox.groups
+	   SET cursor_txid = CASE WHEN g.ordering = 'xid8' THEN local_major::text::xid8 END,
+		   cursor_ticket = CASE WHEN g.ordering = 'commit' THEN local_major::bigint END,
+		   cursor_seq = 0, epoch = new_epoch, advanced_at = now(), generation = generation + 1
+	 WHERE id = g.id
+	RETURNING cursor INTO new_position;
+	IF outbox.is_leader(g.id) THEN
+		PERFORM outbox.note_generation(g.id, g.generation + 1);
+	END IF;
+	RAISE LOG 'pg_outbox: group "%" re-anchored: cursor % (was %), epoch % (was %)',
+		group_name, new_position, g.cursor, new_epoch, g.epoch;
+	RETURN new_position;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.outbox_reanchor(text) IS
+	'pg_outbox: re-anchors a group on this server (after a restore or failover): cursor at the horizon, stream ids above all it published';
 
 --
 -- The inbox: what each consumer applied, to apply every event once.
@@ -1749,6 +1839,7 @@ REVOKE ALL ON FUNCTION
 	@extschema@.outbox_resign(text),
 	@extschema@.outbox_relay_waiting(),
 	@extschema@.outbox_rewind(text, text),
+	@extschema@.outbox_reanchor(text),
 	@extschema@.outbox_horizon_holders(),
 	@extschema@.outbox_group_stats(text),
 	@extschema@.inbox_apply(text, uuid, jsonb),
@@ -1775,6 +1866,7 @@ GRANT EXECUTE ON FUNCTION
 	@extschema@.outbox_resign(text),
 	@extschema@.outbox_relay_waiting(),
 	@extschema@.outbox_rewind(text, text),
+	@extschema@.outbox_reanchor(text),
 	@extschema@.outbox_horizon_holders(),
 	@extschema@.outbox_group_stats(text)
 TO outbox_relay, outbox_admin;

@@ -131,6 +131,27 @@ $$;
 SELECT outbox_rewind('all', 'now') IS NOT NULL AS reanchored;
 SELECT count(*) FROM outbox_fetch('all');
 
+-- Re-anchoring: on the server where the group published, nothing to lift
+-- (the epoch stays 0; the cursor goes to the horizon). After a restore
+-- into a cluster with lower transaction ids (the last positions per
+-- stream are above this server's), the epoch lifts every position above
+-- them; positions given back are the group's own, and older ones refused.
+SELECT outbox_reanchor('all') = outbox.horizon() || '-0' AS at_horizon, epoch FROM outbox.groups WHERE name = 'all';
+SELECT outbox_emit('orders', 're-1', '{}') IS NOT NULL AS emitted;
+UPDATE outbox.groups SET streams = '{"outbox:orders": "900000000-7", "bad": "x"}' WHERE name = 'all';
+SELECT outbox_reanchor('all') = '900000001-0' AS lifted;
+SELECT epoch + cursor_txid::text::bigint = 900000001 AS epoch_ok, cursor FROM outbox.groups WHERE name = 'all';
+SELECT outbox_emit('orders', 're-2', '{}') IS NOT NULL AS emitted;
+SELECT split_part(pos, '-', 1)::bigint > 900000000 AS above, key FROM outbox_fetch('all', 10);
+SELECT outbox_advance('all', (SELECT pos FROM outbox_fetch('all', 10) WHERE key = 're-2'));
+SELECT split_part(cursor, '-', 1)::bigint > 900000000 AS cursor_above FROM outbox.groups WHERE name = 'all';
+SELECT pg_temp.try($$SELECT outbox_advance('all', '1-1')$$);
+SELECT pg_temp.try($$SELECT outbox_rewind('all', '5-0')$$);
+SELECT pg_temp.try($$SELECT outbox_reanchor('nope')$$);
+SELECT pg_temp.try($$SELECT outbox_reanchor(NULL)$$);
+UPDATE outbox.groups SET epoch = 0, streams = '{}' WHERE name = 'all';
+SELECT outbox_rewind('all', 'now') IS NOT NULL AS back;
+
 -- Fetching after a later position (a relay's prefetch while the broker
 -- writes the previous batch) skips what is in flight; a position behind
 -- the cursor changes nothing.
