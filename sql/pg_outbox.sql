@@ -907,6 +907,12 @@ BEGIN
 			   <= ((now() - (SELECT inbox_retention FROM outbox.config)) AT TIME ZONE 'UTC')::date
 		 ORDER BY c.relname
 	LOOP
+		-- The partitions CREATE EXTENSION made belong to the extension.
+		IF EXISTS (SELECT 1 FROM pg_depend d
+					WHERE d.classid = 'pg_class'::regclass AND d.deptype = 'e'
+					  AND d.objid = format('outbox.%I', p.relname)::regclass) THEN
+			EXECUTE format('ALTER EXTENSION pg_outbox DROP TABLE outbox.%I', p.relname);
+		END IF;
 		EXECUTE format('DROP TABLE outbox.%I', p.relname);
 		RAISE LOG 'pg_outbox: dropped inbox partition %', p.relname;
 		dropped := dropped + 1;
