@@ -575,3 +575,41 @@ TEST_F(ConsumeTest, ConfigurationFaultWhileRunningHoldsEntries) {
     std::this_thread::sleep_for(300ms);
     expect_projection_exactly_once();
 }
+
+// An entry that fails the whole call, outside its subtransaction (here a
+// statement timeout, which no exception block catches): the batch is
+// applied entry by entry, the others apply, and only that entry counts
+// deliveries and is dead-lettered.
+TEST_F(ConsumeTest, WholeBatchFailureIsChargedToItsEntry) {
+    {
+        auto db = sink();
+        db.exec("ALTER ROLE consumer_user SET statement_timeout = '1s'");
+        db.exec(R"(CREATE OR REPLACE FUNCTION apply_event(topic text, key text, payload jsonb, headers jsonb, event_id uuid)
+            RETURNS void LANGUAGE plpgsql AS $$
+            BEGIN
+                IF key = 'k4' THEN
+                    PERFORM pg_sleep(5);
+                END IF;
+                INSERT INTO projection VALUES (event_id, topic, key, (payload->>'n')::int, (payload->>'amount')::int);
+                PERFORM outbox_emit('applied', key, jsonb_build_object('of', event_id));
+            END $$)");
+    }
+    start_relay();
+    emit(12);
+    ASSERT_TRUE(wait_all_published());
+    auto& consumer =
+        start_consumer("w1", {"--min-idle", "100ms", "--claim-interval", "50ms", "--max-deliveries", "2"});
+    ASSERT_TRUE(wait_applied(11)) << consumer.log();
+    ASSERT_TRUE(eventually([&] { return sink_count("SELECT count(*) FROM outbox.dead_letters") == 1; }, 30s))
+        << consumer.log();
+    auto db = sink();
+    auto dl = db.exec("SELECT key, sqlstate, deliveries FROM outbox.dead_letters");
+    EXPECT_EQ(dl.get(0, 0), "k4");
+    EXPECT_EQ(dl.get(0, 1), "57014");
+    EXPECT_EQ(dl.get(0, 2), "2");
+    ASSERT_TRUE(eventually(
+        [&] { return pending("outbox:orders") + pending("outbox:payments") + pending("outbox:audit") == 0; }, 10s));
+    EXPECT_TRUE(consumer.running()) << consumer.log();
+    EXPECT_EQ(sink_count("SELECT count(*) FROM projection"), 11);
+    EXPECT_NE(consumer.log().find("failed as a whole, applying them one by one"), std::string::npos);
+}
