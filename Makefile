@@ -12,15 +12,16 @@ OBJS = \
 	extension/commit.o \
 	extension/lead.o \
 	extension/locks.o \
+	extension/inbox.o \
 	extension/wakeup.o \
 	extension/worker.o
 
 DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql
 DATA = $(wildcard sql/$(EXTENSION)--*--*.sql)
 
-REGRESS = install emit emit_errors groups feed privileges explain inbox maintain drop
+REGRESS = install emit emit_errors groups feed privileges explain inbox inbox_entries inbox_consumers maintain drop
 REGRESS_OPTS = --inputdir=test --outputdir=test --load-extension=$(EXTENSION)
-ISOLATION = xid_order abort_savepoint open_tx prepared two_relays inbox_race maintain_concurrent rewind_leader holders_privacy
+ISOLATION = xid_order abort_savepoint open_tx prepared two_relays inbox_race inbox_isolation maintain_concurrent rewind_leader holders_privacy
 ISOLATION_OPTS = --inputdir=test --outputdir=test/isolation --load-extension=$(EXTENSION)
 
 # Tests that need pg_outbox in shared_preload_libraries (the commit order):

@@ -360,7 +360,7 @@ if [[ " $ONLY " == *" consume "* ]]; then
 	redis flushall >/dev/null
 	psql_db postgres -c "CREATE DATABASE src" -c "CREATE DATABASE sink"
 	psql_db src -c "CREATE EXTENSION pg_outbox" -c "SELECT outbox_group_create('src', start_at => 'beginning')" >/dev/null
-	psql_db sink -c "CREATE EXTENSION pg_outbox"
+	psql_db sink -c "CREATE EXTENSION pg_outbox" -c "SELECT inbox_consumer_create('bench', current_user::regrole)" >/dev/null
 	psql_db src -c "SELECT count(*) FROM outbox_emit_many('c', NULL, (SELECT array_agg(jsonb_build_object('i', i,
 		'note', 'lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor incididunt'))
 		FROM generate_series(1, $CONSUME) i))" >/dev/null

@@ -118,6 +118,8 @@ BEGIN
 END
 $$;
 GRANT ALL ON totals, refuse TO ledger_app;
+-- The consumer "accounting" belongs to ledger_app: only its members apply for it.
+SELECT inbox_consumer_create('accounting', 'ledger_app');
 SQL
 
 say "relay (publish) and consumer (consume) started"
@@ -185,7 +187,7 @@ wait_for 10 '[ "$(redis xlen "$STREAM")" -ge "$(journal)" ]' || true
 entry=$(redis xreadgroup GROUP accounting crashed-worker COUNT 1 STREAMS "$STREAM" '>')
 event_id=$(echo "$entry" | grep -A1 '^event_id$' | tail -n 1)
 payload=$(echo "$entry" | grep -A1 '^payload$' | tail -n 1)
-ledger -c "SELECT status FROM inbox_consume('accounting', '$HANDLER', ARRAY['$event_id'], ARRAY['transfers'], NULL, ARRAY[\$p\$$payload\$p\$], NULL)" >/dev/null
+ledger -c "SELECT status FROM inbox_consume('accounting', '$HANDLER', ARRAY[convert_to('$event_id', 'UTF8')], ARRAY[convert_to('transfers', 'UTF8')], NULL, ARRAY[convert_to(\$p\$$payload\$p\$, 'UTF8')], NULL)" >/dev/null
 applied_then=$(applied)
 pending_then=$(pending)
 start_consumer

@@ -2,7 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
-#include <nlohmann/json.hpp>
+#include <algorithm>
+#include <cstdint>
 
 #include "pg_outbox/errors.hpp"
 #include "pg_outbox/position.hpp"
@@ -12,48 +13,85 @@ namespace pg_outbox {
 namespace {
 
 constexpr const char* kConsumeSql =
-    "SELECT ord, status, error_code, error_message FROM inbox_consume($1, $2, $3, $4, $5, $6, $7)";
-constexpr const char* kDeadLetterSql =
-    "SELECT inbox_dead_letter($1, $2, $3, $4::uuid, $5, $6, $7::jsonb, $8::jsonb, $9, $10, $11)";
+    "SELECT ord, status, error_code, error_message "
+    "FROM inbox_consume($1, $2, $3::bytea[], $4::bytea[], $5::bytea[], $6::bytea[], $7::bytea[])";
+constexpr const char* kDeadLetterSql = "SELECT inbox_dead_letter($1, $2, $3, $4::bytea[], $5, $6, $7)";
+constexpr const char* kHandlerCheck = "pg_outbox_handler_check";
 
-const std::string* field(const StreamEntry& e, const char* name) {
-    const auto it = e.fields.find(name);
-    return it == e.fields.end() ? nullptr : &it->second;
-}
-
-bool looks_like_uuid(const std::string& s) {
-    if (s.size() != 36) return false;
-    for (std::size_t i = 0; i < s.size(); ++i) {
-        const char c = s[i];
-        const bool dash = i == 8 || i == 13 || i == 18 || i == 23;
-        if (dash ? c != '-' : !std::isxdigit(static_cast<unsigned char>(c))) return false;
-    }
-    return true;
-}
+// The OIDs of the handler's parameters: topic text, key text, payload
+// jsonb, headers jsonb, event id uuid (as inbox_consume() passes them).
+const std::vector<Oid> kHandlerTypes{25, 25, 3802, 3802, 2950};
 
 void check_reply(const RedisReply& r, const std::string& what) {
     if (r->type == REDIS_REPLY_ERROR)
         throw RedisError(RedisError::Kind::reply, what + ": " + std::string(reply_text(r.get())));
 }
 
+void put_int32(std::string& out, std::uint32_t v) {
+    const char b[4] = {static_cast<char>(v >> 24), static_cast<char>(v >> 16), static_cast<char>(v >> 8),
+                       static_cast<char>(v)};
+    out.append(b, 4);
+}
+
+// A size for a log line or a reason.
+std::string human_bytes(std::size_t n) {
+    if (n >= (1u << 20)) return std::to_string(n >> 20) + " MiB";
+    if (n >= 1024) return std::to_string(n >> 10) + " KiB";
+    return std::to_string(n) + " bytes";
+}
+
+// The first line of a PostgreSQL error, without libpq's prefixes.
+std::string first_line(const std::string& message) {
+    std::string line = message.substr(0, message.find('\n'));
+    for (const std::string_view prefix : {"query failed: ", "ERROR:  "})
+        if (line.compare(0, prefix.size(), prefix) == 0) line.erase(0, prefix.size());
+    return line;
+}
+
 }  // namespace
 
-std::string pg_text_array(const std::vector<const std::string*>& values) {
-    std::string out = "{";
-    for (std::size_t i = 0; i < values.size(); ++i) {
-        if (i) out += ',';
-        if (values[i] == nullptr) {
-            out += "NULL";
+const std::string* StreamEntry::field(std::string_view name) const {
+    for (const auto& [k, v] : fields)
+        if (k == name) return &v;
+    return nullptr;
+}
+
+std::size_t StreamEntry::count(std::string_view name) const {
+    std::size_t n = 0;
+    for (const auto& f : fields) n += f.first == name;
+    return n;
+}
+
+std::size_t StreamEntry::bytes() const {
+    std::size_t n = 0;
+    for (const auto& [k, v] : fields) n += k.size() + v.size();
+    return n;
+}
+
+std::string pg_bytea_array(const std::vector<const std::string*>& values) {
+    constexpr std::uint32_t kByteaOid = 17;
+    std::size_t size = 20;
+    bool has_null = false;
+    for (const auto* v : values) {
+        size += 4 + (v ? v->size() : 0);
+        has_null = has_null || v == nullptr;
+    }
+    std::string out;
+    out.reserve(size);
+    put_int32(out, values.empty() ? 0 : 1);  // dimensions
+    put_int32(out, has_null ? 1 : 0);
+    put_int32(out, kByteaOid);
+    if (values.empty()) return out;
+    put_int32(out, static_cast<std::uint32_t>(values.size()));
+    put_int32(out, 1);  // lower bound
+    for (const auto* v : values) {
+        if (v == nullptr) {
+            put_int32(out, 0xFFFFFFFFu);
             continue;
         }
-        out += '"';
-        for (char c : *values[i]) {
-            if (c == '"' || c == '\\') out += '\\';
-            out += c;
-        }
-        out += '"';
+        put_int32(out, static_cast<std::uint32_t>(v->size()));
+        out.append(*v);
     }
-    out += '}';
     return out;
 }
 
@@ -62,23 +100,81 @@ std::vector<StreamEntry> parse_entries(const std::string& stream, const redisRep
     if (list == nullptr || list->type != REDIS_REPLY_ARRAY) return out;
     for (std::size_t i = 0; i < list->elements; ++i) {
         const redisReply* e = list->element[i];
-        if (e->type != REDIS_REPLY_ARRAY || e->elements < 2) continue;
+        if (e == nullptr || e->type != REDIS_REPLY_ARRAY || e->elements < 2) continue;
         StreamEntry entry;
         entry.stream = stream;
         entry.id = std::string(reply_text(e->element[0]));
         const redisReply* f = e->element[1];
-        if (f->type == REDIS_REPLY_ARRAY)
+        if (f != nullptr && f->type == REDIS_REPLY_ARRAY)
             for (std::size_t j = 0; j + 1 < f->elements; j += 2)
-                entry.fields[std::string(reply_text(f->element[j]))] = std::string(reply_text(f->element[j + 1]));
+                entry.fields.emplace_back(reply_text(f->element[j]), reply_text(f->element[j + 1]));
         out.push_back(std::move(entry));
     }
     return out;
 }
 
+std::optional<std::pair<std::string, std::string>> framing_fault(const StreamEntry& entry) {
+    for (const auto name : kEntryFields)
+        if (const auto n = entry.count(name); n > 1)
+            return std::pair{"field \"" + std::string(name) + "\" appears " + std::to_string(n) +
+                                 " times in the entry",
+                             std::string("22023")};
+    std::size_t bytes = 0;
+    for (const auto name : kEntryFields)
+        if (const auto* v = entry.field(name)) bytes += v->size();
+    if (bytes > kMaxEntryBytes)
+        return std::pair{"the entry is " + human_bytes(bytes) + "; the consumer applies entries of up to " +
+                             human_bytes(kMaxEntryBytes),
+                         std::string("54000")};
+    return std::nullopt;
+}
+
 Consumer::Consumer(const Config& config, Metrics& metrics, const std::atomic<bool>& stop)
-    : Service(config, metrics, stop, "pg_outbox_relay consume " + config.consumer) {
+    : Service(config, metrics, stop, "pg_outbox_relay consume " + config.consumer),
+      hold_backoff_(config.retry_min, config.retry_max) {
     spdlog::info("consumer \"{}\" (worker \"{}\", group \"{}\") reading {} stream(s) from {}", config_.consumer,
                  config_.worker, config_.consumer_group, config_.streams.size(), config_.redis.to_string());
+}
+
+void Consumer::on_pg_connected() {
+    // Only at start-up: a fault that appears later is held and retried.
+    if (validated_) return;
+    validate_settings();
+    validated_ = true;
+}
+
+void Consumer::validate_settings() {
+    // A transient error is retried like any other; everything else means
+    // the setting cannot work.
+    auto refuse = [](const std::string& setting, const PgError& e) {
+        if (e.retryable()) throw e;
+        return ConfigError(setting + ": " + e.what() + " (SQLSTATE " + e.sqlstate() + ")");
+    };
+    try {
+        pg_->exec("SELECT inbox_consumer_check($1)", {config_.consumer});
+    } catch (const PgError& e) {
+        throw refuse("--consumer \"" + config_.consumer + "\"", e);
+    }
+    for (const auto& stream : config_.streams) {
+        try {
+            pg_->exec("SELECT $1::text", {stream});
+        } catch (const PgError& e) {
+            throw refuse("--stream", e);
+        }
+    }
+    // The handler as inbox_consume() runs it: one statement with the five
+    // parameter types. EXPLAIN of its generic plan checks the privileges
+    // on what it names (tables, the functions it calls) without running it.
+    try {
+        pg_->prepare(kHandlerCheck, config_.handler, kHandlerTypes);
+        pg_->exec("SET plan_cache_mode = force_generic_plan");
+        pg_->exec(std::string("EXPLAIN (COSTS OFF) EXECUTE ") + kHandlerCheck + "(NULL, NULL, NULL, NULL, NULL)");
+        pg_->exec("RESET plan_cache_mode");
+        pg_->exec(std::string("DEALLOCATE ") + kHandlerCheck);
+    } catch (const PgError& e) {
+        throw refuse("--handler", e);
+    }
+    spdlog::info("consumer \"{}\" and the handler checked", config_.consumer);
 }
 
 // Creates the consumer group on each stream (and the stream) if missing.
@@ -141,7 +237,10 @@ void Consumer::reclaim() {
                     gone.id = std::string(reply_text(deleted->element[i]));
                     spdlog::error("entry {} of stream \"{}\" was deleted from the stream before it was applied",
                                   gone.id, stream);
-                    dead_letter(gone, "entry was deleted from the stream (trimmed) before it was applied", std::nullopt);
+                    if (auto fault = dead_letter(gone, "entry was deleted from the stream (trimmed) before it was applied",
+                                                 std::nullopt))
+                        spdlog::error("entry {} of stream \"{}\" could not be dead-lettered: {} (SQLSTATE {})",
+                                      gone.id, stream, fault->second, fault->first);
                 }
             }
             if (entries.empty()) continue;
@@ -201,7 +300,12 @@ void Consumer::report_trimmed_unread(const std::string& stream) {
                                " and before " + first->to_string() +
                                " were trimmed from the stream before this consumer group read them";
     spdlog::error("stream \"{}\": {}", stream, reason);
-    dead_letter(range, reason, std::nullopt);
+    if (auto fault = dead_letter(range, reason, std::nullopt)) {
+        spdlog::error("stream \"{}\": the trimmed range could not be dead-lettered, reported again at the next "
+                      "reclaim: {} (SQLSTATE {})",
+                      stream, fault->second, fault->first);
+        return;
+    }
     // Move the group to just before the first entry left, with the count
     // of entries read made right, so that the range is reported once.
     const Position before = first->minor > 0 ? Position{first->major, first->minor - 1}
@@ -212,81 +316,196 @@ void Consumer::report_trimmed_unread(const std::string& stream) {
 }
 
 void Consumer::apply(const std::vector<StreamEntry>& entries) {
-    std::vector<const StreamEntry*> ready;
+    // Calls of at most kMaxCallBytes, each acknowledged after its commit.
+    std::vector<const StreamEntry*> call;
+    std::size_t call_bytes = 0;
+    auto flush = [&] {
+        if (call.empty()) return;
+        std::vector<const StreamEntry*> done;
+        apply_call(call, done);
+        ack(done);
+        call.clear();
+        call_bytes = 0;
+    };
     std::vector<const StreamEntry*> done;
     for (const auto& e : entries) {
-        if (field(e, "event_id") == nullptr || field(e, "payload") == nullptr || field(e, "topic") == nullptr) {
-            dead_letter(e, "malformed entry: it lacks an event_id, topic or payload field", std::nullopt);
-            done.push_back(&e);
-        } else {
-            ready.push_back(&e);
+        if (auto fault = framing_fault(e)) {
+            malformed(e, fault->first, fault->second, done);
+            continue;
         }
+        const auto bytes = e.bytes();
+        if (!call.empty() && call_bytes + bytes > kMaxCallBytes) flush();
+        call.push_back(&e);
+        call_bytes += bytes;
     }
-    if (!ready.empty()) {
-        std::vector<const std::string*> ids, topics, keys, payloads, headers;
-        for (const auto* e : ready) {
-            ids.push_back(field(*e, "event_id"));
-            topics.push_back(field(*e, "topic"));
-            keys.push_back(field(*e, "key"));
-            payloads.push_back(field(*e, "payload"));
-            headers.push_back(field(*e, "headers"));
-        }
-        const auto t0 = std::chrono::steady_clock::now();
-        auto r = pg_->exec(kConsumeSql, {config_.consumer, config_.handler, pg_text_array(ids), pg_text_array(topics),
-                                         pg_text_array(keys), pg_text_array(payloads), pg_text_array(headers)});
-        metrics_.pg_rtt_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        // Committed: what follows may be acknowledged.
-        for (int i = 0; i < r.rows(); ++i) {
-            const auto ord = std::stoul(std::string(r.get(i, 0)));
-            const StreamEntry& e = *ready.at(ord - 1);
-            const auto status = r.get(i, 1);
-            if (status == "applied") {
-                metrics_.events_applied++;
-                done.push_back(&e);
-            } else if (status == "duplicate") {
-                metrics_.events_duplicate++;
-                spdlog::info("entry {} of \"{}\": event {} was applied before; acknowledged", e.id, e.stream,
-                              *field(e, "event_id"));
-                done.push_back(&e);
-            } else if (status == "conflict") {
-                metrics_.events_conflict++;
-                spdlog::error("entry {} of \"{}\": {}", e.id, e.stream, r.get(i, 3));
-                dead_letter(e, std::string(r.get(i, 3)), std::string(r.get(i, 2)));
-                done.push_back(&e);
-            } else {
-                metrics_.events_failed++;
-                if (e.deliveries >= config_.max_deliveries) {
-                    spdlog::error("entry {} of \"{}\" failed {} times, dead-lettered: {} (SQLSTATE {})", e.id,
-                                  e.stream, e.deliveries, r.get(i, 3), r.get(i, 2));
-                    dead_letter(e, std::string(r.get(i, 3)), std::string(r.get(i, 2)));
-                    done.push_back(&e);
-                } else {
-                    spdlog::warn("entry {} of \"{}\" failed (delivery {} of {}), stays pending: {} (SQLSTATE {})",
-                                 e.id, e.stream, e.deliveries, config_.max_deliveries, r.get(i, 3), r.get(i, 2));
-                }
-            }
-        }
-    }
+    flush();
     ack(done);
 }
 
-void Consumer::dead_letter(const StreamEntry& e, const std::string& reason, const std::optional<std::string>& sqlstate) {
-    auto optional_field = [&](const char* name) -> Param {
-        const auto* v = field(e, name);
-        return v ? Param(*v) : std::nullopt;
+void Consumer::apply_call(const std::vector<const StreamEntry*>& call, std::vector<const StreamEntry*>& done) {
+    std::vector<const std::string*> ids, topics, keys, payloads, headers;
+    for (const auto* e : call) {
+        ids.push_back(e->field("event_id"));
+        topics.push_back(e->field("topic"));
+        keys.push_back(e->field("key"));
+        payloads.push_back(e->field("payload"));
+        headers.push_back(e->field("headers"));
+    }
+    std::optional<PgResult> result;
+    try {
+        const auto t0 = std::chrono::steady_clock::now();
+        result.emplace(pg_->exec(kConsumeSql,
+                                 {config_.consumer, config_.handler, pg_bytea_array(ids), pg_bytea_array(topics),
+                                  pg_bytea_array(keys), pg_bytea_array(payloads), pg_bytea_array(headers)},
+                                 {0, 0, 1, 1, 1, 1, 1}));
+        metrics_.pg_rtt_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    } catch (const PgError& e) {
+        // The whole call failed. A lost connection or a transient error is
+        // retried by the service loop; the entries stay pending.
+        if (e.retryable()) throw;
+        if (classify_sqlstate(e.sqlstate()) == Fault::configuration) {
+            for (const auto* entry : call) hold(*entry, e.sqlstate(), first_line(e.what()));
+            return;
+        }
+        // Something one entry did outside its subtransaction (a statement
+        // timeout, a deferred constraint at commit): each alone finds it.
+        if (call.size() > 1) {
+            spdlog::warn("a batch of {} entries failed as a whole, applying them one by one: {} (SQLSTATE {})",
+                         call.size(), first_line(e.what()), e.sqlstate());
+            for (const auto* entry : call) {
+                std::vector<const StreamEntry*> one{entry};
+                std::vector<const StreamEntry*> one_done;
+                apply_call(one, one_done);
+                ack(one_done);
+            }
+            return;
+        }
+        entry_failed(*call.front(), e.sqlstate(), first_line(e.what()), done);
+        return;
+    }
+    // Committed: what follows may be acknowledged.
+    const auto& r = *result;
+    for (int i = 0; i < r.rows(); ++i) {
+        const auto ord = std::stoul(std::string(r.get(i, 0)));
+        const StreamEntry& e = *call.at(ord - 1);
+        const auto status = r.get(i, 1);
+        const std::string code(r.get(i, 2));
+        const std::string message(r.get(i, 3));
+        if (status == "applied") {
+            metrics_.events_applied++;
+            done.push_back(&e);
+        } else if (status == "duplicate") {
+            metrics_.events_duplicate++;
+            spdlog::info("entry {} of \"{}\": event {} was applied before; acknowledged", e.id, e.stream,
+                         *e.field("event_id"));
+            done.push_back(&e);
+        } else if (status == "conflict") {
+            metrics_.events_conflict++;
+            spdlog::error("entry {} of \"{}\": {}", e.id, e.stream, message);
+            if (auto fault = dead_letter(e, message, code))
+                hold(e, fault->first, fault->second);
+            else
+                done.push_back(&e);
+        } else if (status == "malformed") {
+            malformed(e, message, code, done);
+        } else if (classify_sqlstate(code) != Fault::entry) {
+            hold(e, code, message);
+        } else {
+            entry_failed(e, code, message, done);
+        }
+    }
+}
+
+void Consumer::entry_failed(const StreamEntry& e, std::string_view sqlstate, std::string_view message,
+                            std::vector<const StreamEntry*>& done) {
+    metrics_.events_failed++;
+    if (e.deliveries >= config_.max_deliveries) {
+        spdlog::error("entry {} of \"{}\" failed {} times, dead-lettered: {} (SQLSTATE {})", e.id, e.stream,
+                      e.deliveries, message, sqlstate);
+        if (auto fault = dead_letter(e, std::string(message), std::string(sqlstate)))
+            hold(e, fault->first, fault->second);
+        else
+            done.push_back(&e);
+    } else {
+        spdlog::warn("entry {} of \"{}\" failed (delivery {} of {}), stays pending: {} (SQLSTATE {})", e.id,
+                     e.stream, e.deliveries, config_.max_deliveries, message, sqlstate);
+    }
+}
+
+void Consumer::malformed(const StreamEntry& e, const std::string& reason, const std::string& sqlstate,
+                         std::vector<const StreamEntry*>& done) {
+    spdlog::error("entry {} of \"{}\" is malformed, dead-lettered and acknowledged: {} (SQLSTATE {})", e.id,
+                  e.stream, reason, sqlstate);
+    if (auto fault = dead_letter(e, "malformed entry: " + reason, sqlstate)) {
+        hold(e, fault->first, fault->second);
+    } else {
+        metrics_.entries_malformed++;
+        done.push_back(&e);
+    }
+}
+
+void Consumer::hold(const StreamEntry& e, std::string_view sqlstate, std::string_view message) {
+    // This delivery does not count: the entry's delivery counter goes back
+    // to what it was before (and its idle time restarts, so that no other
+    // worker reclaims it while this one retries).
+    auto r = redis_->command({"XCLAIM", e.stream, config_.consumer_group, config_.worker, "0", e.id, "RETRYCOUNT",
+                              std::to_string(std::max(0LL, e.deliveries - 1)), "JUSTID"});
+    check_reply(r, "XCLAIM " + e.stream);
+    if (held_.entries.empty()) {
+        held_.sqlstate = std::string(sqlstate);
+        held_.message = std::string(message);
+        held_.fault = classify_sqlstate(sqlstate) == Fault::transient ? Fault::transient : Fault::configuration;
+    }
+    held_.entries.push_back(e);
+}
+
+std::optional<std::pair<std::string, std::string>> Consumer::dead_letter(
+    const StreamEntry& e, const std::string& reason, const std::optional<std::string>& sqlstate) {
+    // The raw fields, names and values in turn; NULL for an entry gone
+    // from the stream (no fields).
+    auto record = [&](const std::string& why, std::size_t cut) {
+        std::vector<std::string> cut_values;
+        std::vector<const std::string*> raw;
+        cut_values.reserve(e.fields.size() * 2);
+        for (const auto& [k, v] : e.fields) {
+            for (const std::string* s : {&k, &v}) {
+                if (s->size() > cut) {
+                    cut_values.push_back(s->substr(0, cut));
+                    raw.push_back(&cut_values.back());
+                } else {
+                    raw.push_back(s);
+                }
+            }
+        }
+        pg_->exec(kDeadLetterSql,
+                  {config_.consumer, e.stream, e.id,
+                   e.fields.empty() ? Param(std::nullopt) : Param(pg_bytea_array(raw)), why,
+                   sqlstate ? Param(*sqlstate) : std::nullopt, std::to_string(std::max(1LL, e.deliveries))},
+                  {0, 0, 0, 1, 0, 0, 0});
     };
-    auto json_field = [&](const char* name) -> Param {
-        const auto* v = field(e, name);
-        return v && nlohmann::json::accept(*v) ? Param(*v) : std::nullopt;
-    };
-    const auto* id = field(e, "event_id");
-    std::string why = reason;
-    if (const auto* p = field(e, "payload"); p && !nlohmann::json::accept(*p)) why += " (payload is not JSON: " + *p + ")";
-    pg_->exec(kDeadLetterSql,
-              {config_.consumer, e.stream, e.id, id && looks_like_uuid(*id) ? Param(*id) : std::nullopt,
-               optional_field("topic"), optional_field("key"), json_field("payload"), json_field("headers"), why,
-               sqlstate ? Param(*sqlstate) : std::nullopt, std::to_string(e.deliveries)});
-    metrics_.dead_letters++;
+    const auto bytes = e.bytes();
+    std::size_t cut = bytes > kMaxDeadLetterBytes ? kTruncatedValueBytes : SIZE_MAX;
+    for (;;) {
+        try {
+            record(cut == SIZE_MAX ? reason
+                                   : reason + " (fields cut to " + human_bytes(cut) + " each: the entry is " +
+                                         human_bytes(bytes) + ")",
+                   cut);
+            metrics_.dead_letters++;
+            return std::nullopt;
+        } catch (const PgError& e2) {
+            if (e2.retryable()) throw;
+            if (classify_sqlstate(e2.sqlstate()) != Fault::configuration && cut == SIZE_MAX) {
+                // Too large for the server after all (54000, 53200, XX000).
+                spdlog::warn("entry {} of \"{}\": its dead letter could not be recorded in full ({}); cutting its "
+                             "fields",
+                             e.id, e.stream, first_line(e2.what()));
+                cut = kTruncatedValueBytes;
+                continue;
+            }
+            return std::pair{e2.sqlstate(), first_line(e2.what())};
+        }
+    }
 }
 
 void Consumer::ack(const std::vector<const StreamEntry*>& entries) {
@@ -301,6 +520,28 @@ void Consumer::ack(const std::vector<const StreamEntry*>& entries) {
 }
 
 void Consumer::turn() {
+    if (!held_.entries.empty()) {
+        // Entries held after a configuration or transient fault: nothing
+        // else is read until they apply, dead-letter or stay pending.
+        const auto delay = hold_backoff_.next();
+        const bool first = hold_backoff_.attempt() == 1;
+        metrics_.count_error(held_.fault == Fault::transient ? "pg_transient" : "pg_configuration");
+        if (first || held_.fault == Fault::configuration)
+            spdlog::log(first ? spdlog::level::err : spdlog::level::warn,
+                        "{} fault: {} (SQLSTATE {}); {} entries held, nothing dead-lettered or acknowledged; "
+                        "retrying in {} ms",
+                        to_string(held_.fault), held_.message, held_.sqlstate, held_.entries.size(), delay.count());
+        pause(delay);
+        if (stop_) return;
+        auto retry = std::move(held_.entries);
+        held_ = Held{};
+        apply(retry);
+        if (held_.entries.empty()) {
+            hold_backoff_.reset();
+            spdlog::info("the fault is gone: the {} held entries went through", retry.size());
+        }
+        return;
+    }
     if (!groups_ready_) ensure_groups();
     const auto now = std::chrono::steady_clock::now();
     if (now >= next_claim_) {

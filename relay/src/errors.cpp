@@ -13,6 +13,23 @@ bool is_transient_sqlstate(std::string_view s) noexcept {
            || s == "53300";                  // too many connections
 }
 
+Fault classify_sqlstate(std::string_view s) noexcept {
+    if (is_transient_sqlstate(s)) return Fault::transient;
+    if (s.size() != 5) return Fault::entry;
+    const auto cls = s.substr(0, 2);
+    if (cls == "42" || cls == "28" || s == "3D000" || s == "3F000" || s == "25006") return Fault::configuration;
+    return Fault::entry;
+}
+
+const char* to_string(Fault fault) noexcept {
+    switch (fault) {
+        case Fault::entry: return "entry";
+        case Fault::configuration: return "configuration";
+        case Fault::transient: return "transient";
+    }
+    return "entry";
+}
+
 bool PgError::retryable() const noexcept {
     return connection_lost_ || is_transient_sqlstate(sqlstate_);
 }

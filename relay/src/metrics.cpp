@@ -53,6 +53,10 @@ std::string Metrics::render() const {
                dead_letters.load());
         metric("pg_outbox_relay_entries_reclaimed_total", "counter",
                "Pending entries of idle workers claimed with XAUTOCLAIM.", entries_reclaimed.load());
+        metric("pg_outbox_relay_entries_malformed_total", "counter",
+               "Entries that could not be read (bad bytes, missing or repeated fields, too large): dead-lettered "
+               "with their raw fields and acknowledged.",
+               entries_malformed.load());
         metric("pg_outbox_relay_pending_oldest_idle_seconds", "gauge",
                "Idle time of the oldest pending entry of the consumer group.", pending_oldest_idle_seconds.load());
         metric("pg_outbox_relay_pg_rtt_seconds", "gauge", "Duration of the last apply transaction.",

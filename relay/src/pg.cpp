@@ -31,19 +31,32 @@ void PgConnection::throw_error(const PGresult* r, const std::string& what) const
 }
 
 PgResult PgConnection::exec(const std::string& sql, const std::vector<Param>& params) {
+    return exec(sql, params, {});
+}
+
+PgResult PgConnection::exec(const std::string& sql, const std::vector<Param>& params,
+                            const std::vector<int>& formats) {
     std::vector<const char*> values;
+    std::vector<int> lengths;
     values.reserve(params.size());
-    for (const auto& p : params) values.push_back(p ? p->c_str() : nullptr);
+    lengths.reserve(params.size());
+    for (const auto& p : params) {
+        values.push_back(p ? p->data() : nullptr);
+        lengths.push_back(p ? static_cast<int>(p->size()) : 0);
+    }
+    std::vector<int> all_formats(formats);
+    all_formats.resize(params.size(), 0);
     PGresult* raw = PQexecParams(conn_.get(), sql.c_str(), static_cast<int>(values.size()), nullptr,
-                                 values.data(), nullptr, nullptr, 0);
+                                 values.data(), lengths.data(), all_formats.data(), 0);
     PgResult result(raw);
     const auto status = raw ? PQresultStatus(raw) : PGRES_FATAL_ERROR;
     if (status != PGRES_TUPLES_OK && status != PGRES_COMMAND_OK) throw_error(raw, "query failed");
     return result;
 }
 
-void PgConnection::prepare(const std::string& name, const std::string& sql) {
-    PGresult* raw = PQprepare(conn_.get(), name.c_str(), sql.c_str(), 0, nullptr);
+void PgConnection::prepare(const std::string& name, const std::string& sql, const std::vector<Oid>& types) {
+    PGresult* raw = PQprepare(conn_.get(), name.c_str(), sql.c_str(), static_cast<int>(types.size()),
+                              types.empty() ? nullptr : types.data());
     PgResult result(raw);
     if (!raw || PQresultStatus(raw) != PGRES_COMMAND_OK) throw_error(raw, "could not prepare a statement");
 }

@@ -5,6 +5,8 @@
 
 #include <signal.h>
 
+#include <httplib.h>
+
 #include <set>
 #include <thread>
 
@@ -40,6 +42,7 @@ protected:
                 PERFORM outbox_emit('applied', key, jsonb_build_object('of', event_id));
             END $$)");
         db.exec("GRANT ALL ON projection, fail_keys TO consumer_user");
+        db.exec("SELECT inbox_consumer_create('accounting', 'consumer_user')");
     }
 
     Process& start_consumer(const std::string& worker, const std::vector<std::string>& extra = {}) {
@@ -103,8 +106,56 @@ protected:
         ASSERT_NE(r->type, REDIS_REPLY_ERROR) << reply_text(r.get());
     }
 
+    // Appends an entry with any fields, as a hostile producer would.
+    std::string xadd_raw(const std::string& stream, const std::vector<std::string>& fields) {
+        auto redis = redis_->connect();
+        std::vector<std::string_view> argv{"XADD", stream, "*"};
+        for (const auto& f : fields) argv.emplace_back(f);
+        auto r = redis.command(argv);
+        EXPECT_NE(r->type, REDIS_REPLY_ERROR) << reply_text(r.get());
+        return std::string(reply_text(r.get()));
+    }
+
+    // Delivery counts of the pending entries of a stream.
+    std::vector<long long> delivery_counts(const std::string& stream) {
+        auto redis = redis_->connect();
+        auto r = redis.command({"XPENDING", stream, "accounting", "-", "+", "1000"});
+        std::vector<long long> out;
+        if (r->type == REDIS_REPLY_ARRAY)
+            for (std::size_t i = 0; i < r->elements; ++i) out.push_back(r->element[i]->element[3]->integer);
+        return out;
+    }
+
+    // A counter of the consumer's /metrics, -1 when absent.
+    static double metric(int port, const std::string& name) {
+        httplib::Client client("127.0.0.1", port);
+        auto res = client.Get("/metrics");
+        if (!res || res->status != 200) return -1;
+        const std::string series = name + "{mode=\"consume\",group=\"accounting\"} ";
+        const auto at = res->body.find("\n" + series);
+        if (at == std::string::npos) return -1;
+        return std::stod(res->body.substr(at + series.size() + 1));
+    }
+
     std::string sink_;
 };
+
+// The bytes of a hex string.
+std::string unhex(const std::string& hex) {
+    std::string out;
+    for (std::size_t i = 0; i + 1 < hex.size(); i += 2) out.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+    return out;
+}
+
+std::string hex(const std::string& bytes) {
+    static const char* digits = "0123456789abcdef";
+    std::string out;
+    for (unsigned char c : bytes) {
+        out.push_back(digits[c >> 4]);
+        out.push_back(digits[c & 15]);
+    }
+    return out;
+}
 
 }  // namespace
 
@@ -188,9 +239,11 @@ TEST_F(ConsumeTest, Window3CommittedButNotAcknowledged) {
             auto r = redis.command({"XREADGROUP", "GROUP", "accounting", "dead-worker", "COUNT", "100", "STREAMS",
                                     "outbox:" + t, ">"});
             for (const auto& e : parse_entries("outbox:" + t, r->element[0]->element[1]))
-                db.exec("SELECT * FROM inbox_consume('accounting', $1, ARRAY[$2], ARRAY[$3], ARRAY[$4], ARRAY[$5], NULL)",
-                        {std::string(kHandler), e.fields.at("event_id"), e.fields.at("topic"), e.fields.at("key"),
-                         e.fields.at("payload")});
+                db.exec("SELECT * FROM inbox_consume('accounting', $1, ARRAY[convert_to($2, 'UTF8')], "
+                        "ARRAY[convert_to($3, 'UTF8')], ARRAY[convert_to($4, 'UTF8')], ARRAY[convert_to($5, 'UTF8')], "
+                        "NULL)",
+                        {std::string(kHandler), *e.field("event_id"), *e.field("topic"), *e.field("key"),
+                         *e.field("payload")});
         }
     }
     EXPECT_EQ(sink_count("SELECT count(*) FROM projection"), 10);
@@ -326,4 +379,237 @@ TEST_F(ConsumeTest, SigtermAndBadSettings) {
                                kHandler, "--max-deliveries", "0"});
     EXPECT_NE(bad.wait(10s), 0);
     EXPECT_NE(bad.log().find("--max-deliveries"), std::string::npos) << bad.log();
+}
+
+// Entries whose content cannot be applied, between valid ones in one
+// batch: each is dead-lettered alone with its fields exactly as received,
+// logged once with its entry id, counted and acknowledged; the valid ones
+// apply; the worker never exits, also when it starts on such a backlog.
+TEST_F(ConsumeTest, MalformedEntriesAreDeadLetteredAlone) {
+    const std::string s = "outbox:orders";
+    auto uuid = [](int i) {
+        char buf[40];
+        std::snprintf(buf, sizeof buf, "00000000-0000-4000-8000-%012d", i);
+        return std::string(buf);
+    };
+    auto valid = [&](int i) {
+        return std::vector<std::string>{"event_id", uuid(i), "topic", "orders", "key", "k" + std::to_string(i),
+                                        "payload", "{\"n\": " + std::to_string(i) + ", \"amount\": 1}"};
+    };
+    const std::string big_bad = "[\"" + std::string(40u << 20, 'x') + "\xff\"]";  // 40 MiB, not UTF-8
+    const std::vector<std::pair<std::string, std::vector<std::string>>> bad{
+        {"22021", {"event_id", uuid(101), "topic", "orders", "payload", unhex("7b226e223a22ff227d")}},
+        {"22021", {"event_id", uuid(102), "topic", std::string("or\0ders", 7), "payload", "{\"n\": 2}"}},
+        {"22P05", {"event_id", uuid(103), "topic", "orders", "payload", "{\"a\":\"\\u0000\"}"}},
+        {"22P02", {"event_id", "not-a-uuid", "topic", "orders", "payload", "{}"}},
+        {"22004", {"topic", "orders", "payload", "{}"}},
+        {"22023", {"event_id", uuid(106), "topic", "orders", "payload", "{}", "payload", "{\"n\": 6}"}},
+        {"22021", {"event_id", uuid(107), "topic", "orders", "payload", big_bad}},
+        {"22021", {unhex("ff00"), unhex("00ff"), "event_id", uuid(108), "topic", "orders", "key", unhex("c3"),
+                   "payload", "{}"}},
+    };
+    std::vector<std::string> bad_ids;
+    int n = 0;
+    for (const auto& [state, fields] : bad) {
+        xadd_raw(s, valid(++n));
+        bad_ids.push_back(xadd_raw(s, fields));
+    }
+    xadd_raw(s, valid(++n));
+
+    const int port = free_port();
+    auto& consumer = start_consumer("w1", {"--metrics-address", "127.0.0.1:" + std::to_string(port)});
+    ASSERT_TRUE(wait_applied(n)) << consumer.log();
+    ASSERT_TRUE(eventually([&] { return sink_count("SELECT count(*) FROM outbox.dead_letters") == 8; }, 20s))
+        << consumer.log();
+    ASSERT_TRUE(eventually([&] { return pending(s) == 0; }, 10s));
+    EXPECT_TRUE(consumer.running()) << consumer.log();
+    EXPECT_EQ(sink_count("SELECT count(*) FROM projection"), n);
+    auto db = sink();
+    for (std::size_t i = 0; i < bad.size(); ++i) {
+        const auto& fields = bad[i].second;
+        auto r = db.exec("SELECT sqlstate, reason, cardinality(fields) FROM outbox.dead_letters WHERE entry_id = $1",
+                         {bad_ids[i]});
+        ASSERT_EQ(r.rows(), 1) << bad_ids[i];
+        EXPECT_EQ(r.get(0, 0), bad[i].first) << i << ": " << r.get(0, 1);
+        EXPECT_EQ(std::stoul(std::string(r.get(0, 2))), fields.size()) << i;
+        // Every name and value byte for byte.
+        for (std::size_t f = 0; f < fields.size(); ++f) {
+            auto v = db.exec("SELECT md5(fields[$2::int]) = md5(decode($3, 'hex')) FROM outbox.dead_letters "
+                             "WHERE entry_id = $1",
+                             {bad_ids[i], std::to_string(f + 1), hex(fields[f])});
+            EXPECT_EQ(v.get(0, 0), "t") << "entry " << i << " field " << f;
+        }
+        // Logged once, with its entry id.
+        const auto log = consumer.log();
+        const auto line = "entry " + bad_ids[i] + " of \"" + s + "\" is malformed";
+        const auto first = log.find(line);
+        EXPECT_NE(first, std::string::npos) << line;
+        EXPECT_EQ(log.find(line, first + 1), std::string::npos) << line;
+    }
+    // Typed columns only when they decode.
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.dead_letters WHERE event_id = '" + uuid(101) +
+                         "' AND topic = 'orders' AND payload IS NULL"),
+              1);
+    EXPECT_TRUE(eventually([&] { return metric(port, "pg_outbox_relay_entries_malformed_total") == 8; }, 5s));
+    // Read again from the start by a new worker: nothing applies twice,
+    // the dead letters are the same rows, and the worker keeps running.
+    consumer.signal(SIGTERM);
+    EXPECT_EQ(consumer.wait(10s), 0) << consumer.log();
+    {
+        auto redis = redis_->connect();
+        auto r = redis.command({"XGROUP", "SETID", s, "accounting", "0"});
+        ASSERT_NE(r->type, REDIS_REPLY_ERROR) << reply_text(r.get());
+    }
+    auto& again = start_consumer("w2");
+    ASSERT_TRUE(eventually([&] { return again.log().find("is malformed") != std::string::npos; }, 20s))
+        << again.log();
+    ASSERT_TRUE(eventually([&] { return pending(s) == 0; }, 20s)) << again.log();
+    EXPECT_TRUE(again.running()) << again.log();
+    EXPECT_EQ(sink_count("SELECT count(*) FROM projection"), n);
+    EXPECT_EQ(sink_count("SELECT count(*) FROM (SELECT event_id FROM projection GROUP BY 1 HAVING count(*) > 1) d"), 0);
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.dead_letters"), 8);
+}
+
+// Faults of the settings, not of any entry, found at start-up: the worker
+// exits 2 naming the cause before it reads, and nothing is dead-lettered
+// or acknowledged.
+TEST_F(ConsumeTest, ConfigurationFaultsExitTwoAtStart) {
+    {
+        auto db = sink();
+        db.exec("CREATE TABLE secret (x int)");
+        db.exec("CREATE ROLE other_user LOGIN IN ROLE outbox_consumer");
+        db.exec("SELECT inbox_consumer_create('billing', 'other_user')");
+    }
+    start_relay();
+    emit(6);
+    ASSERT_TRUE(wait_all_published());
+    struct Case {
+        std::string why;
+        std::string consumer;
+        std::string handler;
+        std::string expect;
+    };
+    const std::vector<Case> cases{
+        {"undefined function", "accounting", "SELECT no_such_handler($1, $2, $3, $4, $5)", "42883"},
+        {"syntax error", "accounting", "SELEC apply_event($1, $2, $3, $4, $5)", "42601"},
+        {"two statements", "accounting", "SELECT 1; SELECT 2", "42601"},
+        {"no privilege", "accounting", "SELECT count(*) FROM secret WHERE x = length($1)", "42501"},
+        {"parameter beyond the five", "accounting", "SELECT $6", "42601"},
+        {"unregistered consumer", "nobody", kHandler, "42501"},
+        {"another role's consumer", "billing", kHandler, "42501"},
+        {"consumer name over 255 bytes", std::string(256, 'c'), kHandler, "54000"},
+        {"consumer name not UTF-8", "acc\xff", kHandler, "22021"},
+    };
+    for (const auto& c : cases) {
+        auto& p = start_process({PG_OUTBOX_RELAY_BINARY, "consume", "--consumer", c.consumer, "--pg",
+                                 pg_->conninfo("sink", "consumer_user"), "--redis", redis_->address(), "--worker",
+                                 "w1", "--group", "accounting", "--stream", "outbox:orders,outbox:payments,outbox:audit",
+                                 "--handler", c.handler, "--block", "100ms", "--min-idle", "1ms", "--claim-interval",
+                                 "1ms", "--max-deliveries", "1"});
+        EXPECT_EQ(p.wait(20s), 2) << c.why << "\n" << p.log();
+        EXPECT_NE(p.log().find("SQLSTATE " + c.expect), std::string::npos) << c.why << "\n" << p.log();
+    }
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.dead_letters"), 0);
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.inbox"), 0);
+    // Nothing was read: a good worker applies all of it.
+    start_consumer("w2");
+    ASSERT_TRUE(wait_applied(6));
+    expect_projection_exactly_once();
+}
+
+// A fault of the settings that appears while running (the handler loses a
+// privilege, the consumer is unregistered): the entries are held and
+// retried with backoff, never dead-lettered or acknowledged, and their
+// deliveries do not count; once it is fixed they apply once.
+TEST_F(ConsumeTest, ConfigurationFaultWhileRunningHoldsEntries) {
+    start_relay();
+    auto& consumer = start_consumer(
+        "w1", {"--min-idle", "100ms", "--claim-interval", "50ms", "--max-deliveries", "2", "--retry-max", "200ms"});
+    emit(3);
+    ASSERT_TRUE(wait_applied(3));
+    {
+        auto db = sink();
+        db.exec("REVOKE ALL ON projection FROM consumer_user");
+    }
+    emit(6, 3);
+    ASSERT_TRUE(eventually([&] { return consumer.log().find("configuration fault") != std::string::npos; }, 10s))
+        << consumer.log();
+    std::this_thread::sleep_for(2s);  // many times --min-idle and --max-deliveries
+    EXPECT_TRUE(consumer.running()) << consumer.log();
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.dead_letters"), 0) << consumer.log();
+    // Held: read, neither acknowledged nor applied (the worker reads
+    // nothing more meanwhile).
+    EXPECT_GE(pending("outbox:orders") + pending("outbox:payments") + pending("outbox:audit"), 1);
+    EXPECT_EQ(sink_count("SELECT count(*) FROM projection"), 3);
+    for (const auto& t : kTopics)
+        for (auto d : delivery_counts("outbox:" + t)) EXPECT_LE(d, 1) << consumer.log();
+    EXPECT_NE(consumer.log().find("SQLSTATE 42501"), std::string::npos);
+    {
+        auto db = sink();
+        db.exec("GRANT ALL ON projection TO consumer_user");
+    }
+    ASSERT_TRUE(wait_applied(9)) << consumer.log();
+    ASSERT_TRUE(eventually(
+        [&] { return pending("outbox:orders") + pending("outbox:payments") + pending("outbox:audit") == 0; }, 10s));
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.dead_letters"), 0);
+
+    // The consumer given to another role while running: the same.
+    {
+        auto db = sink();
+        db.exec("CREATE ROLE other_user IN ROLE outbox_consumer");
+        db.exec("SELECT inbox_consumer_set_owner('accounting', 'other_user')");
+    }
+    emit(3, 9);
+    ASSERT_TRUE(eventually(
+        [&] { return consumer.log().find("permission denied for consumer") != std::string::npos; }, 10s))
+        << consumer.log();
+    std::this_thread::sleep_for(1s);
+    EXPECT_TRUE(consumer.running());
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.dead_letters"), 0);
+    EXPECT_EQ(sink_count("SELECT count(*) FROM projection"), 9);
+    {
+        auto db = sink();
+        db.exec("SELECT inbox_consumer_set_owner('accounting', 'consumer_user')");
+    }
+    ASSERT_TRUE(wait_applied(12)) << consumer.log();
+    std::this_thread::sleep_for(300ms);
+    expect_projection_exactly_once();
+}
+
+// An entry that fails the whole call, outside its subtransaction (here a
+// statement timeout, which no exception block catches): the batch is
+// applied entry by entry, the others apply, and only that entry counts
+// deliveries and is dead-lettered.
+TEST_F(ConsumeTest, WholeBatchFailureIsChargedToItsEntry) {
+    {
+        auto db = sink();
+        db.exec("ALTER ROLE consumer_user SET statement_timeout = '1s'");
+        db.exec(R"(CREATE OR REPLACE FUNCTION apply_event(topic text, key text, payload jsonb, headers jsonb, event_id uuid)
+            RETURNS void LANGUAGE plpgsql AS $$
+            BEGIN
+                IF key = 'k4' THEN
+                    PERFORM pg_sleep(5);
+                END IF;
+                INSERT INTO projection VALUES (event_id, topic, key, (payload->>'n')::int, (payload->>'amount')::int);
+                PERFORM outbox_emit('applied', key, jsonb_build_object('of', event_id));
+            END $$)");
+    }
+    start_relay();
+    emit(12);
+    ASSERT_TRUE(wait_all_published());
+    auto& consumer =
+        start_consumer("w1", {"--min-idle", "100ms", "--claim-interval", "50ms", "--max-deliveries", "2"});
+    ASSERT_TRUE(wait_applied(11)) << consumer.log();
+    ASSERT_TRUE(eventually([&] { return sink_count("SELECT count(*) FROM outbox.dead_letters") == 1; }, 30s))
+        << consumer.log();
+    auto db = sink();
+    auto dl = db.exec("SELECT key, sqlstate, deliveries FROM outbox.dead_letters");
+    EXPECT_EQ(dl.get(0, 0), "k4");
+    EXPECT_EQ(dl.get(0, 1), "57014");
+    EXPECT_EQ(dl.get(0, 2), "2");
+    ASSERT_TRUE(eventually(
+        [&] { return pending("outbox:orders") + pending("outbox:payments") + pending("outbox:audit") == 0; }, 10s));
+    EXPECT_TRUE(consumer.running()) << consumer.log();
+    EXPECT_EQ(sink_count("SELECT count(*) FROM projection"), 11);
+    EXPECT_NE(consumer.log().find("failed as a whole, applying them one by one"), std::string::npos);
 }

@@ -39,3 +39,13 @@ TEST(Backoff, GrowsWithJitterAndCaps) {
     EXPECT_GE(first, 50ms);
     EXPECT_LE(first, 100ms);
 }
+
+TEST(Errors, ConsumeFaults) {
+    for (const char* s : {"22021", "22P02", "22P05", "23505", "P0001", "OB001", "54000", "57014", "XX000", "", "4"})
+        EXPECT_EQ(classify_sqlstate(s), Fault::entry) << s;
+    for (const char* s : {"42883", "42601", "42501", "42P01", "42703", "28000", "3F000", "3D000", "25006"})
+        EXPECT_EQ(classify_sqlstate(s), Fault::configuration) << s;
+    for (const char* s : {"08006", "40001", "40P01", "57P01", "57P03", "53300"})
+        EXPECT_EQ(classify_sqlstate(s), Fault::transient) << s;
+    EXPECT_STREQ(to_string(Fault::configuration), "configuration");
+}

@@ -53,6 +53,8 @@ END
 $$;
 SELECT outbox_resign('billing');
 SELECT outbox_group_set_stale('audit');
+DO $$ BEGIN CREATE ROLE dump_ledger; EXCEPTION WHEN duplicate_object THEN NULL; END $$;
+SELECT inbox_consumer_create('ledger', 'dump_ledger');
 SELECT inbox_apply('ledger', ('00000000-0000-4000-8000-00000000000' || i)::uuid, jsonb_build_object('n', i))
   FROM generate_series(1, 9) i;
 SELECT inbox_dead_letter('ledger', 'outbox:orders', '1-1', NULL, 'orders', NULL, NULL, NULL, 'broken entry');
@@ -65,6 +67,7 @@ SELECT 'config', partition_width, premake, retention, inbox_retention, retire_mo
 SELECT 'group', name, topics, ordering, cursor, stale, streams FROM outbox.groups ORDER BY name;
 SELECT 'inbox', consumer, event_id, payload FROM outbox.inbox ORDER BY consumer, event_id;
 SELECT 'dead', consumer, stream, entry_id, reason FROM outbox.dead_letters ORDER BY id;
+SELECT 'consumer', consumer, owner FROM inbox_consumers();
 SELECT 'orders', id, total FROM orders ORDER BY id;
 SQL
 }

@@ -75,6 +75,7 @@ CREATE EXTENSION pg_outbox;
 CREATE TABLE projection (event_id uuid NOT NULL, n bigint, applied_at timestamptz NOT NULL DEFAULT clock_timestamp());
 CREATE FUNCTION soak_apply(payload jsonb, event_id uuid) RETURNS void LANGUAGE sql AS
     $$ INSERT INTO projection (event_id, n) VALUES (event_id, (payload->>'n')::bigint) $$;
+SELECT inbox_consumer_create('projection', current_user::regrole);
 SQL
 
 start() { # name: (re)starts a relay or a worker

@@ -11,6 +11,15 @@ EXCEPTION WHEN OTHERS THEN
     RETURN sqlstate || ': ' || sqlerrm;
 END
 $$;
+-- Stream fields arrive as bytes: text as UTF-8 bytes, NULL kept.
+CREATE FUNCTION pg_temp.b(a text[]) RETURNS bytea[] LANGUAGE sql AS
+    $$ SELECT array_agg(convert_to(x, 'UTF8') ORDER BY o) FROM unnest(a) WITH ORDINALITY u(x, o) $$;
+GRANT EXECUTE ON FUNCTION pg_temp.try(text), pg_temp.b(text[]) TO PUBLIC;
+
+-- The consumers of this test, owned by the role that runs it.
+DELETE FROM outbox.consumers;
+SELECT inbox_consumer_create(c, current_user::regrole)
+  FROM unnest(ARRAY['accounting', 'reporting', 'ledger', 'c']) c;
 
 -- First time true, redelivery false; jsonb equality ignores key order and
 -- whitespace; the same event for another consumer is its own.
@@ -58,24 +67,24 @@ RETURNS void LANGUAGE sql AS $$
     ON CONFLICT (currency) DO UPDATE SET total = balances.total + excluded.total
 $$;
 SELECT * FROM inbox_consume('ledger', 'SELECT apply_transfer($1, $2, $3, $4, $5)',
-    ARRAY['00000000-0000-4000-8000-0000000000b1', '00000000-0000-4000-8000-0000000000b2',
+    pg_temp.b(ARRAY['00000000-0000-4000-8000-0000000000b1', '00000000-0000-4000-8000-0000000000b2',
           '00000000-0000-4000-8000-0000000000b1', '00000000-0000-4000-8000-0000000000b3',
           '00000000-0000-4000-8000-0000000000b2', '00000000-0000-4000-8000-0000000000b4',
-          'not-a-uuid', '00000000-0000-4000-8000-0000000000b5'],
-    ARRAY['transfers', 'transfers', 'transfers', 'transfers', 'transfers', 'transfers', 'transfers', 'transfers'],
-    ARRAY['a', 'b', 'a', 'c', 'b', 'd', 'e', 'f'],
-    ARRAY['{"amount": 10, "currency": "EUR"}', '{"amount": 7, "currency": "EUR"}',
+          'not-a-uuid', '00000000-0000-4000-8000-0000000000b5']),
+    pg_temp.b(ARRAY['transfers', 'transfers', 'transfers', 'transfers', 'transfers', 'transfers', 'transfers', 'transfers']),
+    pg_temp.b(ARRAY['a', 'b', 'a', 'c', 'b', 'd', 'e', 'f']),
+    pg_temp.b(ARRAY['{"amount": 10, "currency": "EUR"}', '{"amount": 7, "currency": "EUR"}',
           '{"amount": 10, "currency": "EUR"}', '{"amount": "oops", "currency": "EUR"}',
           '{"amount": 700, "currency": "EUR"}', '{"amount": 1, "currency": "GBP"}',
-          '{"amount": 1, "currency": "GBP"}', '{"amount": 1, "currency": "GB'],
+          '{"amount": 1, "currency": "GBP"}', '{"amount": 1, "currency": "GB']),
     NULL);
 -- The failed entries (a bad amount, a bad id, bad JSON) and the conflict
 -- changed nothing; the others applied once.
 SELECT * FROM balances ORDER BY currency;
 SELECT event_id FROM outbox.inbox WHERE consumer = 'ledger' ORDER BY event_id;
 
-SELECT pg_temp.try($$SELECT * FROM inbox_consume('x', '', ARRAY[]::text[], ARRAY[]::text[], NULL, ARRAY[]::text[], NULL)$$);
-SELECT pg_temp.try($$SELECT * FROM inbox_consume('x', 'SELECT 1', ARRAY['00000000-0000-4000-8000-0000000000c1'], ARRAY[]::text[], NULL, ARRAY['{}'], NULL)$$);
+SELECT pg_temp.try($$SELECT * FROM inbox_consume('c', '', ARRAY[]::bytea[], ARRAY[]::bytea[], NULL, ARRAY[]::bytea[], NULL)$$);
+SELECT pg_temp.try($$SELECT * FROM inbox_consume('c', 'SELECT 1', pg_temp.b(ARRAY['00000000-0000-4000-8000-0000000000c1']), ARRAY[]::bytea[], NULL, pg_temp.b(ARRAY['{}']), NULL)$$);
 
 -- Dead letters: recorded once per stream entry, updated on each failure;
 -- a conflict keeps the payload applied earlier beside the received one.
@@ -114,20 +123,24 @@ SELECT outbox.inbox_premake_partitions() AS premade;
 SELECT count(*) >= 4 AS premade FROM pg_inherits WHERE inhparent = 'outbox.inbox'::regclass;
 CREATE TABLE outbox.inbox_20000101 PARTITION OF outbox.inbox
     FOR VALUES FROM ('2000-01-01 00:00+00') TO ('2000-01-02 00:00+00');
+-- As the partitions made by CREATE EXTENSION are: the extension's.
+ALTER EXTENSION pg_outbox ADD TABLE outbox.inbox_20000101;
 INSERT INTO outbox.inbox VALUES ('old', '00000000-0000-4000-8000-0000000000d1', '{}', '2000-01-01 12:00+00');
 SELECT outbox.inbox_retire_partitions();
 SELECT count(*) AS old_rows FROM outbox.inbox WHERE consumer = 'old';
 SELECT count(*) AS kept_rows FROM outbox.inbox;
 
--- A consumer role may apply and dead-letter, nothing else.
+-- A consumer role may apply, dead-letter and replay for its own
+-- consumers, nothing else.
 CREATE ROLE regress_outbox_consumer IN ROLE outbox_consumer;
 GRANT ALL ON balances TO regress_outbox_consumer;
+SELECT inbox_consumer_create('role-test', 'regress_outbox_consumer');
 SET ROLE regress_outbox_consumer;
 SELECT inbox_apply('role-test', '00000000-0000-4000-8000-0000000000e1', '{}');
 SELECT inbox_dead_letter('role-test', 's', '1-1', NULL, NULL, NULL, NULL, NULL, 'r') IS NOT NULL AS recorded;
 SELECT * FROM inbox_consume('role-test', 'SELECT apply_transfer($1, $2, $3, $4, $5)',
-    ARRAY['00000000-0000-4000-8000-0000000000e2'], ARRAY['t'], NULL,
-    ARRAY['{"amount": 1, "currency": "CHF"}'], NULL);
+    pg_temp.b(ARRAY['00000000-0000-4000-8000-0000000000e2']), pg_temp.b(ARRAY['t']), NULL,
+    pg_temp.b(ARRAY['{"amount": 1, "currency": "CHF"}']), NULL);
 SELECT pg_temp.try($$SELECT count(*) FROM outbox.inbox$$);
 SELECT pg_temp.try($$SELECT count(*) FROM outbox.dead_letters$$);
 SELECT pg_temp.try($$SELECT inbox_replay(1, 'SELECT 1')$$);
@@ -137,5 +150,6 @@ RESET ROLE;
 
 DROP FUNCTION apply_transfer(text, text, jsonb, jsonb, uuid);
 DROP TABLE balances;
-DROP ROLE regress_outbox_consumer;
 TRUNCATE outbox.inbox, outbox.dead_letters;
+DELETE FROM outbox.consumers;
+DROP ROLE regress_outbox_consumer;

@@ -11,7 +11,7 @@ SELECT n.nspname, p.proname, pg_get_function_identity_arguments(p.oid) AS args,
   JOIN pg_namespace n ON n.oid = p.pronamespace
   JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
   JOIN pg_extension x ON x.oid = d.refobjid AND x.extname = 'pg_outbox'
- ORDER BY 1, 2;
+ ORDER BY 1, 2, 3;
 
 -- Every SECURITY DEFINER function pins its search_path.
 SELECT p.proname

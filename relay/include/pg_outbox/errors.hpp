@@ -36,6 +36,30 @@ private:
 // class 08 (connection), 40001, 40P01, 57P01, 57P02, 57P03, 53300.
 bool is_transient_sqlstate(std::string_view sqlstate) noexcept;
 
+// Whose fault an error of one stream entry's apply is, in consume mode.
+enum class Fault {
+    // The entry's: its content or the handler's verdict on it. Counted as
+    // a delivery; dead-lettered after --max-deliveries.
+    entry,
+    // The setting's (handler, privileges, consumer name, schema): no entry
+    // could apply. Nothing is dead-lettered or acknowledged; the worker
+    // backs off and retries the same entries.
+    configuration,
+    // Of the moment (is_transient_sqlstate): retried the same way, without
+    // counting a delivery.
+    transient,
+};
+
+// Classifies a SQLSTATE: transient as is_transient_sqlstate(); class 42
+// (syntax error or access rule violation: 42601, 42501, 42883, 42P01, ...),
+// class 28 (invalid authorization), 3D000, 3F000 (unknown database or
+// schema) and 25006 (read-only transaction: connected to a standby) are
+// configuration; everything else is the entry's. A 54000 from a consumer
+// name over the limit is caught at start-up; later it is the entry's (a
+// value too large).
+Fault classify_sqlstate(std::string_view sqlstate) noexcept;
+const char* to_string(Fault fault) noexcept;
+
 // An error from Redis: the connection broke (io) or a command was refused
 // (reply: OOM, READONLY, WRONGTYPE, LOADING, ...).
 class RedisError : public std::runtime_error {

@@ -45,6 +45,7 @@ public:
     std::atomic<std::uint64_t> events_failed{0};
     std::atomic<std::uint64_t> dead_letters{0};
     std::atomic<std::uint64_t> entries_reclaimed{0};
+    std::atomic<std::uint64_t> entries_malformed{0};
     std::atomic<double> pending_oldest_idle_seconds{0};
 
     // both

@@ -51,13 +51,20 @@ public:
     // Runs one statement with text parameters (never interpolated).
     // Unnamed statements: no cached generic plan can form.
     PgResult exec(const std::string& sql, const std::vector<Param>& params = {});
+    // The same with a format per parameter: 1 (binary) sends the value's
+    // bytes as they are, whatever they hold (NUL bytes included), in the
+    // type's binary representation; 0 is text. Give binary parameters a
+    // type in the SQL ($3::bytea[]).
+    PgResult exec(const std::string& sql, const std::vector<Param>& params, const std::vector<int>& formats);
 
     // Prepares a named statement on this connection, for calls of the
     // extension's functions that a relay makes many times a second: such a
     // call plans nothing that depends on the data (the functions plan
     // their own queries), so parsing and planning it again each time is
     // pure cost. Not for queries over tables.
-    void prepare(const std::string& name, const std::string& sql);
+    // With types, the parameters get those types (OIDs) instead of the ones
+    // inferred from the statement.
+    void prepare(const std::string& name, const std::string& sql, const std::vector<Oid>& types = {});
 
     // The same in two steps, so that the caller can work while the server
     // runs the statements: send() queues a statement (libpq pipeline mode,
