@@ -17,7 +17,9 @@ OBJS = \
 	extension/worker.o
 
 DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql
-DATA = $(wildcard sql/$(EXTENSION)--*--*.sql)
+# Upgrade scripts, and the install scripts of released versions (kept so
+# that an older version can be installed and updated, as the upgrade test does).
+DATA = $(wildcard sql/$(EXTENSION)--*--*.sql) $(wildcard sql/released/$(EXTENSION)--*.sql)
 
 REGRESS = install emit emit_errors groups feed privileges explain inbox inbox_entries inbox_consumers maintain drop
 REGRESS_OPTS = --inputdir=test --outputdir=test --load-extension=$(EXTENSION)

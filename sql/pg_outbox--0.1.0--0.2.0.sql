@@ -1,0 +1,1514 @@
+-- pg_outbox 0.1.0 -> 0.2.0 (ALTER EXTENSION pg_outbox UPDATE). Never edited
+-- once released; test/ops/upgrade.sh compares the result with a fresh
+-- install of 0.2.0.
+
+\echo Use "ALTER EXTENSION pg_outbox UPDATE TO '0.2.0'" to load this file. \quit
+
+--
+-- Tables.
+--
+
+-- Settings: a restored row replaces the defaults (config_replace below).
+-- Groups: the generation (bumped by rewinds) and the epoch of positions
+-- (outbox_reanchor); the cursor's text adds the epoch.
+ALTER TABLE outbox.groups DROP COLUMN cursor;
+ALTER TABLE outbox.groups
+	ADD COLUMN epoch bigint NOT NULL DEFAULT 0,
+	ADD COLUMN cursor text GENERATED ALWAYS AS ((coalesce(cursor_txid::text::numeric, cursor_ticket) + epoch) || '-' || cursor_seq) STORED,
+	ADD COLUMN generation bigint NOT NULL DEFAULT 1,
+	ADD CONSTRAINT groups_epoch_check CHECK (epoch >= 0);
+
+-- Maintenance: the last event retention removed (rewinds before it warn).
+-- Retirements before this update are not known.
+ALTER TABLE outbox.maintenance
+	ADD COLUMN retired_txid xid8 NOT NULL DEFAULT '0',
+	ADD COLUMN retired_seq bigint NOT NULL DEFAULT 0;
+
+-- Dead letters keep an entry's raw fields.
+ALTER TABLE outbox.dead_letters ADD COLUMN fields bytea[];
+
+-- The registry of consumers.
+CREATE TABLE outbox.consumers (
+	name text COLLATE "C" NOT NULL,
+	owner regrole NOT NULL,
+	created_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+	CONSTRAINT consumers_pkey PRIMARY KEY (name),
+	CONSTRAINT consumers_name_check CHECK (name <> '' AND pg_catalog.octet_length(name) <= 255
+										   AND name !~ '[\x01-\x1f\x7f]')
+);
+SELECT pg_catalog.pg_extension_config_dump('outbox.consumers', '');
+
+-- Every consumer name in use keeps working as in 0.1.0, where any member
+-- of outbox_consumer could act for it: it is registered to that role. An
+-- admin narrows it with inbox_consumer_set_owner().
+INSERT INTO outbox.consumers (name, owner)
+SELECT DISTINCT c, 'outbox_consumer'::regrole
+  FROM (SELECT consumer FROM outbox.inbox UNION SELECT consumer FROM outbox.dead_letters) u(c)
+ WHERE c <> '' AND octet_length(c) <= 255 AND c !~ '[\x01-\x1f\x7f]'
+ON CONFLICT DO NOTHING;
+
+-- Functions whose result or arguments changed.
+DROP FUNCTION outbox.fetch_args(text, integer, text);
+DROP FUNCTION @extschema@.inbox_consume(text, text, text[], text[], text[], text[], text[]);
+
+--
+-- Functions new or changed in 0.2.0, their comments and privileges.
+--
+
+REVOKE ALL ON SCHEMA outbox FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION outbox.config_replace()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	DELETE FROM outbox.config;
+	RETURN NEW;
+END
+$$;
+
+COMMENT ON FUNCTION outbox.config_replace() IS 'pg_outbox: an inserted settings row replaces the existing one (restores)';
+
+CREATE OR REPLACE FUNCTION outbox.free_range(x xid8, OUT lower xid8, OUT upper xid8)
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	width numeric := (SELECT partition_width FROM outbox.config);
+	lo numeric := div(x::text::numeric, width) * width;
+	hi numeric := lo + width;
+	b record;
+BEGIN
+	FOR b IN SELECT * FROM outbox.partition_bounds() LOOP
+		IF b.lower <= x AND x < b.upper THEN
+			RETURN;
+		END IF;
+		IF b.upper <= x AND b.upper::text::numeric > lo THEN
+			lo := b.upper::text::numeric;
+		END IF;
+		IF b.lower > x AND b.lower::text::numeric < hi THEN
+			hi := b.lower::text::numeric;
+		END IF;
+	END LOOP;
+	lower := lo::text::xid8;
+	upper := hi::text::xid8;
+END
+$$;
+
+COMMENT ON FUNCTION outbox.free_range(xid8) IS 'pg_outbox: the bounds a new event partition holding a transaction id gets';
+
+CREATE OR REPLACE FUNCTION outbox.set_member(rel regclass, member boolean)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	IF member <> EXISTS (SELECT 1 FROM pg_depend d
+						  WHERE d.classid = 'pg_class'::regclass AND d.objid = rel AND d.deptype = 'e') THEN
+		EXECUTE format('ALTER EXTENSION pg_outbox %s TABLE %s', CASE WHEN member THEN 'ADD' ELSE 'DROP' END, rel);
+	END IF;
+END
+$$;
+
+COMMENT ON FUNCTION outbox.set_member(regclass, boolean) IS 'pg_outbox: makes a table a member of the extension, or no longer one';
+
+CREATE OR REPLACE FUNCTION outbox.attach_range(lower xid8, upper xid8)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	parent text;
+	part name;
+	n bigint;
+	moved bigint;
+BEGIN
+	-- The events' partition, then the commit markers' partition of the same
+	-- transactions.
+	FOREACH parent IN ARRAY ARRAY['event', 'commit_log'] LOOP
+		part := CASE parent WHEN 'event' THEN outbox.partition_name(lower) ELSE outbox.commit_partition_name(lower) END;
+		EXECUTE format('LOCK TABLE outbox.%I IN ACCESS EXCLUSIVE MODE', parent || '_default');
+		EXECUTE format('CREATE TABLE outbox.%I (LIKE outbox.%I INCLUDING DEFAULTS)', part, parent);
+		PERFORM outbox.set_member(format('outbox.%I', part)::regclass, true);
+		EXECUTE format('WITH moved AS (DELETE FROM outbox.%I WHERE txid >= %L AND txid < %L RETURNING *)
+						INSERT INTO outbox.%I SELECT * FROM moved', parent || '_default', lower, upper, part);
+		GET DIAGNOSTICS n = ROW_COUNT;
+		moved := coalesce(moved, n);
+		-- A valid constraint spares the attach a scan of the new table.
+		EXECUTE format('ALTER TABLE outbox.%I ADD CONSTRAINT %I CHECK (txid >= %L AND txid < %L)',
+					   part, part || '_bounds', lower, upper);
+		EXECUTE format('ALTER TABLE outbox.%I ATTACH PARTITION outbox.%I FOR VALUES FROM (%L) TO (%L)',
+					   parent, part, lower, upper);
+		EXECUTE format('ALTER TABLE outbox.%I DROP CONSTRAINT %I', part, part || '_bounds');
+	END LOOP;
+	RETURN moved;
+END
+$$;
+
+COMMENT ON FUNCTION outbox.attach_range(xid8, xid8) IS 'pg_outbox: creates and attaches an event partition and its commit marker partition, moving their rows out of the default partitions';
+
+COMMENT ON COLUMN outbox.groups.cursor IS 'the cursor as a position: "<txid>-<seq>" (xid8 order) or "<ticket>-<seq>" (commit order), plus the epoch';
+
+COMMENT ON COLUMN outbox.groups.epoch IS 'added to the transaction id or ticket of the group''s positions (stream entry ids); set by outbox_reanchor() so that ids keep increasing in another cluster';
+
+COMMENT ON COLUMN outbox.groups.generation IS 'bumped by every outbox_rewind(): a leader that read ahead of a moved cursor starts again from it';
+
+CREATE OR REPLACE FUNCTION outbox.note_generation(group_id integer, generation bigint)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'outbox_note_generation'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION outbox.note_generation(integer, bigint) IS
+	'pg_outbox: notes a led group''s generation for this session; returns the one noted before';
+
+CREATE OR REPLACE FUNCTION outbox.raise_rewound(g outbox.groups)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $$
+BEGIN
+	RAISE EXCEPTION 'cursor of group "%" was moved by outbox_rewind() while this session led it', g.name
+		USING ERRCODE = 'OB002',
+			  DETAIL = format('The cursor is at %s now.', g.cursor),
+			  HINT = 'Fetch again without "after": the next batch starts at the moved cursor.';
+END
+$$;
+
+COMMENT ON FUNCTION outbox.raise_rewound(outbox.groups) IS
+	'pg_outbox: raises OB002 for a leader whose group''s cursor was moved under it';
+
+CREATE OR REPLACE FUNCTION outbox.parse_position(pos text, OUT txid xid8, OUT seq bigint)
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $$
+BEGIN
+	IF pos IS NULL THEN
+		RAISE EXCEPTION 'position must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF pos !~ '^[0-9]{1,20}-[0-9]{1,19}$' THEN
+		RAISE EXCEPTION 'invalid feed position "%"', pos
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'A position is written "<transaction id>-<sequence>", for example "1042-3".';
+	END IF;
+	-- Range checks without an exception block (a subtransaction per call).
+	IF split_part(pos, '-', 1)::numeric > 18446744073709551615
+	   OR split_part(pos, '-', 2)::numeric > 9223372036854775807 THEN
+		RAISE EXCEPTION 'invalid feed position "%"', pos
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = 'A part of the position is out of range.';
+	END IF;
+	txid := split_part(pos, '-', 1)::xid8;
+	seq := split_part(pos, '-', 2)::bigint;
+END
+$$;
+
+COMMENT ON FUNCTION outbox.parse_position(text) IS 'pg_outbox: splits a feed position "<txid>-<seq>"';
+
+CREATE OR REPLACE FUNCTION outbox.unshift_position(pos text, epoch bigint)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $$
+DECLARE
+	major numeric;
+BEGIN
+	IF epoch = 0 OR pos !~ '^[0-9]{1,20}-[0-9]{1,19}$' THEN
+		RETURN pos;
+	END IF;
+	major := split_part(pos, '-', 1)::numeric;
+	IF major < epoch THEN
+		RAISE EXCEPTION 'position % is from before the group was re-anchored', pos
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = format('The group''s positions start at %s since outbox_reanchor().', epoch);
+	END IF;
+	RETURN (major - epoch) || '-' || split_part(pos, '-', 2);
+END
+$$;
+
+COMMENT ON FUNCTION outbox.unshift_position(text, bigint) IS 'pg_outbox: a re-anchored group''s position as this server''s (the epoch taken off)';
+
+CREATE OR REPLACE FUNCTION outbox.fetch_args(group_name text, batch_size integer, after text)
+RETURNS TABLE (ordering text, cursor_txid xid8, cursor_ticket bigint,
+			   cursor_seq bigint, topics text[], horizon bigint, row_limit integer, below xid8, epoch bigint)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $$
+DECLARE
+	g outbox.groups;
+	next_xid xid8;
+	a record;
+BEGIN
+	IF batch_size IS NULL THEN
+		RAISE EXCEPTION 'batch_size must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF batch_size < 1 OR batch_size > 100000 THEN
+		RAISE EXCEPTION 'batch_size % is out of range', batch_size
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = 'batch_size must be between 1 and 100000.';
+	END IF;
+	g := outbox.get_group(group_name);
+	IF NOT outbox.lead(g.id) THEN
+		RETURN;
+	END IF;
+	IF outbox.note_generation(g.id, g.generation) <> g.generation THEN
+		PERFORM outbox.raise_rewound(g);
+	END IF;
+	IF g.epoch > 0 THEN
+		after := outbox.unshift_position(after, g.epoch);
+	END IF;
+	IF g.ordering = 'commit' THEN
+		PERFORM outbox.check_commit_read();
+		horizon := outbox.commit_horizon();
+		-- No ticket above the horizon's next one has been issued yet: a
+		-- cursor there was not reached by publishing. Reading on would
+		-- skip every ticket up to it, issued later, for good.
+		IF g.cursor_ticket > horizon + 1 THEN
+			RAISE EXCEPTION 'cursor of group "%" is ahead of this server''s commit tickets', group_name
+				USING ERRCODE = 'object_not_in_prerequisite_state',
+					  DETAIL = format('The cursor is at ticket %s, the commit horizon is at %s.', g.cursor_ticket, horizon),
+					  HINT = format('After a restore into another cluster or a failover, re-anchor the group with outbox_reanchor(%L).',
+									group_name);
+		END IF;
+		-- Every transaction with a ticket up to the horizon has ended, so
+		-- its id is below the next one read after the horizon (each
+		-- expression of this volatile function sees a new snapshot).
+		below := pg_snapshot_xmax(pg_current_snapshot());
+		IF after IS NOT NULL THEN
+			SELECT * INTO a FROM outbox.parse_commit_position(after);
+			IF (a.ticket, a.seq) > (g.cursor_ticket, g.cursor_seq) THEN
+				g.cursor_ticket := a.ticket;
+				g.cursor_seq := a.seq;
+			END IF;
+		END IF;
+	ELSE
+		below := outbox.horizon();
+		next_xid := pg_snapshot_xmax(pg_current_snapshot());
+		IF g.cursor_txid > next_xid THEN
+			RAISE EXCEPTION 'cursor of group "%" is ahead of this server''s transaction ids', group_name
+				USING ERRCODE = 'object_not_in_prerequisite_state',
+					  DETAIL = format('The cursor is at transaction %s, the next transaction id is %s. This happens after a dump and restore into another cluster, or a failover to a server with an older history.',
+									  g.cursor_txid, next_xid),
+					  HINT = format('Re-anchor the group with outbox_reanchor(%L): it goes on from this server''s horizon, with stream ids above those it published.',
+									group_name);
+		END IF;
+		-- A relay that fetches the next batch while the broker still writes
+		-- the previous one reads after that batch, not after the cursor.
+		IF after IS NOT NULL THEN
+			SELECT * INTO a FROM outbox.parse_position(after);
+			IF (a.txid, a.seq) > (g.cursor_txid, g.cursor_seq) THEN
+				g.cursor_txid := a.txid;
+				g.cursor_seq := a.seq;
+			END IF;
+		END IF;
+	END IF;
+	ordering := g.ordering;
+	cursor_txid := g.cursor_txid;
+	cursor_ticket := g.cursor_ticket;
+	cursor_seq := g.cursor_seq;
+	topics := g.topics;
+	row_limit := batch_size;
+	epoch := g.epoch;
+	RETURN NEXT;
+END
+$$;
+
+COMMENT ON FUNCTION outbox.fetch_args(text, integer, text) IS
+	'pg_outbox: checks outbox_fetch()''s arguments, takes the leadership, and returns where the batch starts (no row while another session leads)';
+
+CREATE OR REPLACE FUNCTION @extschema@.outbox_advance(group_name text, pos text, streams jsonb DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	g outbox.groups;
+	p record;
+	bad record;
+	lpos text;
+	new_txid xid8;
+	new_ticket bigint;
+	behind boolean;
+	horizon bigint;
+BEGIN
+	g := outbox.get_group(group_name, true);
+	lpos := outbox.unshift_position(pos, g.epoch);
+	SELECT * INTO p FROM outbox.parse_position(lpos);
+	IF NOT outbox.is_leader(g.id) THEN
+		RAISE EXCEPTION 'this session does not lead group "%"', group_name
+			USING ERRCODE = 'object_not_in_prerequisite_state',
+				  HINT = 'Only the session that fetched the batch with outbox_fetch() may advance the cursor.';
+	END IF;
+	IF outbox.note_generation(g.id, g.generation) <> g.generation THEN
+		PERFORM outbox.raise_rewound(g);
+	END IF;
+	IF streams IS NOT NULL THEN
+		IF jsonb_typeof(streams) <> 'object' THEN
+			RAISE EXCEPTION 'streams must be a JSON object of stream names and positions'
+				USING ERRCODE = 'invalid_parameter_value';
+		END IF;
+		SELECT s.key, s.value INTO bad FROM jsonb_each(streams) s
+		 WHERE jsonb_typeof(s.value) <> 'string'
+			OR s.value #>> '{}' !~ '^[0-9]{1,20}-[0-9]{1,19}$'
+		 LIMIT 1;
+		IF FOUND THEN
+			RAISE EXCEPTION 'invalid position % for stream "%" in streams', bad.value, bad.key
+				USING ERRCODE = 'invalid_parameter_value',
+					  HINT = 'streams maps each stream name to the last position published there, as a string such as "1042-3".';
+		END IF;
+	END IF;
+	-- The position in the group's order: (ticket, seq) or (txid, seq).
+	IF g.ordering = 'commit' THEN
+		new_ticket := (outbox.parse_commit_position(lpos)).ticket;
+		behind := (new_ticket, p.seq) < (g.cursor_ticket, g.cursor_seq);
+	ELSE
+		new_txid := p.txid;
+		behind := (new_txid, p.seq) < (g.cursor_txid, g.cursor_seq);
+	END IF;
+	IF behind THEN
+		RAISE EXCEPTION 'position % is behind the cursor of group "%"', pos, group_name
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = format('The cursor is at %s.', g.cursor),
+				  HINT = 'Use outbox_rewind() to move a cursor backwards.';
+	END IF;
+	IF g.ordering = 'commit' THEN
+		horizon := outbox.commit_horizon();
+		IF new_ticket > horizon THEN
+			RAISE EXCEPTION 'position % is beyond the commit horizon', pos
+				USING ERRCODE = 'invalid_parameter_value',
+					  DETAIL = format('Commit tickets after %s may still be committing.', horizon);
+		END IF;
+	ELSIF new_txid >= outbox.horizon() THEN
+		RAISE EXCEPTION 'position % is beyond the feed horizon', pos
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = format('Transactions from %s on may still be running.', outbox.horizon());
+	END IF;
+	IF p.seq = g.cursor_seq AND new_txid IS NOT DISTINCT FROM g.cursor_txid
+	   AND new_ticket IS NOT DISTINCT FROM g.cursor_ticket AND streams IS NULL THEN
+		RETURN;
+	END IF;
+	UPDATE outbox.groups
+	   SET cursor_txid = new_txid, cursor_ticket = new_ticket, cursor_seq = p.seq, advanced_at = now(),
+		   streams = CASE WHEN outbox_advance.streams IS NULL THEN groups.streams
+						  ELSE groups.streams || outbox_advance.streams END
+	 WHERE id = g.id;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.outbox_advance(text, text, jsonb) IS
+	'pg_outbox: moves the group''s cursor forward to the last published position (leader only), recording the last position per stream';
+
+CREATE OR REPLACE FUNCTION @extschema@.outbox_rewind(group_name text, pos text)
+RETURNS text
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	g outbox.groups;
+	m outbox.maintenance;
+	new_txid xid8;
+	new_ticket bigint;
+	new_seq bigint := 0;
+	new_position text;
+	limit_txid xid8;
+	limit_ticket bigint;
+	oldest text;
+BEGIN
+	IF pos IS NULL THEN
+		RAISE EXCEPTION 'position must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	g := outbox.get_group(group_name, true);
+	IF g.ordering = 'commit' THEN
+		IF pos = 'now' THEN
+			new_ticket := outbox.commit_horizon() + 1;
+		ELSIF pos = 'beginning' THEN
+			new_ticket := 0;
+		ELSE
+			SELECT p.ticket, p.seq INTO new_ticket, new_seq
+			  FROM outbox.parse_commit_position(outbox.unshift_position(pos, g.epoch)) p;
+			limit_ticket := outbox.commit_horizon();
+			IF (new_ticket, new_seq) > (limit_ticket + 1, 0::bigint) THEN
+				RAISE EXCEPTION 'position % is ahead of the commit horizon of this server', pos
+					USING ERRCODE = 'object_not_in_prerequisite_state',
+						  DETAIL = format('Commit tickets after %s are not final or not issued yet: a cursor beyond them would skip their events for good.',
+										  limit_ticket),
+						  HINT = format('Rewind to a position up to "%s-0", or to ''now''.', limit_ticket + 1);
+			END IF;
+		END IF;
+	ELSIF pos = 'now' THEN
+		new_txid := outbox.horizon();
+	ELSIF pos = 'beginning' THEN
+		new_txid := '0'::xid8;
+	ELSE
+		SELECT p.txid, p.seq INTO new_txid, new_seq FROM outbox.parse_position(outbox.unshift_position(pos, g.epoch)) p;
+		limit_txid := outbox.horizon();
+		IF (new_txid, new_seq) > (limit_txid, 0::bigint) THEN
+			RAISE EXCEPTION 'position % is ahead of the feed horizon of this server', pos
+				USING ERRCODE = 'object_not_in_prerequisite_state',
+					  DETAIL = format('Transactions from %s on may still be running or are not started yet: a cursor beyond them would skip their events for good.',
+									  limit_txid),
+					  HINT = format('Rewind to a position up to "%s-0", or to ''now''.', limit_txid);
+		END IF;
+	END IF;
+	UPDATE outbox.groups
+	   SET cursor_txid = new_txid, cursor_ticket = new_ticket, cursor_seq = new_seq, advanced_at = now(),
+		   generation = generation + 1
+	 WHERE id = g.id
+	RETURNING cursor INTO new_position;
+	-- This session's own rewind (a relay recovering lost stream entries)
+	-- does not refuse its next fetch.
+	IF outbox.is_leader(g.id) THEN
+		PERFORM outbox.note_generation(g.id, g.generation + 1);
+	END IF;
+	SELECT * INTO m FROM outbox.maintenance;
+	IF (g.ordering = 'xid8' AND (new_txid, new_seq) < (m.retired_txid, m.retired_seq))
+	   OR (g.ordering = 'commit' AND m.retired_ticket > 0
+		   AND (new_ticket < m.retired_ticket OR (new_ticket = m.retired_ticket AND new_seq = 0))) THEN
+		IF g.ordering = 'xid8' THEN
+			SELECT e.txid || '-' || e.seq INTO oldest FROM outbox.event e ORDER BY e.txid, e.seq LIMIT 1;
+		ELSE
+			SELECT c.ticket || '-' || min(e.seq) INTO oldest
+			  FROM (SELECT l.txid, l.ticket FROM outbox.commit_log l ORDER BY l.ticket LIMIT 1) c
+			  JOIN outbox.event e ON e.txid = c.txid
+			 GROUP BY c.ticket;
+		END IF;
+		RAISE WARNING 'events before position % of group "%" were removed by retention', new_position, group_name
+			USING DETAIL = CASE WHEN oldest IS NULL THEN 'No event is retained.'
+								ELSE format('The oldest event still retained is at %s.', oldest) END,
+				  HINT = 'The group resumes with the oldest event still retained; the ones before it cannot be published again.';
+	END IF;
+	RAISE LOG 'pg_outbox: cursor of group "%" moved from % to %', group_name, g.cursor, new_position;
+	RETURN new_position;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.outbox_rewind(text, text) IS
+	'pg_outbox: moves the group''s cursor to a position, ''now'' or ''beginning''; returns the new position';
+
+CREATE OR REPLACE FUNCTION @extschema@.outbox_reanchor(group_name text)
+RETURNS text
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	g outbox.groups;
+	local_major numeric;
+	published numeric;
+	new_epoch numeric;
+	new_position text;
+BEGIN
+	g := outbox.get_group(group_name, true);
+	-- The highest transaction id or ticket (with the epoch) published.
+	SELECT max(m) INTO published
+	  FROM (SELECT split_part(g.cursor, '-', 1)::numeric AS m
+			UNION ALL
+			SELECT split_part(s.value, '-', 1)::numeric FROM jsonb_each_text(g.streams) s
+			 WHERE s.value ~ '^[0-9]{1,20}-[0-9]{1,19}$') x;
+	IF g.ordering = 'commit' THEN
+		local_major := outbox.commit_horizon() + 1;
+	ELSE
+		local_major := outbox.horizon()::text::numeric;
+	END IF;
+	new_epoch := greatest(g.epoch, published + 1 - local_major);
+	IF new_epoch + local_major > 18446744073709551615 OR new_epoch > 9223372036854775807 THEN
+		RAISE EXCEPTION 'cannot re-anchor group "%": its positions would leave the range of stream ids', group_name
+			USING ERRCODE = 'program_limit_exceeded',
+				  HINT = 'Publish to new streams with a new group instead.';
+	END IF;
+	UPDATE outbox.groups
+	   SET cursor_txid = CASE WHEN g.ordering = 'xid8' THEN local_major::text::xid8 END,
+		   cursor_ticket = CASE WHEN g.ordering = 'commit' THEN local_major::bigint END,
+		   cursor_seq = 0, epoch = new_epoch, advanced_at = now(), generation = generation + 1
+	 WHERE id = g.id
+	RETURNING cursor INTO new_position;
+	IF outbox.is_leader(g.id) THEN
+		PERFORM outbox.note_generation(g.id, g.generation + 1);
+	END IF;
+	RAISE LOG 'pg_outbox: group "%" re-anchored: cursor % (was %), epoch % (was %)',
+		group_name, new_position, g.cursor, new_epoch, g.epoch;
+	RETURN new_position;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.outbox_reanchor(text) IS
+	'pg_outbox: re-anchors a group on this server (after a restore or failover): cursor at the horizon, stream ids above all it published';
+
+CREATE OR REPLACE FUNCTION outbox.inbox_today()
+RETURNS date
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT coalesce(nullif(current_setting('pg_outbox.today', true), '')::date,
+					(now() AT TIME ZONE 'UTC')::date)
+$$;
+
+COMMENT ON FUNCTION outbox.inbox_today() IS 'pg_outbox: today for inbox maintenance (UTC), or pg_outbox.today when set';
+
+CREATE OR REPLACE FUNCTION outbox.inbox_premake_partitions()
+RETURNS integer
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	today date := outbox.inbox_today();
+	day date;
+	lower timestamptz;
+	upper timestamptz;
+	part name;
+	created integer := 0;
+BEGIN
+	-- Days of rows already in the default partition, and the days ahead.
+	FOR day IN
+		SELECT d FROM (SELECT DISTINCT (applied_at AT TIME ZONE 'UTC')::date AS d FROM outbox.inbox_default
+					   UNION SELECT today + i FROM generate_series(0, 3) i) days
+		 ORDER BY d
+	LOOP
+		part := format('inbox_%s', to_char(day, 'YYYYMMDD'));
+		CONTINUE WHEN EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+							   WHERE n.nspname = 'outbox' AND c.relname = part);
+		lower := day::timestamp AT TIME ZONE 'UTC';
+		upper := (day + 1)::timestamp AT TIME ZONE 'UTC';
+		LOCK TABLE outbox.inbox_default IN ACCESS EXCLUSIVE MODE;
+		EXECUTE format('CREATE TABLE outbox.%I (LIKE outbox.inbox INCLUDING DEFAULTS)', part);
+		PERFORM outbox.set_member(format('outbox.%I', part)::regclass, false);
+		EXECUTE format('WITH moved AS (DELETE FROM outbox.inbox_default WHERE applied_at >= %L AND applied_at < %L RETURNING *)
+						INSERT INTO outbox.%I SELECT * FROM moved', lower, upper, part);
+		EXECUTE format('CREATE UNIQUE INDEX %I ON outbox.%I (consumer, event_id)',
+					   part || '_consumer_event_id_key', part);
+		EXECUTE format('ALTER TABLE outbox.%I ADD CONSTRAINT %I CHECK (applied_at >= %L AND applied_at < %L)',
+					   part, part || '_bounds', lower, upper);
+		EXECUTE format('ALTER TABLE outbox.inbox ATTACH PARTITION outbox.%I FOR VALUES FROM (%L) TO (%L)',
+					   part, lower, upper);
+		EXECUTE format('ALTER TABLE outbox.%I DROP CONSTRAINT %I', part, part || '_bounds');
+		created := created + 1;
+	END LOOP;
+	RETURN created;
+END
+$$;
+
+COMMENT ON FUNCTION outbox.inbox_premake_partitions() IS
+	'pg_outbox: creates the inbox partitions from today to three days ahead, and those of rows in the default partition, moving those rows';
+
+CREATE OR REPLACE FUNCTION outbox.inbox_retire_partitions()
+RETURNS integer
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	p record;
+	dropped integer := 0;
+BEGIN
+	FOR p IN
+		SELECT c.oid::regclass AS rel, c.relname
+		  FROM pg_inherits i
+		  JOIN pg_class c ON c.oid = i.inhrelid
+		 WHERE i.inhparent = 'outbox.inbox'::regclass
+		   AND c.relname ~ '^inbox_[0-9]{8}$'
+		   AND to_date(substr(c.relname, 7), 'YYYYMMDD') + 1
+			   <= ((outbox.inbox_today()::timestamp - (SELECT inbox_retention FROM outbox.config)))::date
+		 ORDER BY c.relname
+	LOOP
+		PERFORM outbox.set_member(p.rel, false);
+		EXECUTE format('DROP TABLE outbox.%I', p.relname);
+		RAISE LOG 'pg_outbox: dropped inbox partition %', p.relname;
+		dropped := dropped + 1;
+	END LOOP;
+	RETURN dropped;
+END
+$$;
+
+COMMENT ON FUNCTION outbox.inbox_retire_partitions() IS 'pg_outbox: drops the inbox partitions older than inbox_retention';
+
+COMMENT ON TABLE outbox.consumers IS 'pg_outbox: registered inbox consumers and the role whose members may act for each';
+
+COMMENT ON COLUMN outbox.consumers.owner IS 'members of this role (and of outbox_admin) may apply, consume, dead-letter and replay for the consumer';
+
+CREATE OR REPLACE FUNCTION outbox.consumer_name_check(consumer text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'outbox_consumer_name_check'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
+
+COMMENT ON FUNCTION outbox.consumer_name_check(text) IS 'pg_outbox: errors when a consumer name is NULL, empty, over 255 bytes or holds control characters';
+
+CREATE OR REPLACE FUNCTION @extschema@.inbox_consumer_check(consumer text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'outbox_inbox_consumer_check'
+LANGUAGE C STABLE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.inbox_consumer_check(text) IS
+	'pg_outbox: errors (42501) unless the consumer is registered and the current role may act for it';
+
+CREATE OR REPLACE FUNCTION @extschema@.inbox_consumer_create(consumer text, owner regrole)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	PERFORM outbox.consumer_name_check(consumer);
+	IF owner IS NULL THEN
+		RAISE EXCEPTION 'owner must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF NOT EXISTS (SELECT 1 FROM pg_roles r WHERE r.oid = owner) THEN
+		RAISE EXCEPTION 'role with OID % does not exist', owner::oid USING ERRCODE = 'undefined_object';
+	END IF;
+	INSERT INTO outbox.consumers (name, owner) VALUES (consumer, owner) ON CONFLICT ON CONSTRAINT consumers_pkey DO NOTHING;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'consumer "%" already exists', consumer
+			USING ERRCODE = 'duplicate_object',
+				  HINT = 'Change its owner with inbox_consumer_set_owner().';
+	END IF;
+	RAISE LOG 'pg_outbox: consumer "%" registered for role %', consumer, owner;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.inbox_consumer_create(text, regrole) IS
+	'pg_outbox: registers an inbox consumer; members of the owner role may act for it';
+
+CREATE OR REPLACE FUNCTION @extschema@.inbox_consumer_set_owner(consumer text, owner regrole)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	PERFORM outbox.consumer_name_check(consumer);
+	IF owner IS NULL THEN
+		RAISE EXCEPTION 'owner must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF NOT EXISTS (SELECT 1 FROM pg_roles r WHERE r.oid = owner) THEN
+		RAISE EXCEPTION 'role with OID % does not exist', owner::oid USING ERRCODE = 'undefined_object';
+	END IF;
+	UPDATE outbox.consumers c SET owner = inbox_consumer_set_owner.owner WHERE c.name = consumer;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'consumer "%" does not exist', consumer USING ERRCODE = 'undefined_object';
+	END IF;
+	RAISE LOG 'pg_outbox: consumer "%" now owned by role %', consumer, owner;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.inbox_consumer_set_owner(text, regrole) IS
+	'pg_outbox: gives an inbox consumer another owner role';
+
+CREATE OR REPLACE FUNCTION @extschema@.inbox_consumer_drop(consumer text, forget boolean DEFAULT false)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	applied bigint;
+	dead bigint;
+BEGIN
+	PERFORM outbox.consumer_name_check(consumer);
+	IF forget IS NULL THEN
+		RAISE EXCEPTION 'forget must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	PERFORM 1 FROM outbox.consumers c WHERE c.name = consumer FOR UPDATE;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'consumer "%" does not exist', consumer USING ERRCODE = 'undefined_object';
+	END IF;
+	-- Applies in progress finish first, so that the count sees them.
+	LOCK TABLE outbox.inbox, outbox.dead_letters IN SHARE MODE;
+	SELECT count(*) INTO applied FROM outbox.inbox i WHERE i.consumer = inbox_consumer_drop.consumer;
+	SELECT count(*) INTO dead FROM outbox.dead_letters d WHERE d.consumer = inbox_consumer_drop.consumer;
+	IF (applied > 0 OR dead > 0) AND NOT forget THEN
+		RAISE EXCEPTION 'consumer "%" still has applied events or dead letters', consumer
+			USING ERRCODE = 'dependent_objects_still_exist',
+				  DETAIL = format('The inbox holds %s events and %s dead letters of it.', applied, dead),
+				  HINT = 'Pass forget => true to delete them with it, or give it another owner with inbox_consumer_set_owner().';
+	END IF;
+	DELETE FROM outbox.inbox i WHERE i.consumer = inbox_consumer_drop.consumer;
+	DELETE FROM outbox.dead_letters d WHERE d.consumer = inbox_consumer_drop.consumer;
+	DELETE FROM outbox.consumers c WHERE c.name = consumer;
+	RAISE LOG 'pg_outbox: consumer "%" dropped with % events and % dead letters', consumer, applied, dead;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.inbox_consumer_drop(text, boolean) IS
+	'pg_outbox: unregisters an inbox consumer; refused while it has inbox rows or dead letters unless forget => true deletes them';
+
+CREATE OR REPLACE FUNCTION @extschema@.inbox_consumers()
+RETURNS TABLE (consumer text, owner regrole, owner_exists boolean, created_at timestamptz)
+LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT c.name, c.owner, EXISTS (SELECT 1 FROM pg_roles r WHERE r.oid = c.owner), c.created_at
+	  FROM outbox.consumers c
+	 ORDER BY c.name
+$$;
+
+COMMENT ON FUNCTION @extschema@.inbox_consumers() IS
+	'pg_outbox: the registered inbox consumers, their owner roles, and whether each owner still exists';
+
+CREATE OR REPLACE FUNCTION outbox.entry_text(value bytea)
+RETURNS text
+LANGUAGE sql STABLE STRICT PARALLEL SAFE
+AS $$ SELECT pg_catalog.convert_from(value, 'UTF8') $$;
+
+COMMENT ON FUNCTION outbox.entry_text(bytea) IS 'pg_outbox: a stream entry''s field as text (UTF-8, no NUL)';
+
+CREATE OR REPLACE FUNCTION outbox.entry_uuid(value bytea)
+RETURNS uuid
+LANGUAGE sql STABLE STRICT PARALLEL SAFE
+AS $$ SELECT outbox.entry_text(value)::pg_catalog.uuid $$;
+
+COMMENT ON FUNCTION outbox.entry_uuid(bytea) IS 'pg_outbox: a stream entry''s field as a uuid';
+
+CREATE OR REPLACE FUNCTION outbox.entry_json(value bytea)
+RETURNS jsonb
+LANGUAGE sql STABLE STRICT PARALLEL SAFE
+AS $$ SELECT outbox.entry_text(value)::pg_catalog.jsonb $$;
+
+COMMENT ON FUNCTION outbox.entry_json(bytea) IS 'pg_outbox: a stream entry''s field as jsonb';
+
+CREATE OR REPLACE FUNCTION outbox.entry_field(fields bytea[], name text)
+RETURNS bytea
+LANGUAGE sql STABLE STRICT PARALLEL SAFE
+AS $$
+	SELECT fields[i + 1]
+	  FROM pg_catalog.generate_subscripts(fields, 1) i
+	 WHERE (i - pg_catalog.array_lower(fields, 1)) % 2 = 0
+	   AND fields[i] = pg_catalog.convert_to(name, 'UTF8')
+	 ORDER BY i
+	 LIMIT 1
+$$;
+
+COMMENT ON FUNCTION outbox.entry_field(bytea[], text) IS 'pg_outbox: the value of a named field of a stream entry''s raw fields';
+
+CREATE OR REPLACE FUNCTION outbox.inbox_applied(consumer text, event_id uuid)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'outbox_inbox_applied'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION outbox.inbox_applied(text, uuid) IS
+	'pg_outbox: the payload a consumer applied under an event id, read after the event''s inbox lock; 40001 at REPEATABLE READ or SERIALIZABLE when only a later snapshot sees it';
+
+CREATE OR REPLACE FUNCTION outbox.inbox_apply_unchecked(consumer text, event_id uuid, payload jsonb)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	applied jsonb;
+BEGIN
+	IF event_id IS NULL OR payload IS NULL THEN
+		RAISE EXCEPTION '% must not be null', CASE WHEN event_id IS NULL THEN 'event_id' ELSE 'payload' END
+			USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	PERFORM outbox.inbox_lock(hashtextextended(consumer || '/' || event_id::text, 0));
+	applied := outbox.inbox_applied(consumer, event_id);
+	IF applied IS NOT NULL THEN
+		IF applied = payload THEN
+			RETURN false;
+		END IF;
+		RAISE EXCEPTION 'event % was already applied by consumer "%" with another payload', event_id, consumer
+			USING ERRCODE = 'OB001',
+				  DETAIL = format('Applied payload: %s. Received payload: %s.', applied, payload),
+				  HINT = 'Two different events carry the same event id. Nothing was applied; find the producer that reused the id.';
+	END IF;
+	INSERT INTO outbox.inbox (consumer, event_id, payload) VALUES (consumer, event_id, payload);
+	RETURN true;
+END
+$$;
+
+COMMENT ON FUNCTION outbox.inbox_apply_unchecked(text, uuid, jsonb) IS
+	'pg_outbox: body of inbox_apply(), called after its consumer check; granted to nobody';
+
+CREATE OR REPLACE FUNCTION @extschema@.inbox_apply(consumer text, event_id uuid, payload jsonb)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'outbox_inbox_checked'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_apply(text, uuid, jsonb) IS
+	'pg_outbox: records that a consumer applies an event; true the first time, false for a redelivery, SQLSTATE OB001 for another payload under the same id';
+
+COMMENT ON COLUMN outbox.dead_letters.fields IS 'the stream entry''s fields exactly as received, names and values in turn (NULL when recorded from typed values)';
+
+COMMENT ON COLUMN outbox.dead_letters.event_id IS 'the entry''s event_id field when it decodes';
+
+COMMENT ON COLUMN outbox.dead_letters.payload IS 'the entry''s payload field when it decodes';
+
+CREATE OR REPLACE FUNCTION outbox.dead_letter_record(consumer text, stream text, entry_id text, event_id uuid,
+										  topic text, key text, payload jsonb, headers jsonb, fields bytea[],
+										  reason text, sqlstate text, deliveries integer)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	dl_id bigint;
+	applied jsonb;
+BEGIN
+	IF stream IS NULL OR entry_id IS NULL OR reason IS NULL THEN
+		RAISE EXCEPTION 'consumer, stream, entry_id and reason must not be null'
+			USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF event_id IS NOT NULL THEN
+		SELECT i.payload INTO applied FROM outbox.inbox i
+		 WHERE i.consumer = dead_letter_record.consumer AND i.event_id = dead_letter_record.event_id;
+	END IF;
+	INSERT INTO outbox.dead_letters AS d
+		(consumer, event_id, stream, entry_id, topic, key, payload, applied_payload, headers, fields, reason,
+		 sqlstate, deliveries)
+	VALUES (consumer, event_id, stream, entry_id, topic, key, payload, applied, headers, fields, reason, sqlstate,
+			greatest(coalesce(deliveries, 1), 1))
+	ON CONFLICT ON CONSTRAINT dead_letters_entry_key DO UPDATE
+		SET reason = excluded.reason, sqlstate = excluded.sqlstate,
+			deliveries = greatest(d.deliveries, excluded.deliveries), last_failed_at = now(),
+			applied_payload = coalesce(excluded.applied_payload, d.applied_payload),
+			fields = coalesce(excluded.fields, d.fields)
+	RETURNING d.id INTO dl_id;
+	RETURN dl_id;
+END
+$$;
+
+COMMENT ON FUNCTION outbox.dead_letter_record(text, text, text, uuid, text, text, jsonb, jsonb, bytea[], text, text, integer) IS
+	'pg_outbox: records or updates a dead letter; granted to nobody';
+
+CREATE OR REPLACE FUNCTION outbox.inbox_dead_letter_unchecked(consumer text, stream text, entry_id text, event_id uuid,
+												   topic text, key text, payload jsonb, headers jsonb,
+												   reason text, sqlstate text DEFAULT NULL, deliveries integer DEFAULT 1)
+RETURNS bigint
+LANGUAGE sql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT outbox.dead_letter_record(consumer, stream, entry_id, event_id, topic, key, payload, headers, NULL,
+									 reason, sqlstate, deliveries)
+$$;
+
+COMMENT ON FUNCTION outbox.inbox_dead_letter_unchecked(text, text, text, uuid, text, text, jsonb, jsonb, text, text, integer) IS
+	'pg_outbox: body of inbox_dead_letter() from typed values, called after its consumer check; granted to nobody';
+
+CREATE OR REPLACE FUNCTION outbox.inbox_dead_letter_unchecked(consumer text, stream text, entry_id text, fields bytea[],
+												   reason text, sqlstate text DEFAULT NULL, deliveries integer DEFAULT 1)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	v_event_id uuid;
+	v_topic text;
+	v_key text;
+	v_payload jsonb;
+	v_headers jsonb;
+BEGIN
+	IF fields IS NOT NULL AND (array_ndims(fields) > 1 OR cardinality(fields) % 2 <> 0) THEN
+		RAISE EXCEPTION 'fields must hold names and values in turn'
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = format('The array has %s dimensions and %s elements.', array_ndims(fields), cardinality(fields));
+	END IF;
+	BEGIN
+		v_event_id := outbox.entry_uuid(outbox.entry_field(fields, 'event_id'));
+	EXCEPTION WHEN OTHERS THEN
+		NULL;
+	END;
+	BEGIN
+		v_topic := outbox.entry_text(outbox.entry_field(fields, 'topic'));
+	EXCEPTION WHEN OTHERS THEN
+		NULL;
+	END;
+	BEGIN
+		v_key := outbox.entry_text(outbox.entry_field(fields, 'key'));
+	EXCEPTION WHEN OTHERS THEN
+		NULL;
+	END;
+	BEGIN
+		v_payload := outbox.entry_json(outbox.entry_field(fields, 'payload'));
+	EXCEPTION WHEN OTHERS THEN
+		NULL;
+	END;
+	BEGIN
+		v_headers := outbox.entry_json(outbox.entry_field(fields, 'headers'));
+	EXCEPTION WHEN OTHERS THEN
+		NULL;
+	END;
+	RETURN outbox.dead_letter_record(consumer, stream, entry_id, v_event_id, v_topic, v_key, v_payload, v_headers,
+									 fields, reason, sqlstate, deliveries);
+END
+$$;
+
+COMMENT ON FUNCTION outbox.inbox_dead_letter_unchecked(text, text, text, bytea[], text, text, integer) IS
+	'pg_outbox: body of inbox_dead_letter() from raw fields, called after its consumer check; granted to nobody';
+
+CREATE OR REPLACE FUNCTION @extschema@.inbox_dead_letter(consumer text, stream text, entry_id text, event_id uuid,
+											  topic text, key text, payload jsonb, headers jsonb,
+											  reason text, sqlstate text DEFAULT NULL, deliveries integer DEFAULT 1)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'outbox_inbox_checked'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_dead_letter(text, text, text, uuid, text, text, jsonb, jsonb, text, text, integer) IS
+	'pg_outbox: records a stream entry a consumer gave up on, from typed values, with the reason; returns the dead letter id';
+
+CREATE OR REPLACE FUNCTION @extschema@.inbox_dead_letter(consumer text, stream text, entry_id text, fields bytea[],
+											  reason text, sqlstate text DEFAULT NULL, deliveries integer DEFAULT 1)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'outbox_inbox_checked'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_dead_letter(text, text, text, bytea[], text, text, integer) IS
+	'pg_outbox: records a stream entry a consumer gave up on, from its raw fields kept as received, with the reason; returns the dead letter id';
+
+CREATE OR REPLACE FUNCTION @extschema@.inbox_consume(consumer text, handler text, event_ids bytea[], topics bytea[],
+										  keys bytea[], payloads bytea[], headers bytea[])
+RETURNS TABLE (ord integer, status text, error_code text, error_message text)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $$
+DECLARE
+	n integer := coalesce(cardinality(payloads), 0);
+	id uuid;
+	v_topic text;
+	v_key text;
+	body jsonb;
+	meta jsonb;
+	decoding text;
+	err_state text;
+	err_message text;
+	err_detail text;
+BEGIN
+	PERFORM @extschema@.inbox_consumer_check(consumer);
+	IF handler IS NULL OR handler = '' THEN
+		RAISE EXCEPTION 'handler must not be empty' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF coalesce(cardinality(event_ids), 0) <> n OR coalesce(cardinality(topics), 0) <> n
+	   OR coalesce(cardinality(keys), n) <> n OR coalesce(cardinality(headers), n) <> n THEN
+		RAISE EXCEPTION 'the arrays of inbox_consume() must have the same length'
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'keys and headers may also be NULL.';
+	END IF;
+	IF n > 0 AND (array_ndims(payloads) > 1 OR array_lower(event_ids, 1) <> 1 OR array_lower(topics, 1) <> 1
+				  OR array_lower(payloads, 1) <> 1 OR coalesce(array_lower(keys, 1), 1) <> 1
+				  OR coalesce(array_lower(headers, 1), 1) <> 1) THEN
+		RAISE EXCEPTION 'the arrays of inbox_consume() must be one-dimensional and start at 1'
+			USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	FOR i IN 1 .. n LOOP
+		ord := i;
+		error_code := NULL;
+		error_message := NULL;
+		BEGIN
+			decoding := 'event_id';
+			IF event_ids[i] IS NULL THEN
+				RAISE EXCEPTION 'the entry has no such field' USING ERRCODE = 'null_value_not_allowed';
+			END IF;
+			id := outbox.entry_uuid(event_ids[i]);
+			decoding := 'topic';
+			IF topics[i] IS NULL THEN
+				RAISE EXCEPTION 'the entry has no such field' USING ERRCODE = 'null_value_not_allowed';
+			END IF;
+			v_topic := outbox.entry_text(topics[i]);
+			decoding := 'key';
+			v_key := outbox.entry_text(keys[i]);
+			decoding := 'payload';
+			IF payloads[i] IS NULL THEN
+				RAISE EXCEPTION 'the entry has no such field' USING ERRCODE = 'null_value_not_allowed';
+			END IF;
+			body := outbox.entry_json(payloads[i]);
+			decoding := 'headers';
+			meta := outbox.entry_json(headers[i]);
+			decoding := NULL;
+			IF @extschema@.inbox_apply(consumer, id, body) THEN
+				EXECUTE handler USING v_topic, v_key, body, meta, id;
+				status := 'applied';
+			ELSE
+				status := 'duplicate';
+			END IF;
+		EXCEPTION WHEN OTHERS THEN
+			GET STACKED DIAGNOSTICS err_state = RETURNED_SQLSTATE, err_message = MESSAGE_TEXT,
+									err_detail = PG_EXCEPTION_DETAIL;
+			error_code := err_state;
+			error_message := err_message || CASE WHEN err_detail <> '' THEN ' (' || err_detail || ')' ELSE '' END;
+			IF decoding IS NOT NULL THEN
+				status := 'malformed';
+				error_message := format('field "%s": %s', decoding, error_message);
+			ELSE
+				status := CASE WHEN err_state = 'OB001' THEN 'conflict' ELSE 'failed' END;
+			END IF;
+		END;
+		RETURN NEXT;
+	END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.inbox_consume(text, text, bytea[], bytea[], bytea[], bytea[], bytea[]) IS
+	'pg_outbox: applies a batch of entries (fields as bytes) through the inbox and a handler, each in its own subtransaction; returns applied, duplicate, conflict, malformed or failed per entry';
+
+CREATE OR REPLACE FUNCTION outbox.dead_letter_take_unchecked(dead_letter_id bigint)
+RETURNS outbox.dead_letters
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	d outbox.dead_letters;
+BEGIN
+	UPDATE outbox.dead_letters dl SET replayed_at = now() WHERE dl.id = dead_letter_id RETURNING dl.* INTO d;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'dead letter % does not exist', dead_letter_id USING ERRCODE = 'undefined_object';
+	END IF;
+	RETURN d;
+END
+$$;
+
+COMMENT ON FUNCTION outbox.dead_letter_take_unchecked(bigint) IS
+	'pg_outbox: body of outbox.dead_letter_take(), called after its consumer check; granted to nobody';
+
+CREATE OR REPLACE FUNCTION outbox.dead_letter_take(dead_letter_id bigint)
+RETURNS outbox.dead_letters
+AS 'MODULE_PATHNAME', 'outbox_inbox_checked'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION outbox.dead_letter_take(bigint) IS
+	'pg_outbox: locks a dead letter, marks it replayed and returns it, for inbox_replay()';
+
+CREATE OR REPLACE FUNCTION @extschema@.inbox_replay(dead_letter_id bigint, handler text)
+RETURNS text
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $$
+DECLARE
+	d outbox.dead_letters;
+	result text;
+BEGIN
+	IF dead_letter_id IS NULL OR handler IS NULL THEN
+		RAISE EXCEPTION 'dead_letter_id and handler must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	d := outbox.dead_letter_take(dead_letter_id);
+	IF d.event_id IS NULL OR d.payload IS NULL THEN
+		IF d.fields IS NULL THEN
+			RAISE EXCEPTION 'dead letter % has no event to replay', dead_letter_id
+				USING ERRCODE = 'object_not_in_prerequisite_state',
+					  DETAIL = format('Entry %s of stream "%s" was gone from the stream: %s', d.entry_id, d.stream, d.reason),
+					  HINT = 'Republish the event from the producer''s outbox (outbox_rewind) instead.';
+		END IF;
+		RAISE EXCEPTION 'dead letter % has no event to replay', dead_letter_id
+			USING ERRCODE = 'object_not_in_prerequisite_state',
+				  DETAIL = format('Entry %s of stream "%s" could not be read: %s', d.entry_id, d.stream, d.reason),
+				  HINT = 'Its fields are kept as received in outbox.dead_letters.fields. Republish a corrected event from the producer.';
+	END IF;
+	IF @extschema@.inbox_apply(d.consumer, d.event_id, d.payload) THEN
+		EXECUTE handler USING d.topic, d.key, d.payload, d.headers, d.event_id;
+		result := 'applied';
+	ELSE
+		result := 'duplicate';
+	END IF;
+	RETURN result;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.inbox_replay(bigint, text) IS
+	'pg_outbox: applies a dead letter again with its original event id, through a handler; returns applied or duplicate';
+
+COMMENT ON COLUMN outbox.maintenance.retired_txid IS 'with retired_seq: position of the last event retention removed';
+
+CREATE OR REPLACE FUNCTION @extschema@.outbox_maintain()
+RETURNS TABLE (action text, object text, detail text)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET lock_timeout = '200ms'
+SET enable_sort = off
+AS $$
+DECLARE
+	cfg outbox.config;
+	x numeric;
+	r record;
+	b record;
+	g record;
+	n bigint;
+	markers regclass;
+	last_event record;
+BEGIN
+	IF NOT outbox.try_maintenance_lock() THEN
+		action := 'skipped'; detail := 'another maintenance run is in progress';
+		RETURN NEXT;
+		RETURN;
+	END IF;
+	SELECT * INTO cfg FROM outbox.config;
+	PERFORM set_config('lock_timeout', (extract(epoch FROM cfg.lock_timeout) * 1000)::int || 'ms', true);
+	UPDATE outbox.maintenance SET last_started_at = clock_timestamp();
+
+	-- 1. Rows that landed in the default partition: give each range its
+	-- partition and move the rows there, a range per subtransaction.
+	FOR r IN SELECT DISTINCT f.lower, f.upper
+			   FROM (SELECT e.txid FROM outbox.event_default e
+					 UNION SELECT c.txid FROM outbox.commit_log_default c) d,
+					LATERAL outbox.free_range(d.txid) f
+			  WHERE f.lower IS NOT NULL
+			  ORDER BY 1
+			  LIMIT 16
+	LOOP
+		BEGIN
+			n := outbox.attach_range(r.lower, r.upper);
+			RAISE WARNING 'pg_outbox: % rows of outbox.event were in the default partition (and their commit markers); moved to %',
+				n, outbox.partition_name(r.lower)
+				USING HINT = 'Maintenance did not run often enough, or premake is too small for the transaction rate.';
+			action := 'moved'; object := 'outbox.' || outbox.partition_name(r.lower);
+			detail := format('%s rows out of the default partition, transactions %s to %s', n, r.lower, r.upper);
+			RETURN NEXT;
+		EXCEPTION WHEN lock_not_available OR check_violation OR duplicate_table THEN
+			action := 'deferred'; object := 'outbox.' || outbox.partition_name(r.lower);
+			detail := format('could not move rows out of the default partition: %s', sqlerrm);
+			RETURN NEXT;
+		END;
+	END LOOP;
+
+	-- 2. Premake: partitions from the current transaction id to the headroom.
+	x := pg_snapshot_xmax(pg_current_snapshot())::text::numeric;
+	FOR i IN 0 .. cfg.premake LOOP
+		SELECT * INTO r FROM outbox.free_range((x + i * cfg.partition_width)::text::xid8);
+		CONTINUE WHEN r.lower IS NULL;
+		BEGIN
+			n := outbox.attach_range(r.lower, r.upper);
+			action := 'created'; object := 'outbox.' || outbox.partition_name(r.lower);
+			detail := format('transactions %s to %s', r.lower, r.upper);
+			RETURN NEXT;
+		EXCEPTION WHEN lock_not_available OR check_violation OR duplicate_table THEN
+			action := 'deferred'; object := 'outbox.' || outbox.partition_name(r.lower);
+			detail := format('could not create the partition: %s', sqlerrm);
+			RETURN NEXT;
+		END;
+	END LOOP;
+
+	-- 3. Retention: a partition leaves when every live group has passed all
+	-- of it and its last event is older than the retention.
+	FOR b IN SELECT * FROM outbox.partition_bounds() p WHERE p.upper <= outbox.horizon() ORDER BY p.lower LOOP
+		CONTINUE WHEN outbox.retire_blocker(b.relid, b.lower, b.upper) IS NOT NULL;
+		BEGIN
+			-- Tickets of retired markers are never issued again (commit.c).
+			UPDATE outbox.maintenance m
+			   SET retired_ticket = greatest(m.retired_ticket,
+											 (SELECT max(c.ticket) FROM outbox.commit_log c
+											   WHERE c.txid >= b.lower AND c.txid < b.upper));
+			-- Rewinds before the last event removed warn (outbox_rewind).
+			EXECUTE format('SELECT txid, seq FROM %s ORDER BY txid DESC, seq DESC LIMIT 1', b.relid) INTO last_event;
+			IF last_event.txid IS NOT NULL THEN
+				UPDATE outbox.maintenance m SET retired_txid = last_event.txid, retired_seq = last_event.seq
+				 WHERE (last_event.txid, last_event.seq) > (m.retired_txid, m.retired_seq);
+			END IF;
+			EXECUTE format('ALTER TABLE outbox.event DETACH PARTITION %s', b.relid);
+			markers := to_regclass(format('outbox.%I', outbox.commit_partition_name(b.lower)));
+			IF markers IS NOT NULL THEN
+				EXECUTE format('ALTER TABLE outbox.commit_log DETACH PARTITION %s', markers);
+			END IF;
+			IF cfg.retire_mode = 'drop' THEN
+				PERFORM outbox.set_member(b.relid, false);
+				EXECUTE format('DROP TABLE %s', b.relid);
+				IF markers IS NOT NULL THEN
+					PERFORM outbox.set_member(markers, false);
+					EXECUTE format('DROP TABLE %s', markers);
+				END IF;
+				action := 'dropped';
+			ELSE
+				-- Kept for inspection, and dropped with the extension.
+				EXECUTE format('ALTER TABLE %s RENAME TO %I', b.relid, b.name || '_detached');
+				PERFORM outbox.set_member(format('outbox.%I', b.name || '_detached')::regclass, true);
+				IF markers IS NOT NULL THEN
+					EXECUTE format('ALTER TABLE %s RENAME TO %I', markers, outbox.commit_partition_name(b.lower) || '_detached');
+					PERFORM outbox.set_member(format('outbox.%I', outbox.commit_partition_name(b.lower) || '_detached')::regclass, true);
+				END IF;
+				action := 'detached';
+			END IF;
+			object := 'outbox.' || b.name;
+			detail := format('transactions %s to %s', b.lower, b.upper);
+			RETURN NEXT;
+		EXCEPTION WHEN lock_not_available THEN
+			action := 'deferred'; object := 'outbox.' || b.name;
+			detail := format('could not retire the partition: %s', sqlerrm);
+			RETURN NEXT;
+		END;
+	END LOOP;
+
+	-- 4. The inbox: partitions ahead, and retention.
+	BEGIN
+		n := outbox.inbox_premake_partitions();
+		IF n > 0 THEN
+			action := 'created'; object := 'outbox.inbox'; detail := format('%s partitions', n);
+			RETURN NEXT;
+		END IF;
+		n := outbox.inbox_retire_partitions();
+		IF n > 0 THEN
+			action := 'dropped'; object := 'outbox.inbox'; detail := format('%s partitions older than %s', n, (SELECT inbox_retention FROM outbox.config));
+			RETURN NEXT;
+		END IF;
+	EXCEPTION WHEN lock_not_available THEN
+		action := 'deferred'; object := 'outbox.inbox'; detail := sqlerrm;
+		RETURN NEXT;
+	END;
+
+	-- 5. Groups that lag: reported, never skipped.
+	FOR g IN SELECT s.group_name, s.oldest_waiting_age
+			   FROM @extschema@.outbox_group_stats() s
+			  WHERE NOT s.stale AND s.oldest_waiting_age > cfg.max_group_lag
+	LOOP
+		RAISE WARNING 'pg_outbox: group "%" lags: its oldest waiting event is % old', g.group_name, g.oldest_waiting_age
+			USING HINT = 'Its events are kept until it passes them. Start its relay, or mark it stale with outbox_group_set_stale() so that it stops keeping storage.';
+		action := 'lagging'; object := g.group_name; detail := format('oldest waiting event is %s old', g.oldest_waiting_age);
+		RETURN NEXT;
+	END LOOP;
+
+	UPDATE outbox.maintenance SET last_finished_at = clock_timestamp();
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.outbox_maintain() IS
+	'pg_outbox: premakes partitions, moves rows out of the default partition, retires old partitions, reports lagging groups; one run at a time';
+
+CREATE OR REPLACE FUNCTION @extschema@.outbox_drop_empty_partitions()
+RETURNS integer
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET lock_timeout = '5s'
+AS $$
+DECLARE
+	p record;
+	parts regclass[];
+	part regclass;
+	has_rows boolean;
+	found_rows boolean;
+	dropped integer := 0;
+BEGIN
+	FOR p IN SELECT * FROM outbox.partition_bounds() LOOP
+		-- The event partition and the commit marker partition of its range.
+		parts := ARRAY[p.relid];
+		IF to_regclass(format('outbox.%I', outbox.commit_partition_name(p.lower))) IS NOT NULL THEN
+			parts := parts || to_regclass(format('outbox.%I', outbox.commit_partition_name(p.lower)));
+		END IF;
+		has_rows := false;
+		FOREACH part IN ARRAY parts LOOP
+			EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', part);
+			EXECUTE format('SELECT EXISTS (SELECT 1 FROM %s)', part) INTO found_rows;
+			has_rows := has_rows OR found_rows;
+		END LOOP;
+		CONTINUE WHEN has_rows;
+		FOREACH part IN ARRAY parts LOOP
+			EXECUTE format('ALTER TABLE %s DETACH PARTITION %s',
+						   CASE WHEN part = p.relid THEN 'outbox.event' ELSE 'outbox.commit_log' END, part);
+			PERFORM outbox.set_member(part, false);
+			EXECUTE format('DROP TABLE %s', part);
+		END LOOP;
+		dropped := dropped + 1;
+	END LOOP;
+	RETURN dropped;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.outbox_drop_empty_partitions() IS
+	'pg_outbox: drops the empty event partitions, so that outbox_maintain() makes them again at the current partition_width';
+
+CREATE OR REPLACE FUNCTION outbox.horizon_holders_all()
+RETURNS TABLE (holds_horizon boolean, pid integer, gid text, database name, username name,
+			   state text, xid_age integer, xact_start timestamptz, held_for interval)
+LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+	WITH h AS (
+		SELECT (pg_snapshot_xmin(pg_current_snapshot())::text::numeric % 4294967296)::text::xid AS xmin32
+	), holders AS (
+		SELECT a.pid, NULL::text AS gid, a.datname, a.usename, a.state, a.backend_xid AS xid, a.xact_start
+		  FROM pg_stat_activity a
+		 WHERE a.backend_xid IS NOT NULL
+		   AND a.pid <> pg_backend_pid()
+		UNION ALL
+		SELECT NULL, p.gid, p.database, p.owner, 'prepared', p.transaction, p.prepared
+		  FROM pg_prepared_xacts p
+	)
+	SELECT x.xid = h.xmin32, x.pid, x.gid, x.datname, x.usename, x.state, age(x.xid),
+		   x.xact_start, now() - x.xact_start
+	  FROM holders x, h
+	 ORDER BY age(x.xid) DESC, x.pid
+$$;
+
+COMMENT ON FUNCTION outbox.horizon_holders_all() IS
+	'pg_outbox: backends and prepared transactions holding a transaction id, oldest first, without their session text';
+
+CREATE OR REPLACE FUNCTION @extschema@.outbox_horizon_holders()
+RETURNS TABLE (holds_horizon boolean, pid integer, gid text, database name, username name,
+			   state text, xid_age integer, xact_start timestamptz, held_for interval,
+			   query text)
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT h.holds_horizon, h.pid, h.gid, h.database, h.username, h.state, h.xid_age, h.xact_start,
+		   h.held_for,
+		   CASE WHEN h.database = current_database() OR pg_has_role('pg_read_all_stats', 'USAGE')
+				THEN a.query END
+	  FROM outbox.horizon_holders_all() h
+	  LEFT JOIN pg_stat_activity a ON a.pid = h.pid
+	 ORDER BY h.xid_age DESC, h.pid
+$$;
+
+COMMENT ON FUNCTION @extschema@.outbox_horizon_holders() IS
+	'pg_outbox: backends and prepared transactions holding a transaction id, oldest first; the oldest holds the feed horizon back';
+
+CREATE OR REPLACE FUNCTION @extschema@.outbox_group_stats(for_group text DEFAULT NULL)
+RETURNS TABLE (group_name text, topics text[], cursor_position text, leader_pid integer,
+			   waiting bigint, oldest_waiting_age interval, advanced_at timestamptz,
+			   horizon xid8, held_by_pid integer, held_by_gid text, held_for interval, stale boolean,
+			   ordering text, commit_horizon bigint)
+LANGUAGE sql VOLATILE PARALLEL SAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+-- The estimates of the per-group backlog are high enough to trigger JIT
+-- compilation, which costs far more than the query.
+SET jit = off
+AS $$
+	WITH ch AS MATERIALIZED (
+		SELECT CASE WHEN EXISTS (SELECT 1 FROM outbox.groups WHERE ordering = 'commit')
+						 AND outbox.commit_order_available()
+					THEN outbox.commit_horizon() END AS h)
+	SELECT g.name, g.topics, g.cursor,
+		   (SELECT l.pid FROM pg_locks l
+			 WHERE l.locktype = 'advisory' AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+			   AND l.classid = outbox.lock_class() AND l.objid = g.id AND l.objsubid = 3 AND l.granted
+			 LIMIT 1),
+		   w.n, now() - w.oldest, g.advanced_at,
+		   CASE WHEN g.ordering = 'xid8' THEN outbox.horizon() END, hh.pid, hh.gid, hh.held_for, g.stale,
+		   g.ordering, CASE WHEN g.ordering = 'commit' THEN ch.h END
+	  FROM outbox.groups g
+	 CROSS JOIN ch
+	 CROSS JOIN LATERAL (
+		SELECT count(*) AS n, min(e.created_at) AS oldest
+		  FROM (SELECT b.created_at FROM outbox.backlog(g.cursor_txid, g.cursor_seq, g.topics) b
+				 WHERE g.ordering = 'xid8'
+				UNION ALL
+				SELECT c.created_at FROM outbox.commit_backlog(g.cursor_ticket, g.cursor_seq, g.topics, ch.h) c
+				 WHERE g.ordering = 'commit') e) w
+	  LEFT JOIN LATERAL (
+		SELECT h.pid, h.gid, h.held_for FROM outbox.horizon_holders_all() h
+		 WHERE h.holds_horizon AND g.ordering = 'xid8' LIMIT 1) hh ON true
+	 WHERE for_group IS NULL OR g.name = for_group
+	 ORDER BY g.name
+$$;
+
+COMMENT ON FUNCTION @extschema@.outbox_group_stats(text) IS
+	'pg_outbox: per group (or for one): cursor, leader, events waiting, age of the oldest, last advance, and who holds the horizon';
+
+REVOKE ALL ON ALL TABLES IN SCHEMA outbox FROM PUBLIC;
+
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA outbox FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION
+	@extschema@.outbox_emit(text, text, jsonb, jsonb, uuid),
+	@extschema@.outbox_emit_many(text, text[], jsonb[], jsonb[], uuid[]),
+	@extschema@.outbox_group_create(text, text[], text, text),
+	@extschema@.outbox_group_drop(text, boolean),
+	@extschema@.outbox_fetch(text, integer, text, interval),
+	@extschema@.outbox_advance(text, text, jsonb),
+	@extschema@.outbox_lead(text),
+	@extschema@.outbox_resign(text),
+	@extschema@.outbox_relay_waiting(),
+	@extschema@.outbox_rewind(text, text),
+	@extschema@.outbox_reanchor(text),
+	@extschema@.outbox_horizon_holders(),
+	@extschema@.outbox_group_stats(text),
+	@extschema@.inbox_apply(text, uuid, jsonb),
+	@extschema@.inbox_dead_letter(text, text, text, uuid, text, text, jsonb, jsonb, text, text, integer),
+	@extschema@.inbox_dead_letter(text, text, text, bytea[], text, text, integer),
+	@extschema@.inbox_consume(text, text, bytea[], bytea[], bytea[], bytea[], bytea[]),
+	@extschema@.inbox_replay(bigint, text),
+	@extschema@.inbox_consumer_check(text),
+	@extschema@.inbox_consumer_create(text, regrole),
+	@extschema@.inbox_consumer_set_owner(text, regrole),
+	@extschema@.inbox_consumer_drop(text, boolean),
+	@extschema@.inbox_consumers(),
+	@extschema@.outbox_maintain(),
+	@extschema@.outbox_group_set_stale(text, boolean),
+	@extschema@.outbox_drop_empty_partitions(),
+	@extschema@.outbox_partitions()
+FROM PUBLIC;
+
+GRANT USAGE ON SCHEMA outbox TO outbox_writer, outbox_relay, outbox_consumer, outbox_admin;
+
+GRANT EXECUTE ON FUNCTION
+	@extschema@.outbox_emit(text, text, jsonb, jsonb, uuid),
+	@extschema@.outbox_emit_many(text, text[], jsonb[], jsonb[], uuid[])
+TO outbox_writer, outbox_admin;
+
+GRANT EXECUTE ON FUNCTION
+	@extschema@.outbox_fetch(text, integer, text, interval),
+	@extschema@.outbox_advance(text, text, jsonb),
+	@extschema@.outbox_lead(text),
+	@extschema@.outbox_resign(text),
+	@extschema@.outbox_relay_waiting(),
+	@extschema@.outbox_rewind(text, text),
+	@extschema@.outbox_reanchor(text),
+	@extschema@.outbox_horizon_holders(),
+	@extschema@.outbox_group_stats(text)
+TO outbox_relay, outbox_admin;
+
+GRANT EXECUTE ON FUNCTION outbox.horizon(), outbox.commit_horizon(), outbox.horizon_holders_all()
+TO outbox_relay, outbox_admin;
+
+GRANT EXECUTE ON FUNCTION
+	@extschema@.outbox_maintain(),
+	@extschema@.outbox_partitions()
+TO outbox_relay, outbox_admin;
+
+GRANT EXECUTE ON FUNCTION
+	@extschema@.outbox_group_set_stale(text, boolean),
+	@extschema@.outbox_drop_empty_partitions()
+TO outbox_admin;
+
+GRANT SELECT ON outbox.maintenance TO outbox_relay, outbox_admin;
+
+GRANT SELECT ON outbox.feed, outbox.groups, outbox.group_stats, outbox.horizon_holders TO outbox_relay, outbox_admin;
+
+GRANT EXECUTE ON FUNCTION
+	@extschema@.outbox_group_create(text, text[], text, text),
+	@extschema@.outbox_group_drop(text, boolean)
+TO outbox_admin;
+
+GRANT SELECT ON outbox.event, outbox.commit_log, outbox.config, outbox.inbox, outbox.dead_letters,
+	outbox.consumers TO outbox_admin;
+
+GRANT EXECUTE ON FUNCTION
+	@extschema@.inbox_apply(text, uuid, jsonb),
+	@extschema@.inbox_dead_letter(text, text, text, uuid, text, text, jsonb, jsonb, text, text, integer),
+	@extschema@.inbox_dead_letter(text, text, text, bytea[], text, text, integer),
+	@extschema@.inbox_consume(text, text, bytea[], bytea[], bytea[], bytea[], bytea[]),
+	@extschema@.inbox_replay(bigint, text),
+	@extschema@.inbox_consumer_check(text),
+	outbox.dead_letter_take(bigint),
+	outbox.entry_text(bytea),
+	outbox.entry_uuid(bytea),
+	outbox.entry_json(bytea)
+TO outbox_consumer, outbox_admin;
+
+GRANT EXECUTE ON FUNCTION
+	@extschema@.inbox_consumer_create(text, regrole),
+	@extschema@.inbox_consumer_set_owner(text, regrole),
+	@extschema@.inbox_consumer_drop(text, boolean),
+	@extschema@.inbox_consumers()
+TO outbox_admin;
+
+GRANT UPDATE ON outbox.config TO outbox_admin;
+
+CREATE OR REPLACE FUNCTION outbox.maintenance_wake()
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'outbox_maintenance_wake'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION outbox.maintenance_wake() IS
+	'pg_outbox: has the maintenance launcher look at every database once this transaction commits (when preloaded)';
+
+REVOKE ALL ON FUNCTION outbox.maintenance_wake() FROM PUBLIC;
+
+CREATE TRIGGER config_replace BEFORE INSERT ON outbox.config
+	FOR EACH ROW EXECUTE FUNCTION outbox.config_replace();
+
+--
+-- Partitions: event and marker partitions are members of the extension
+-- (pg_dump leaves them out); inbox day partitions are not (pg_dump keeps
+-- them and their rows).
+--
+DO $members$
+DECLARE
+	r record;
+BEGIN
+	FOR r IN
+		SELECT c.oid::regclass AS rel, p.relname AS parent
+		  FROM pg_inherits i
+		  JOIN pg_class c ON c.oid = i.inhrelid
+		  JOIN pg_class p ON p.oid = i.inhparent
+		 WHERE i.inhparent IN ('outbox.event'::regclass, 'outbox.commit_log'::regclass, 'outbox.inbox'::regclass)
+		   AND c.relname NOT LIKE '%\_default'
+	LOOP
+		PERFORM outbox.set_member(r.rel, r.parent <> 'inbox');
+	END LOOP;
+END
+$members$;
+
+-- Replay is the consumers' own business now (inbox_replay checks the
+-- consumer); the column grant of 0.1.0 is gone.
+REVOKE UPDATE (replayed_at) ON outbox.dead_letters FROM outbox_admin;
