@@ -8,6 +8,8 @@
 #include <cctype>
 #include <map>
 
+#include <spdlog/spdlog.h>
+
 #include "pg_outbox/errors.hpp"
 
 namespace pg_outbox {
@@ -112,6 +114,15 @@ std::string quote_value(const std::string& v) {
         out += c;
     }
     return out + "'";
+}
+
+extern "C" void log_notice(void*, const char* message) {
+    std::string_view m(message);
+    while (!m.empty() && (m.back() == '\n' || m.back() == ' ')) m.remove_suffix(1);
+    if (m.rfind("WARNING:", 0) == 0)
+        spdlog::warn("PostgreSQL: {}", m);
+    else
+        spdlog::info("PostgreSQL: {}", m);
 }
 
 }  // namespace
@@ -247,11 +258,16 @@ bool is_settings_failure(std::string_view m) {
 }
 
 PgConnection::PgConnection(const std::string& conninfo, const std::string& application_name) {
+    // The server keeps 63 bytes of an application name and says so with a
+    // NOTICE; control characters would become "?" there anyway.
+    std::string name;
+    for (char c : application_name) name += static_cast<unsigned char>(c) < 0x20 || c == 0x7f ? '?' : c;
+    if (name.size() > 63) name.resize(63);
     // Defaults first: keywords given later, those of the expanded conninfo
     // included, override them.
     const char* keys[] = {"application_name", "connect_timeout", "keepalives", "keepalives_idle",
                           "keepalives_interval", "keepalives_count", "dbname", nullptr};
-    const char* values[] = {application_name.c_str(), "10", "1", "10", "5", "3",
+    const char* values[] = {name.c_str(), "10", "1", "10", "5", "3",
                             conninfo.empty() ? nullptr : conninfo.c_str(), nullptr};
     conn_.reset(PQconnectdbParams(keys, values, 1));
     if (!conn_) throw PgError("could not allocate a PostgreSQL connection", "", true);
@@ -260,6 +276,9 @@ PgConnection::PgConnection(const std::string& conninfo, const std::string& appli
         while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
         throw PgError("could not connect to PostgreSQL: " + msg, "08001", true);
     }
+    // Notices and warnings go to the relay's log, which escapes them,
+    // instead of libpq's raw line on stderr.
+    PQsetNoticeProcessor(conn_.get(), log_notice, nullptr);
 }
 
 void PgConnection::throw_error(const PGresult* r, const std::string& what) const {
