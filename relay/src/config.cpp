@@ -2,12 +2,18 @@
 
 #include <CLI/CLI.hpp>
 
+#include <arpa/inet.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
+#include <cstdlib>
 #include <iostream>
 
 #include "pg_outbox/errors.hpp"
+#include "pg_outbox/log.hpp"
+#include "pg_outbox/pg.hpp"
 
 #ifndef PG_OUTBOX_VERSION
 #define PG_OUTBOX_VERSION "unknown"
@@ -15,31 +21,180 @@
 
 namespace pg_outbox {
 
+namespace {
+
+bool is_ipv6(const std::string& text) {
+    // A zone ("fe80::1%eth0") is the system's business.
+    const std::string address = text.substr(0, text.find('%'));
+    in6_addr buf{};
+    return inet_pton(AF_INET6, address.c_str(), &buf) == 1;
+}
+
+// A host name or IPv4 address: letters, digits, "-", "_" and ".".
+bool is_host_name(const std::string& text) {
+    if (text.empty() || text.front() == '-' || text.front() == '.') return false;
+    for (unsigned char c : text)
+        if (!std::isalnum(c) && c != '-' && c != '.' && c != '_') return false;
+    return true;
+}
+
+// "host", "host:port", "[v6]", "[v6]:port" or a bare IPv6 address: the
+// host, and the port when given. Error messages quote "shown", which is
+// the text without credentials.
+std::pair<std::string, std::optional<int>> parse_host_port(const std::string& text, const std::string& shown) {
+    if (text.empty()) throw ConfigError("\"" + shown + "\" has no host");
+    if (text.front() == '[') {
+        const auto close = text.find(']');
+        if (close == std::string::npos) throw ConfigError("\"" + shown + "\" lacks the \"]\" after its IPv6 address");
+        const std::string host = text.substr(1, close - 1);
+        if (!is_ipv6(host)) throw ConfigError("\"" + host + "\" in \"" + shown + "\" is not an IPv6 address");
+        if (close + 1 == text.size()) return {host, std::nullopt};
+        if (text[close + 1] != ':') throw ConfigError("\"" + shown + "\" has text after \"]\" that is not \":port\"");
+        return {host, parse_port(text.substr(close + 2))};
+    }
+    const auto colons = std::count(text.begin(), text.end(), ':');
+    if (colons > 1) {
+        // More than one colon: a bare IPv6 address, with the default port
+        // ("[addr]:port" gives another).
+        if (!is_ipv6(text))
+            throw ConfigError("\"" + shown + "\" is not an IPv6 address; write an IPv6 address with a port as [addr]:port");
+        return {text, std::nullopt};
+    }
+    const auto colon = text.find(':');
+    const std::string host = text.substr(0, colon);
+    if (host.empty()) throw ConfigError("\"" + shown + "\" has no host");
+    if (!is_host_name(host)) throw ConfigError("\"" + host + "\" in \"" + shown + "\" is not a host name or address");
+    if (colon == std::string::npos) return {host, std::nullopt};
+    return {host, parse_port(text.substr(colon + 1))};
+}
+
+int hex_digit(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+// Percent-decoding of a URL's user or password; nullopt when malformed.
+std::optional<std::string> percent_decode(const std::string& text) {
+    std::string out;
+    for (std::size_t i = 0; i < text.size(); ++i) {
+        if (text[i] != '%') {
+            out += text[i];
+            continue;
+        }
+        const int hi = i + 1 < text.size() ? hex_digit(text[i + 1]) : -1;
+        const int lo = i + 2 < text.size() ? hex_digit(text[i + 2]) : -1;
+        if (hi < 0 || lo < 0) return std::nullopt;
+        out += static_cast<char>(hi * 16 + lo);
+        i += 2;
+    }
+    return out;
+}
+
+// A redis:// URL for messages: the password (or the whole user
+// information when it has no colon) replaced by "********".
+std::string mask_redis_url(const std::string& text) {
+    const auto scheme = text.find("://");
+    if (scheme == std::string::npos) return text;
+    const auto authority = scheme + 3;
+    const auto at = text.rfind('@');
+    if (at == std::string::npos || at < authority) return text;
+    const auto colon = text.find(':', authority);
+    const std::string user = colon < at ? text.substr(authority, colon - authority) + ":" : "";
+    return text.substr(0, authority) + user + "********" + text.substr(at);
+}
+
+}  // namespace
+
+int parse_port(const std::string& text) {
+    int value = 0;
+    const bool digits = !text.empty() && text.size() <= 5 &&
+                        std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isdigit(c); });
+    if (digits) std::from_chars(text.data(), text.data() + text.size(), value);
+    if (!digits || value < 1 || value > 65535) throw ConfigError("\"" + text + "\" is not a port number (1-65535)");
+    return value;
+}
+
 RedisAddress RedisAddress::parse(const std::string& text) {
     RedisAddress a;
     if (text.rfind("unix:", 0) == 0 || (!text.empty() && text.front() == '/')) {
-        a.unix_path = text.front() == '/' ? text : text.substr(5);
+        a.unix_path = text.front() == '/' ? text : text.substr(text.rfind("unix://", 0) == 0 ? 6 : 5);
         if (a.unix_path.empty()) throw ConfigError("empty unix socket path");
         return a;
     }
-    const auto colon = text.rfind(':');
-    std::string host = colon == std::string::npos ? text : text.substr(0, colon);
-    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-    if (host.empty()) throw ConfigError("\"" + text + "\" has no host");
-    a.host = host;
-    if (colon != std::string::npos) {
-        const std::string port = text.substr(colon + 1);
-        int value = 0;
-        auto [ptr, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
-        if (ec != std::errc{} || ptr != port.data() + port.size() || value < 1 || value > 65535)
-            throw ConfigError("\"" + port + "\" is not a port number (1-65535)");
-        a.port = value;
+    const auto scheme = text.find("://");
+    if (scheme != std::string::npos) {
+        const std::string shown = mask_redis_url(text);
+        if (text.compare(0, scheme, "redis") != 0)
+            throw ConfigError("\"" + shown + "\": only redis:// URLs are supported" +
+                              (text.compare(0, scheme, "rediss") == 0 ? " (no TLS)" : ""));
+        std::string rest = text.substr(scheme + 3);
+        if (const auto at = rest.rfind('@'); at != std::string::npos) {
+            const std::string userinfo = rest.substr(0, at);
+            rest = rest.substr(at + 1);
+            const auto colon = userinfo.find(':');
+            if (colon == std::string::npos)
+                throw ConfigError("\"" + shown + "\" has user information without a password; write "
+                                  "redis://user:password@host or redis://:password@host");
+            const auto user = percent_decode(userinfo.substr(0, colon));
+            const auto password = percent_decode(userinfo.substr(colon + 1));
+            if (!user || !password) throw ConfigError("\"" + shown + "\" has a malformed %-escape in its user information");
+            if (password->empty()) throw ConfigError("\"" + shown + "\" has an empty password");
+            a.user = *user;
+            a.password = *password;
+        }
+        if (rest.find_first_of("?#") != std::string::npos)
+            throw ConfigError("\"" + shown + "\": query parameters are not supported");
+        const auto slash = rest.find('/');
+        if (slash != std::string::npos) {
+            const std::string db = rest.substr(slash + 1);
+            rest = rest.substr(0, slash);
+            if (!db.empty()) {
+                int value = -1;
+                const bool digits = db.size() <= 5 && std::all_of(db.begin(), db.end(), [](unsigned char c) {
+                    return std::isdigit(c);
+                });
+                if (digits) std::from_chars(db.data(), db.data() + db.size(), value);
+                if (!digits || value < 0) throw ConfigError("\"" + shown + "\": \"" + db + "\" is not a database number");
+                a.db = value;
+            }
+        }
+        auto [host, port] = parse_host_port(rest, shown);
+        a.host = host;
+        if (port) a.port = *port;
+        return a;
     }
+    auto [host, port] = parse_host_port(text, text);
+    a.host = host;
+    if (port) a.port = *port;
     return a;
 }
 
 std::string RedisAddress::to_string() const {
-    return unix_path.empty() ? host + ":" + std::to_string(port) : "unix:" + unix_path;
+    if (!unix_path.empty()) return "unix:" + unix_path;
+    return (host.find(':') == std::string::npos ? host : "[" + host + "]") + ":" + std::to_string(port);
+}
+
+ListenAddress ListenAddress::parse(const std::string& text) {
+    if (text.empty()) throw ConfigError("empty address");
+    ListenAddress a;
+    if (text.front() != '[' && std::count(text.begin(), text.end(), ':') > 1)
+        throw ConfigError("\"" + text + "\": write an IPv6 address as [addr]:port");
+    if (text.front() == ':') {
+        a.port = parse_port(text.substr(1));
+        return a;
+    }
+    auto [host, port] = parse_host_port(text, text);
+    if (!port) throw ConfigError("\"" + text + "\" has no port; expected host:port, [addr]:port or :port");
+    a.host = host;
+    a.port = *port;
+    return a;
+}
+
+std::string ListenAddress::to_string() const {
+    if (host.empty()) return ":" + std::to_string(port);
+    return (host.find(':') == std::string::npos ? host : "[" + host + "]") + ":" + std::to_string(port);
 }
 
 std::chrono::milliseconds parse_duration(const std::string& text) {
@@ -75,7 +230,8 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
     Config c;
     std::string redis = "127.0.0.1:6379";
     std::string poll = "500ms", retry_min = "100ms", retry_max = "10s", redis_timeout = "10s", stats = "10s";
-    std::string id_mode = "position", log_format = "text", maintain = "60s";
+    std::string id_mode = "position", log_format = "text", maintain = "60s", stuck_after = "60s";
+    std::string metrics_address;
 
     CLI::App app{"pg_outbox_relay: publishes pg_outbox feeds to Redis Streams", "pg_outbox_relay"};
     app.set_version_flag("--version", PG_OUTBOX_VERSION);
@@ -87,11 +243,14 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
     // Settings of every mode.
     app.add_option("--pg", c.pg_conninfo, "PostgreSQL connection string or URI (empty: libpq's PG* environment)")
         ->envname("PG_OUTBOX_PG");
-    app.add_option("--redis", redis, "Redis address: host:port, unix:/path or /path")
+    app.add_option("--redis", redis,
+                   "Redis address: host:port, [v6addr]:port, host, a bare IPv6 address (default port), "
+                   "unix:/path, /path or redis://[user:password@]host[:port][/db]")
         ->envname("PG_OUTBOX_REDIS")
         ->capture_default_str();
-    app.add_option("--redis-password", c.redis_password, "Redis password (AUTH)")->envname("PG_OUTBOX_REDIS_PASSWORD");
-    app.add_option("--redis-db", c.redis_db, "Redis database number")
+    auto* password_option = app.add_option("--redis-password", c.redis_password, "Redis password (AUTH)")
+                                ->envname("PG_OUTBOX_REDIS_PASSWORD");
+    auto* db_option = app.add_option("--redis-db", c.redis_db, "Redis database number")
         ->envname("PG_OUTBOX_REDIS_DB")
         ->check(CLI::Range(0, 1024))
         ->capture_default_str();
@@ -104,8 +263,9 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
     app.add_option("--retry-max", retry_max, "longest delay between retries (exponential backoff with jitter)")
         ->envname("PG_OUTBOX_RETRY_MAX")
         ->capture_default_str();
-    app.add_option("--metrics-address", c.metrics_address,
-                   "host:port for the Prometheus endpoint (/metrics) and health check (/health); empty: off")
+    app.add_option("--metrics-address", metrics_address,
+                   "where to serve the Prometheus endpoint (/metrics) and health check (/health): host:port, "
+                   "[v6addr]:port, or :port for every interface (IPv4 and IPv6); empty: off")
         ->envname("PG_OUTBOX_METRICS_ADDRESS");
     app.add_option("--log-level", c.log_level, "trace, debug, info, warn or error")
         ->envname("PG_OUTBOX_LOG_LEVEL")
@@ -153,6 +313,11 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
     publish->add_option("--stats-interval", stats, "how often to measure the backlog for the lag metric")
         ->envname("PG_OUTBOX_STATS_INTERVAL")
         ->capture_default_str();
+    publish->add_option("--stuck-after", stuck_after,
+                        "/health answers 503 when the leader has had events waiting this long without publishing "
+                        "any (a batch Redis keeps refusing); 0: never")
+        ->envname("PG_OUTBOX_STUCK_AFTER")
+        ->capture_default_str();
 
     std::string block = "1s", min_idle = "30s", claim_interval = "5s";
     auto* consume = app.add_subcommand("consume", "apply stream entries through the inbox and a handler");
@@ -160,11 +325,13 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
                         "the consumer: the inbox identity under which each event is applied once")
         ->envname("PG_OUTBOX_CONSUMER")
         ->required();
-    consume->add_option("--stream", c.streams, "a stream to read; repeat for several")
-        ->envname("PG_OUTBOX_STREAMS")
-        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
-        ->delimiter(',')
-        ->required();
+    // Each value is one stream, commas included; only the environment
+    // variable, which cannot be repeated, lists streams with commas.
+    auto* streams_option =
+        consume->add_option("--stream", c.streams,
+                            "a stream to read, taken whole (commas included); repeat for several. "
+                            "PG_OUTBOX_STREAMS lists streams separated by commas")
+            ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
     consume->add_option("--handler", c.handler,
                         "SQL run for each new event in the inbox's transaction, with $1 topic, $2 key, $3 payload "
                         "(jsonb), $4 headers (jsonb), $5 event_id (uuid); e.g. SELECT app.apply($1, $2, $3, $4, $5)")
@@ -201,7 +368,14 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
-        return {std::nullopt, app.exit(e)};
+        // --help and --version exit 0; every error in a flag, an
+        // environment variable or the mode exits 2 like the checks below.
+        if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return {std::nullopt, app.exit(e)};
+        std::string message = e.what();
+        if (message == "A subcommand is required")
+            message = "a mode is required: publish or consume";
+        std::cerr << "pg_outbox_relay: " << escape_control(message) << "\nRun with --help for more information.\n";
+        return {std::nullopt, 2};
     }
 
     // Values CLI11 cannot check by itself; each error names its flag.
@@ -220,12 +394,33 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
         } catch (const ConfigError& e) {
             throw ConfigError(std::string("--redis: ") + e.what());
         }
+        // A URL's credentials and database, unless the flags give them too.
+        if (!c.redis.password.empty()) {
+            if (password_option->count() && !c.redis_password.empty())
+                throw ConfigError("--redis-password: the --redis URL holds a password too; give it once");
+            c.redis_password = c.redis.password;
+        }
+        if (c.redis.db) {
+            if (db_option->count() && c.redis_db != *c.redis.db)
+                throw ConfigError("--redis-db: " + std::to_string(c.redis_db) + " differs from the database " +
+                                  std::to_string(*c.redis.db) + " of the --redis URL");
+            c.redis_db = *c.redis.db;
+        }
+        check_conninfo(c.pg_conninfo);
+        if (!metrics_address.empty()) {
+            try {
+                c.metrics_address = ListenAddress::parse(metrics_address);
+            } catch (const ConfigError& e) {
+                throw ConfigError(std::string("--metrics-address: ") + e.what());
+            }
+        }
         c.poll_interval = duration("--poll-interval", poll, std::chrono::milliseconds(1));
         c.retry_min = duration("--retry-min", retry_min, std::chrono::milliseconds(1));
         c.retry_max = duration("--retry-max", retry_max, c.retry_min);
         c.redis_timeout = duration("--redis-timeout", redis_timeout, std::chrono::milliseconds(100));
         c.stats_interval = duration("--stats-interval", stats, std::chrono::milliseconds(100));
         c.maintain_interval = duration("--maintain-interval", maintain, std::chrono::milliseconds(0));
+        c.stuck_after = duration("--stuck-after", stuck_after, std::chrono::milliseconds(0));
         c.id_mode = id_mode == "redis" ? IdMode::redis_generated : IdMode::explicit_position;
         c.log_format = log_format == "json" ? LogFormat::json : LogFormat::text;
         if (publish->parsed()) c.mode = Config::Mode::publish;
@@ -236,6 +431,18 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
             c.claim_interval = duration("--claim-interval", claim_interval, std::chrono::milliseconds(1));
             if (c.consumer.empty()) throw ConfigError("--consumer: must not be empty");
             if (c.handler.empty()) throw ConfigError("--handler: must not be empty");
+            if (streams_option->count() == 0) {
+                const char* env = std::getenv("PG_OUTBOX_STREAMS");
+                if (env == nullptr) throw ConfigError("--stream is required (or PG_OUTBOX_STREAMS)");
+                c.streams.clear();
+                const std::string list = env;
+                for (std::size_t start = 0;;) {
+                    const auto comma = list.find(',', start);
+                    c.streams.push_back(list.substr(start, comma == std::string::npos ? comma : comma - start));
+                    if (comma == std::string::npos) break;
+                    start = comma + 1;
+                }
+            }
             for (const auto& s : c.streams)
                 if (s.empty()) throw ConfigError("--stream: a stream name must not be empty");
             if (c.start_id != "0" && c.start_id != "$") throw ConfigError("--start: use 0 or $");
@@ -250,7 +457,7 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
         }
         if (c.stream_template.empty()) throw ConfigError("--stream: the template must not be empty");
     } catch (const ConfigError& e) {
-        std::cerr << "pg_outbox_relay: " << e.what() << '\n';
+        std::cerr << "pg_outbox_relay: " << escape_control(e.what()) << '\n';
         return {std::nullopt, 2};
     }
     return {c, 0};

@@ -37,14 +37,21 @@ int main(int argc, char** argv) {
     std::signal(SIGPIPE, SIG_IGN);
 
     const bool publish = config.mode == pg_outbox::Config::Mode::publish;
-    pg_outbox::Metrics metrics(publish ? "publish" : "consume", publish ? config.group : config.consumer);
+    pg_outbox::Metrics metrics(publish ? "publish" : "consume", publish ? config.group : config.consumer,
+                               publish ? config.stuck_after : std::chrono::milliseconds(0));
+    if (!publish)
+        for (const auto& stream : config.streams)
+            if (stream.find(',') != std::string::npos)
+                spdlog::warn("--stream \"{}\" is one stream whose name holds a comma; repeat --stream to read several",
+                             stream);
     try {
         std::unique_ptr<pg_outbox::MetricsServer> server;
-        if (!config.metrics_address.empty())
-            server = std::make_unique<pg_outbox::MetricsServer>(config.metrics_address, metrics);
+        if (config.metrics_address)
+            server = std::make_unique<pg_outbox::MetricsServer>(*config.metrics_address, metrics);
         if (publish) return pg_outbox::Publisher(config, metrics, g_stop).run();
         return pg_outbox::Consumer(config, metrics, g_stop).run();
     } catch (const pg_outbox::ConfigError& e) {
+        // A setting that cannot work, found at start-up.
         spdlog::critical("{}", e.what());
         return 2;
     } catch (const std::exception& e) {

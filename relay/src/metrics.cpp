@@ -1,8 +1,12 @@
 #include "pg_outbox/metrics.hpp"
 
 #include <httplib.h>
+#include <netinet/in.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
 
+#include <cerrno>
+#include <cstring>
 #include <sstream>
 
 #include "pg_outbox/errors.hpp"
@@ -18,22 +22,68 @@ std::int64_t now_ms() {
 
 }  // namespace
 
+std::string prometheus_label_value(std::string_view value) {
+    std::string out;
+    out.reserve(value.size());
+    for (char c : value) {
+        if (c == '\\') out += "\\\\";
+        else if (c == '"') out += "\\\"";
+        else if (c == '\n') out += "\\n";
+        else out += c;
+    }
+    return out;
+}
+
 void Metrics::count_error(const std::string& kind) {
     std::lock_guard lock(errors_mutex_);
     ++errors_[kind];
+    last_error_ = kind;
 }
 
 void Metrics::heartbeat() { last_heartbeat_ms_.store(now_ms()); }
 
-bool Metrics::healthy(std::chrono::seconds max_silence) const {
+void Metrics::batch_waiting() {
+    std::int64_t none = 0;
+    waiting_since_ms_.compare_exchange_strong(none, now_ms());
+}
+
+void Metrics::batch_published() { waiting_since_ms_ = now_ms(); }
+
+std::chrono::milliseconds Metrics::stalled() const {
+    const auto since = waiting_since_ms_.load();
+    if (!leader.load() || since == 0) return std::chrono::milliseconds(0);
+    return std::chrono::milliseconds(now_ms() - since);
+}
+
+Metrics::Health Metrics::health(std::chrono::seconds max_silence) const {
     const auto last = last_heartbeat_ms_.load();
-    return last != 0 && now_ms() - last <= std::chrono::duration_cast<std::chrono::milliseconds>(max_silence).count() &&
-           pg_connected.load() && redis_connected.load();
+    if (last == 0) return {false, "starting\n"};
+    const auto silent = now_ms() - last;
+    if (silent > std::chrono::duration_cast<std::chrono::milliseconds>(max_silence).count())
+        return {false, "unhealthy: the relay's loop has not turned for " + std::to_string(silent / 1000) + "s\n"};
+    if (pg_in_recovery.load())
+        return {false, "unhealthy: PostgreSQL is a standby (in recovery); waiting for a primary\n"};
+    if (!pg_connected.load()) return {false, "unhealthy: not connected to PostgreSQL\n"};
+    if (!redis_connected.load()) return {false, "unhealthy: not connected to Redis\n"};
+    if (mode_ == "consume") return {true, "ok\n"};
+    if (!leader.load()) return {true, "ok standby\n"};
+    if (const auto stall = stalled(); stuck_after_.count() > 0 && stall > stuck_after_) {
+        std::string last_error;
+        {
+            std::lock_guard lock(errors_mutex_);
+            last_error = last_error_;
+        }
+        return {false, "stuck: events have waited " + std::to_string(stall.count() / 1000) +
+                           "s without a batch published (--stuck-after " + std::to_string(stuck_after_.count()) +
+                           "ms)" + (last_error.empty() ? "" : "; last error: " + last_error) + "\n"};
+    }
+    return {true, "ok leader\n"};
 }
 
 std::string Metrics::render() const {
     std::ostringstream out;
-    const std::string labels = "mode=\"" + mode_ + "\",group=\"" + group_ + "\"";
+    const std::string labels =
+        "mode=\"" + prometheus_label_value(mode_) + "\",group=\"" + prometheus_label_value(group_) + "\"";
     auto metric = [&](const char* name, const char* type, const char* help, auto value) {
         out << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n'
             << name << '{' << labels << "} " << value << '\n';
@@ -64,6 +114,9 @@ std::string Metrics::render() const {
         metric("pg_outbox_relay_pg_connected", "gauge", "1 while connected to PostgreSQL.", pg_connected.load() ? 1 : 0);
         metric("pg_outbox_relay_redis_connected", "gauge", "1 while connected to Redis.",
                redis_connected.load() ? 1 : 0);
+        metric("pg_outbox_relay_pg_in_recovery", "gauge",
+               "1 while the PostgreSQL server is a standby and the relay waits for a primary.",
+               pg_in_recovery.load() ? 1 : 0);
         render_errors(out, labels);
         return out.str();
     }
@@ -94,6 +147,12 @@ std::string Metrics::render() const {
     metric("pg_outbox_relay_redis_rtt_seconds", "gauge", "Duration of the last pipelined batch.",
            redis_rtt_seconds.load());
     metric("pg_outbox_relay_leader", "gauge", "1 while this relay leads its group.", leader.load() ? 1 : 0);
+    metric("pg_outbox_relay_stalled_seconds", "gauge",
+           "How long the leader has had events waiting without publishing a batch (0 when it keeps up).",
+           static_cast<double>(stalled().count()) / 1000);
+    metric("pg_outbox_relay_pg_in_recovery", "gauge",
+           "1 while the PostgreSQL server is a standby and the relay waits for a primary.",
+           pg_in_recovery.load() ? 1 : 0);
     metric("pg_outbox_relay_pg_connected", "gauge", "1 while connected to PostgreSQL.", pg_connected.load() ? 1 : 0);
     metric("pg_outbox_relay_redis_connected", "gauge", "1 while connected to Redis.", redis_connected.load() ? 1 : 0);
     render_errors(out, labels);
@@ -104,34 +163,44 @@ void Metrics::render_errors(std::ostream& out, const std::string& labels) const 
     std::lock_guard lock(errors_mutex_);
     out << "# HELP pg_outbox_relay_errors_total Errors by kind.\n# TYPE pg_outbox_relay_errors_total counter\n";
     for (const auto& [kind, n] : errors_)
-        out << "pg_outbox_relay_errors_total{" << labels << ",kind=\"" << kind << "\"} " << n << '\n';
+        out << "pg_outbox_relay_errors_total{" << labels << ",kind=\"" << prometheus_label_value(kind) << "\"} " << n
+            << '\n';
 }
 
-MetricsServer::MetricsServer(const std::string& address, const Metrics& metrics)
+MetricsServer::MetricsServer(const ListenAddress& address, const Metrics& metrics)
     : server_(std::make_unique<httplib::Server>()) {
-    const auto colon = address.rfind(':');
-    if (colon == std::string::npos) throw ConfigError("--metrics-address: expected host:port, got \"" + address + "\"");
-    std::string host = address.substr(0, colon);
-    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-    int port = 0;
-    try {
-        port = std::stoi(address.substr(colon + 1));
-    } catch (const std::exception&) {
-        throw ConfigError("--metrics-address: invalid port in \"" + address + "\"");
-    }
+    // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, with which a
+    // second relay given the same port would share it instead of failing.
+    // IPv6 sockets take IPv4-mapped addresses too, so that [::] is every
+    // interface of both families.
+    server_->set_socket_options([](socket_t sock) {
+        int yes = 1, no = 0;
+        ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+        ::setsockopt(sock, IPPROTO_IPV6, IPV6_V6ONLY, &no, sizeof no);
+    });
     server_->Get("/metrics", [&metrics](const httplib::Request&, httplib::Response& res) {
         res.set_content(metrics.render(), "text/plain; version=0.0.4");
     });
     server_->Get("/health", [&metrics](const httplib::Request&, httplib::Response& res) {
-        const bool ok = metrics.healthy(std::chrono::seconds(60));
-        res.status = ok ? 200 : 503;
-        const char* role = metrics.mode() == "consume" ? "ok\n" : metrics.leader.load() ? "ok leader\n" : "ok standby\n";
-        res.set_content(ok ? role : "unhealthy\n", "text/plain");
+        const auto health = metrics.health(std::chrono::seconds(60));
+        res.status = health.ok ? 200 : 503;
+        res.set_content(health.text, "text/plain");
     });
-    if (!server_->bind_to_port(host.c_str(), port))
-        throw ConfigError("--metrics-address: could not listen on " + address);
+    auto bind = [this, &address](const std::string& host) {
+        errno = 0;
+        if (!server_->bind_to_port(host.c_str(), address.port)) return false;
+        bound_ = (host.find(':') == std::string::npos ? host : "[" + host + "]") + ":" + std::to_string(address.port);
+        return true;
+    };
+    const bool bound = address.host.empty() ? bind("::") || bind("0.0.0.0") : bind(address.host);
+    if (!bound) {
+        const int error = errno;
+        throw ConfigError("--metrics-address: could not listen on " + address.to_string() +
+                          (error ? std::string(" (") + std::strerror(error) + ")" : std::string()));
+    }
     thread_ = std::thread([this] { server_->listen_after_bind(); });
-    spdlog::info("metrics on http://{}/metrics, health on /health", address);
+    spdlog::info("metrics on http://{}/metrics, health on /health{}", bound_,
+                 address.host.empty() ? " (every interface)" : "");
 }
 
 MetricsServer::~MetricsServer() {

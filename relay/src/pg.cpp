@@ -1,17 +1,273 @@
 #include "pg_outbox/pg.hpp"
 
+#include <arpa/inet.h>
 #include <poll.h>
+#include <strings.h>
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+
+#include <spdlog/spdlog.h>
 
 #include "pg_outbox/errors.hpp"
 
 namespace pg_outbox {
 
+namespace {
+
+struct ConninfoOptionsDeleter {
+    void operator()(PQconninfoOption* o) const noexcept { PQconninfoFree(o); }
+};
+using ConninfoOptions = std::unique_ptr<PQconninfoOption, ConninfoOptionsDeleter>;
+
+bool is_uri(std::string_view s) { return s.rfind("postgresql://", 0) == 0 || s.rfind("postgres://", 0) == 0; }
+
+// What libpq expands as a connection string; anything else is a database
+// name (PQconnectdbParams with expand_dbname).
+bool is_connection_string(std::string_view s) { return is_uri(s) || s.find('=') != std::string_view::npos; }
+
+bool is_secret_option(std::string_view keyword) { return keyword == "password" || keyword == "sslpassword"; }
+
+// Where the text that may hold a password starts: the first "password"
+// (sslpassword too) of a keyword/value string, or a URI's user information
+// after its colon; npos when there is none.
+std::size_t secret_start(const std::string& conninfo) {
+    std::string lower(conninfo);
+    std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+    std::size_t start = lower.find("password");
+    if (is_uri(conninfo)) {
+        const auto authority = conninfo.find("://") + 3;
+        const auto at = conninfo.find('@', authority);
+        const auto colon = conninfo.find(':', authority);
+        if (at != std::string::npos && colon < at) start = std::min(start, colon + 1);
+        else if (at != std::string::npos) start = std::min(start, authority);
+    }
+    return start;
+}
+
+// libpq's message about a connection string it cannot parse quotes pieces
+// of it: those that may be part of a password become "***".
+std::string redact_parse_error(const std::string& conninfo, std::string message) {
+    while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
+    const auto secret = secret_start(conninfo);
+    if (secret == std::string::npos) return message;
+    std::string out;
+    std::size_t i = 0;
+    while (i < message.size()) {
+        const auto open = message.find('"', i);
+        const auto close = open == std::string::npos ? std::string::npos : message.find('"', open + 1);
+        if (close == std::string::npos) {
+            out += message.substr(i);
+            break;
+        }
+        const std::string piece = message.substr(open + 1, close - open - 1);
+        bool safe = piece == "=" || piece == "]";  // libpq's own words
+        if (!safe && !piece.empty()) {
+            safe = true;
+            bool found = false;
+            for (auto at = conninfo.find(piece); at != std::string::npos; at = conninfo.find(piece, at + 1)) {
+                found = true;
+                if (at + piece.size() > secret) safe = false;
+            }
+            safe = safe && found;
+        }
+        out += message.substr(i, open - i + 1);
+        out += safe ? piece : "***";
+        out += '"';
+        i = close + 1;
+    }
+    return out;
+}
+
+std::vector<std::string> split_list(const std::string& s) {
+    std::vector<std::string> out;
+    std::size_t start = 0;
+    while (true) {
+        const auto comma = s.find(',', start);
+        out.push_back(s.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+        if (comma == std::string::npos) return out;
+        start = comma + 1;
+    }
+}
+
+// libpq's parse_int_param: an integer, white space around it allowed.
+bool is_integer(const std::string& s, long* value = nullptr) {
+    std::size_t i = 0;
+    while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
+    if (i < s.size() && (s[i] == '-' || s[i] == '+')) ++i;
+    const auto digits = i;
+    while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i;
+    if (i == digits || i - digits > 9) return false;
+    const auto end = i;
+    while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
+    if (i != s.size()) return false;
+    if (value) *value = std::stol(s.substr(0, end));
+    return true;
+}
+
+std::string quote_value(const std::string& v) {
+    if (!v.empty() && v.find_first_of(" '\\\t\n\r") == std::string::npos) return v;
+    std::string out = "'";
+    for (char c : v) {
+        if (c == '\'' || c == '\\') out += '\\';
+        out += c;
+    }
+    return out + "'";
+}
+
+extern "C" void log_notice(void*, const char* message) {
+    std::string_view m(message);
+    while (!m.empty() && (m.back() == '\n' || m.back() == ' ')) m.remove_suffix(1);
+    if (m.rfind("WARNING:", 0) == 0)
+        spdlog::warn("PostgreSQL: {}", m);
+    else
+        spdlog::info("PostgreSQL: {}", m);
+}
+
+}  // namespace
+
+void check_conninfo(const std::string& conninfo) {
+    std::map<std::string, std::string> given;
+    if (is_connection_string(conninfo)) {
+        if (is_uri(conninfo)) {
+            // libpq takes the user information to the first "@" or "/": an
+            // unencoded "@" or "/" in a password would leave the rest of it
+            // in the host or database name, which libpq and the server quote.
+            const auto authority = conninfo.find("://") + 3;
+            const auto query = conninfo.find('?', authority);
+            const auto at = conninfo.find('@', authority);
+            const auto slash = conninfo.find('/', authority);
+            if (at != std::string::npos && at < query &&
+                (conninfo.find('@', at + 1) < query || slash < at))
+                throw ConfigError("--pg: the URI has an \"@\" after its user information or a \"/\" before it; "
+                                  "percent-encode \"@\" (%40) and \"/\" (%2F) in the user name and password");
+        }
+        char* error = nullptr;
+        ConninfoOptions options(PQconninfoParse(conninfo.c_str(), &error));
+        if (!options) {
+            std::string message = error ? error : "out of memory";
+            if (error) PQfreemem(error);
+            message = redact_parse_error(conninfo, message);
+            std::string hint;
+            if (message.rfind("missing \"=\" after", 0) == 0)
+                hint = " (a value with spaces needs single quotes, e.g. password='a b')";
+            throw ConfigError("--pg: invalid connection string: " + message + hint);
+        }
+        for (auto* o = options.get(); o->keyword; ++o)
+            if (o->val) given[o->keyword] = o->val;
+    }
+    // The PG* environment fills what the string leaves out.
+    std::map<std::string, std::string> from_env;
+    if (ConninfoOptions defaults{PQconndefaults()}) {
+        for (auto* o = defaults.get(); o->keyword; ++o)
+            if (o->val && !given.count(o->keyword)) {
+                given[o->keyword] = o->val;
+                if (o->envvar && std::getenv(o->envvar)) from_env[o->keyword] = o->envvar;
+            }
+    }
+    auto where = [&](const std::string& keyword) {
+        const auto env = from_env.find(keyword);
+        return env == from_env.end() ? std::string() : " (from " + env->second + ")";
+    };
+    auto one_of = [&](const char* keyword, std::initializer_list<const char*> allowed, bool ignore_case = false) {
+        const auto it = given.find(keyword);
+        if (it == given.end() || (ignore_case && it->second.empty())) return;
+        std::string list;
+        for (const char* a : allowed) {
+            if (ignore_case ? strcasecmp(a, it->second.c_str()) == 0 : it->second == a) return;
+            list += list.empty() ? a : std::string(", ") + a;
+        }
+        throw ConfigError("--pg: " + std::string(keyword) + " \"" + it->second + "\"" + where(keyword) +
+                          " is not one of " + list);
+    };
+    one_of("sslmode", {"disable", "allow", "prefer", "require", "verify-ca", "verify-full"});
+    one_of("gssencmode", {"disable", "prefer", "require"});
+    one_of("channel_binding", {"disable", "prefer", "require"});
+    one_of("target_session_attrs", {"any", "read-write", "read-only", "primary", "standby", "prefer-standby"});
+    one_of("ssl_min_protocol_version", {"TLSv1", "TLSv1.1", "TLSv1.2", "TLSv1.3"}, true);
+    one_of("ssl_max_protocol_version", {"TLSv1", "TLSv1.1", "TLSv1.2", "TLSv1.3"}, true);
+    for (const char* keyword :
+         {"connect_timeout", "keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count",
+          "tcp_user_timeout"}) {
+        const auto it = given.find(keyword);
+        if (it != given.end() && !it->second.empty() && !is_integer(it->second))
+            throw ConfigError("--pg: " + std::string(keyword) + " \"" + it->second + "\"" + where(keyword) +
+                              " is not an integer");
+    }
+    std::size_t hosts = 1;
+    if (const auto it = given.find("hostaddr"); it != given.end() && !it->second.empty()) {
+        const auto addrs = split_list(it->second);
+        hosts = addrs.size();
+        for (const auto& a : addrs) {
+            unsigned char buf[16];
+            if (!a.empty() && inet_pton(AF_INET, a.c_str(), buf) != 1 && inet_pton(AF_INET6, a.c_str(), buf) != 1)
+                throw ConfigError("--pg: hostaddr \"" + a + "\"" + where("hostaddr") + " is not an IP address");
+        }
+        if (const auto h = given.find("host"); h != given.end() && !h->second.empty() &&
+                                               split_list(h->second).size() != hosts)
+            throw ConfigError("--pg: host and hostaddr list different numbers of hosts");
+    } else if (const auto h = given.find("host"); h != given.end() && !h->second.empty()) {
+        hosts = split_list(h->second).size();
+    }
+    if (const auto it = given.find("port"); it != given.end() && !it->second.empty()) {
+        const auto ports = split_list(it->second);
+        for (const auto& p : ports) {
+            long n = 0;
+            if (!p.empty() && (!is_integer(p, &n) || n < 1 || n > 65535))
+                throw ConfigError("--pg: port \"" + p + "\"" + where("port") + " is not a port number (1-65535)");
+        }
+        if (ports.size() != 1 && ports.size() != hosts)
+            throw ConfigError("--pg: " + std::to_string(ports.size()) + " ports for " + std::to_string(hosts) +
+                              " hosts; give one port, or one for each host");
+    }
+}
+
+std::string describe_conninfo(const std::string& conninfo) {
+    if (conninfo.empty()) return "libpq's PG* environment";
+    if (!is_connection_string(conninfo)) return "dbname=" + quote_value(conninfo);
+    char* error = nullptr;
+    ConninfoOptions options(PQconninfoParse(conninfo.c_str(), &error));
+    if (error) PQfreemem(error);
+    if (!options) return "(an invalid connection string)";
+    std::string out;
+    for (auto* o = options.get(); o->keyword; ++o) {
+        if (!o->val) continue;
+        if (!out.empty()) out += ' ';
+        out += o->keyword;
+        out += '=';
+        out += is_secret_option(o->keyword) ? "********" : quote_value(o->val);
+    }
+    return out;
+}
+
+bool is_settings_failure(std::string_view m) {
+    // libpq's own checks of option values, which it makes when it
+    // connects (the relay runs in the C locale: libpq's messages are not
+    // translated).
+    const bool invalid_value = m.find("invalid ") != std::string_view::npos &&
+                               (m.find(" value: \"") != std::string_view::npos ||
+                                m.find("invalid integer value") != std::string_view::npos ||
+                                m.find("invalid port number") != std::string_view::npos ||
+                                m.find("invalid connection option") != std::string_view::npos ||
+                                m.find("invalid URI") != std::string_view::npos);
+    return invalid_value || m.find("could not match ") != std::string_view::npos ||
+           m.find("could not parse network address") != std::string_view::npos ||
+           m.find("definition of service \"") != std::string_view::npos ||
+           m.find("\" invalid when ") != std::string_view::npos;
+}
+
 PgConnection::PgConnection(const std::string& conninfo, const std::string& application_name) {
+    // The server keeps 63 bytes of an application name and says so with a
+    // NOTICE; control characters would become "?" there anyway.
+    std::string name;
+    for (char c : application_name) name += static_cast<unsigned char>(c) < 0x20 || c == 0x7f ? '?' : c;
+    if (name.size() > 63) name.resize(63);
     // Defaults first: keywords given later, those of the expanded conninfo
     // included, override them.
     const char* keys[] = {"application_name", "connect_timeout", "keepalives", "keepalives_idle",
                           "keepalives_interval", "keepalives_count", "dbname", nullptr};
-    const char* values[] = {application_name.c_str(), "10", "1", "10", "5", "3",
+    const char* values[] = {name.c_str(), "10", "1", "10", "5", "3",
                             conninfo.empty() ? nullptr : conninfo.c_str(), nullptr};
     conn_.reset(PQconnectdbParams(keys, values, 1));
     if (!conn_) throw PgError("could not allocate a PostgreSQL connection", "", true);
@@ -20,6 +276,9 @@ PgConnection::PgConnection(const std::string& conninfo, const std::string& appli
         while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
         throw PgError("could not connect to PostgreSQL: " + msg, "08001", true);
     }
+    // Notices and warnings go to the relay's log, which escapes them,
+    // instead of libpq's raw line on stderr.
+    PQsetNoticeProcessor(conn_.get(), log_notice, nullptr);
 }
 
 void PgConnection::throw_error(const PGresult* r, const std::string& what) const {
@@ -110,6 +369,8 @@ void PgConnection::listen(const std::string& channel) {
     if (!quoted) throw_error(nullptr, "LISTEN");
     exec(std::string("LISTEN ") + quoted.get());
 }
+
+bool PgConnection::in_recovery() { return exec("SELECT pg_catalog.pg_is_in_recovery()").get(0, 0) == "t"; }
 
 int PgConnection::wait_for_notification(std::chrono::milliseconds timeout) {
     auto drain = [this] {

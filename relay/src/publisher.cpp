@@ -162,6 +162,10 @@ void Publisher::on_pg_lost() {
 }
 
 void Publisher::on_redis_fault() {
+    // Unless the backlog is known to be empty, events wait from now on if
+    // they did not already (a fault may come before any fetch, e.g. in the
+    // check of the streams).
+    if (metrics_.leader && metrics_.lag_events.load() != 0) metrics_.batch_waiting();
     watched_.clear();
     prefetched_.clear();
     unadvanced_.reset();
@@ -172,6 +176,7 @@ bool Publisher::take_leadership() {
     auto r = pg_->exec(kLeadSql, {config_.group});
     const bool leads = r.get(0, 0) == "t";
     if (leads && !metrics_.leader.exchange(true)) {
+        metrics_.caught_up();
         spdlog::info("leading group \"{}\"", config_.group);
         streams_checked_ = false;
     }
@@ -251,7 +256,12 @@ std::vector<Event> Publisher::receive_fetch() {
         e.created_at = r.get(i, 6);
         batch.push_back(std::move(e));
     }
-    if (r.rows() > 0) metrics_.lag_seconds = std::stod(std::string(r.get(0, 7)));
+    if (r.rows() > 0) {
+        metrics_.lag_seconds = std::stod(std::string(r.get(0, 7)));
+        metrics_.batch_waiting();
+    } else {
+        metrics_.caught_up();
+    }
     return batch;
 }
 
@@ -459,6 +469,23 @@ Publisher::Transaction Publisher::read_transaction_replies(const Shares& shares,
     return Transaction::written;
 }
 
+// The script reports how many entries of a stream's share it found
+// already present: the first "n" (once one is written, the rest lie above
+// the stream's top). A batch that fails on another stream is retried
+// whole, and finds them present again: each entry counts once.
+std::size_t Publisher::count_already(const std::string& key, const std::vector<const Event*>& events, std::size_t n) {
+    auto& counted = already_counted_[key];
+    std::size_t fresh = 0;
+    for (std::size_t i = 0; i < n && i < events.size(); ++i) {
+        const auto position = Position::parse(events[i]->position);
+        if (position && counted < *position) {
+            ++fresh;
+            counted = *position;
+        }
+    }
+    return fresh;
+}
+
 std::map<std::string, std::string> Publisher::write_with_script(const Shares& shares) {
     const auto& keys = shares.keys;
     const auto& per_stream = shares.events;
@@ -495,7 +522,7 @@ std::map<std::string, std::string> Publisher::write_with_script(const Shares& sh
         const auto w = static_cast<std::size_t>(r->element[0]->integer);
         const auto a = static_cast<std::size_t>(r->element[1]->integer);
         written += w;
-        already += a;
+        already += count_already(keys[s], per_stream[s], a);
         if (w + a > 0) {
             last[keys[s]] = per_stream[s][w + a - 1]->position;
             if (explicit_ids) known_[keys[s]] = *Position::parse(last[keys[s]]);
@@ -687,6 +714,7 @@ void Publisher::turn() {
         }
         const auto t1 = std::chrono::steady_clock::now();
         metrics_.batches_published++;
+        metrics_.batch_published();
         receive_advance();
         prefetched_ = receive_fetch();
         record_published(batch.back().position, std::move(streams));

@@ -60,16 +60,31 @@ RedisConnection::RedisConnection(const RedisAddress& address, const std::string&
     if (redisSetTimeout(c, tv) != REDIS_OK) throw_io("could not set the Redis timeout");
     if (address.unix_path.empty()) redisEnableKeepAlive(c);
 
+    // AUTH (with the URL's ACL user, if any), SELECT, then a PING, which
+    // Redis refuses with NOAUTH when it wants a password it was not given.
     if (!password.empty()) {
-        auto r = command({"AUTH", password});
+        auto r = address.user.empty() ? command({"AUTH", password}) : command({"AUTH", address.user, password});
         if (r->type == REDIS_REPLY_ERROR)
-            throw RedisError(RedisError::Kind::reply, "AUTH failed: " + std::string(reply_text(r.get())));
+            throw RedisSetupError("--redis-password",
+                                  "AUTH" + (address.user.empty() ? std::string() : " as user \"" + address.user + "\"") +
+                                      " refused: " + std::string(reply_text(r.get())));
     }
     if (db != 0) {
         const auto db_text = std::to_string(db);
         auto r = command({"SELECT", db_text});
-        if (r->type == REDIS_REPLY_ERROR)
-            throw RedisError(RedisError::Kind::reply, "SELECT " + db_text + " failed: " + std::string(reply_text(r.get())));
+        if (r->type == REDIS_REPLY_ERROR) {
+            const auto text = reply_text(r.get());
+            if (text.rfind("NOAUTH", 0) == 0)
+                throw RedisSetupError("--redis-password", "Redis wants a password: " + std::string(text));
+            throw RedisSetupError("--redis-db", "SELECT " + db_text + " refused: " + std::string(text));
+        }
+    }
+    auto ping = command({"PING"});
+    if (ping->type == REDIS_REPLY_ERROR) {
+        const auto text = reply_text(ping.get());
+        if (text.rfind("NOAUTH", 0) == 0 || text.rfind("WRONGPASS", 0) == 0 || text.rfind("NOPERM", 0) == 0)
+            throw RedisSetupError("--redis-password", "Redis refused the connection: " + std::string(text));
+        throw RedisError(RedisError::Kind::reply, "PING: " + std::string(text));
     }
 }
 

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "pg_outbox/errors.hpp"
+#include "pg_outbox/pg.hpp"
 
 namespace pg_outbox {
 
@@ -13,7 +14,9 @@ Service::Service(const Config& config, Metrics& metrics, const std::atomic<bool>
       metrics_(metrics),
       stop_(stop),
       application_name_(std::move(application_name)),
-      backoff_(config.retry_min, config.retry_max) {}
+      backoff_(config.retry_min, config.retry_max) {
+    spdlog::info("PostgreSQL: {}", describe_conninfo(config_.pg_conninfo));
+}
 
 void Service::pause(std::chrono::milliseconds d) {
     const auto until = std::chrono::steady_clock::now() + d;
@@ -21,17 +24,48 @@ void Service::pause(std::chrono::milliseconds d) {
         std::this_thread::sleep_for(std::min(d, std::chrono::milliseconds(50)));
 }
 
+namespace {
+
+// The PostgreSQL server is in recovery; the relay waits for a primary.
+struct StandbyServer {};
+
+}  // namespace
+
 void Service::connect() {
     if (!pg_) {
-        pg_.emplace(config_.pg_conninfo, application_name_);
+        try {
+            pg_.emplace(config_.pg_conninfo, application_name_);
+        } catch (const PgError& e) {
+            if (!pg_reached_ && is_settings_failure(e.what())) throw ConfigError(std::string("--pg: ") + e.what());
+            throw;
+        }
+        pg_reached_ = true;
+        // A standby would take the leadership and fetch, and fail only
+        // at the first write (LISTEN, outbox_advance, the inbox); with
+        // --no-listen it would publish a batch first.
+        if (pg_->in_recovery()) {
+            pg_.reset();
+            throw StandbyServer{};
+        }
+        if (metrics_.pg_in_recovery.exchange(false))
+            spdlog::info("PostgreSQL is a primary now (promoted, or the address leads to another server); resuming");
         metrics_.pg_connected = true;
         spdlog::info("connected to PostgreSQL (backend pid {})", pg_->backend_pid());
         on_pg_connected();
     }
     if (!redis_) {
-        redis_.emplace(config_.redis, config_.redis_password, config_.redis_db, config_.redis_timeout);
+        try {
+            redis_.emplace(config_.redis, config_.redis_password, config_.redis_db, config_.redis_timeout);
+        } catch (const RedisSetupError& e) {
+            if (redis_reached_) throw;
+            // The password may come from the --redis URL.
+            const bool in_url = e.setting() == "--redis-password" && !config_.redis.password.empty();
+            throw ConfigError((in_url ? std::string("--redis (its password)") : e.setting()) + ": " + e.what());
+        }
+        redis_reached_ = true;
         metrics_.redis_connected = true;
-        spdlog::info("connected to Redis at {}", config_.redis.to_string());
+        spdlog::info("connected to Redis at {}{}", config_.redis.to_string(),
+                     config_.redis_db ? " database " + std::to_string(config_.redis_db) : std::string());
         on_redis_connected();
     }
 }
@@ -43,6 +77,14 @@ int Service::run() {
             metrics_.heartbeat();
             turn();
             backoff_.reset();
+        } catch (const StandbyServer&) {
+            metrics_.heartbeat();
+            metrics_.pg_connected = false;
+            if (!metrics_.pg_in_recovery.exchange(true))
+                spdlog::warn("PostgreSQL is a standby (pg_is_in_recovery()): nothing is {} until it is promoted or "
+                             "the connection leads to a primary; checking again every {} ms at most",
+                             metrics_.mode() == "consume" ? "applied" : "published", config_.retry_max.count());
+            pause(backoff_.next());
         } catch (const PgError& e) {
             metrics_.count_error("pg");
             if (!e.retryable()) {

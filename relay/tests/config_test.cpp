@@ -1,10 +1,12 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <functional>
 #include <vector>
 
 #include "pg_outbox/config.hpp"
 #include "pg_outbox/errors.hpp"
+#include "pg_outbox/pg.hpp"
 
 using namespace pg_outbox;
 using namespace std::chrono_literals;
@@ -14,6 +16,22 @@ namespace {
 ParseResult parse(std::vector<const char*> args) {
     args.insert(args.begin(), "pg_outbox_relay");
     return parse_command_line(static_cast<int>(args.size()), args.data());
+}
+
+// The exit code and what was written to stderr.
+std::pair<int, std::string> parse_error(std::vector<const char*> args) {
+    ::testing::internal::CaptureStderr();
+    auto r = parse(std::move(args));
+    return {r.exit_code, ::testing::internal::GetCapturedStderr()};
+}
+
+std::string config_error(const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const ConfigError& e) {
+        return e.what();
+    }
+    return "(no error)";
 }
 
 }  // namespace
@@ -44,6 +62,228 @@ TEST(RedisAddress, ParsesTcpAndUnix) {
     EXPECT_THROW(RedisAddress::parse("host:port"), ConfigError);
     EXPECT_THROW(RedisAddress::parse(":6379"), ConfigError);
     EXPECT_THROW(RedisAddress::parse("unix:"), ConfigError);
+}
+
+// A bare address with more than one colon is an IPv6 host on the default
+// port; brackets give it a port.
+TEST(RedisAddress, BareIpv6IsAHostOnTheDefaultPort) {
+    auto a = RedisAddress::parse("::1");
+    EXPECT_EQ(a.host, "::1");
+    EXPECT_EQ(a.port, 6379);
+    EXPECT_EQ(a.to_string(), "[::1]:6379");
+    EXPECT_EQ(RedisAddress::parse("fe80::1:6380").host, "fe80::1:6380");
+    auto b = RedisAddress::parse("[fe80::1]:6380");
+    EXPECT_EQ(b.host, "fe80::1");
+    EXPECT_EQ(b.port, 6380);
+    EXPECT_EQ(RedisAddress::parse("[::1]").port, 6379);
+    EXPECT_THROW(RedisAddress::parse("::1:6380x"), ConfigError);
+    EXPECT_THROW(RedisAddress::parse("[::1"), ConfigError);
+    EXPECT_THROW(RedisAddress::parse("[nothost]:1"), ConfigError);
+    EXPECT_THROW(RedisAddress::parse("[::1]6379"), ConfigError);
+}
+
+TEST(RedisAddress, PortsAreStrict) {
+    for (const char* bad : {"h:", "h:-1", "h:+1", "h: 1", "h:1 ", "h:65536", "h:0x10", "h:1e3", "h:007000"})
+        EXPECT_THROW(RedisAddress::parse(bad), ConfigError) << bad;
+    EXPECT_EQ(RedisAddress::parse("h:65535").port, 65535);
+    EXPECT_EQ(RedisAddress::parse("h:1").port, 1);
+    EXPECT_THROW(RedisAddress::parse("a b:1"), ConfigError);
+    EXPECT_THROW(RedisAddress::parse("h/x:1"), ConfigError);
+}
+
+TEST(RedisAddress, Urls) {
+    auto a = RedisAddress::parse("redis://alice:s%40cret@cache.local:6380/3");
+    EXPECT_EQ(a.host, "cache.local");
+    EXPECT_EQ(a.port, 6380);
+    EXPECT_EQ(a.user, "alice");
+    EXPECT_EQ(a.password, "s@cret");
+    EXPECT_EQ(a.db, 3);
+    EXPECT_EQ(a.to_string(), "cache.local:6380");
+    auto b = RedisAddress::parse("redis://:only@[::1]");
+    EXPECT_EQ(b.user, "");
+    EXPECT_EQ(b.password, "only");
+    EXPECT_EQ(b.host, "::1");
+    EXPECT_EQ(b.port, 6379);
+    EXPECT_FALSE(b.db);
+    auto c = RedisAddress::parse("redis://h/");
+    EXPECT_EQ(c.host, "h");
+    EXPECT_FALSE(c.db);
+    EXPECT_TRUE(c.password.empty());
+    for (const char* bad : {"redis://", "redis://h:0", "redis://h/x", "redis://h/1?timeout=1", "rediss://h",
+                            "http://h", "redis://user@h", "redis://u:@h", "redis://u:%zz@h"})
+        EXPECT_THROW(RedisAddress::parse(bad), ConfigError) << bad;
+}
+
+// Errors about a URL never show its password.
+TEST(RedisAddress, ErrorsHideThePassword) {
+    for (const char* bad : {"redis://u:Sekr3t@h:0", "redis://u:Sekr3t@h/x", "redis://Sekr3t@h", "redis://u:Sekr3t@h?x"}) {
+        const auto e = config_error([&] { RedisAddress::parse(bad); });
+        EXPECT_NE(e, "(no error)") << bad;
+        EXPECT_EQ(e.find("Sekr3t"), std::string::npos) << e;
+    }
+}
+
+TEST(CommandLine, RedisUrlGivesCredentialsAndDatabase) {
+    auto r = parse({"--redis", "redis://bob:pw@h:7000/4", "publish", "--group", "g"});
+    ASSERT_TRUE(r.config);
+    EXPECT_EQ(r.config->redis.user, "bob");
+    EXPECT_EQ(r.config->redis_password, "pw");
+    EXPECT_EQ(r.config->redis_db, 4);
+    EXPECT_EQ(parse({"--redis", "redis://h/4", "--redis-db", "4", "publish", "--group", "g"}).exit_code, 0);
+    auto [code, err] = parse_error({"--redis", "redis://h/4", "--redis-db", "5", "publish", "--group", "g"});
+    EXPECT_EQ(code, 2);
+    EXPECT_NE(err.find("--redis-db"), std::string::npos) << err;
+    auto [code2, err2] =
+        parse_error({"--redis", "redis://:pw@h", "--redis-password", "other", "publish", "--group", "g"});
+    EXPECT_EQ(code2, 2);
+    EXPECT_NE(err2.find("--redis-password"), std::string::npos) << err2;
+    EXPECT_EQ(err2.find("other"), std::string::npos) << err2;
+}
+
+TEST(ListenAddress, Strict) {
+    auto a = ListenAddress::parse("127.0.0.1:9100");
+    EXPECT_EQ(a.host, "127.0.0.1");
+    EXPECT_EQ(a.port, 9100);
+    auto b = ListenAddress::parse(":9100");
+    EXPECT_EQ(b.host, "");
+    EXPECT_EQ(b.port, 9100);
+    EXPECT_EQ(b.to_string(), ":9100");
+    auto c = ListenAddress::parse("[::1]:9100");
+    EXPECT_EQ(c.host, "::1");
+    EXPECT_EQ(c.to_string(), "[::1]:9100");
+    EXPECT_EQ(ListenAddress::parse("localhost:1").host, "localhost");
+    for (const char* bad : {"", "127.0.0.1:99999", "9abc", "9100", ":0", ":", "host:", "::1:9100", "[::1]",
+                            "127.0.0.1:9100x", ":-1", "a b:1", "[x]:1"})
+        EXPECT_THROW(ListenAddress::parse(bad), ConfigError) << bad;
+}
+
+TEST(CommandLine, MetricsAddressIsCheckedAtOnce) {
+    for (const char* bad : {"127.0.0.1:99999", "9abc", ":0"}) {
+        auto [code, err] = parse_error({"--metrics-address", bad, "publish", "--group", "g"});
+        EXPECT_EQ(code, 2) << bad;
+        EXPECT_NE(err.find("--metrics-address"), std::string::npos) << err;
+    }
+    auto r = parse({"--metrics-address", ":19192", "publish", "--group", "g"});
+    ASSERT_TRUE(r.config);
+    ASSERT_TRUE(r.config->metrics_address);
+    EXPECT_EQ(r.config->metrics_address->host, "");
+    EXPECT_EQ(r.config->metrics_address->port, 19192);
+    EXPECT_FALSE(parse({"publish", "--group", "g"}).config->metrics_address);
+}
+
+// Every error CLI11 finds (an unknown flag, a bad number, a missing value
+// or mode) exits 2 naming the flag, like the relay's own checks.
+TEST(CommandLine, ParseErrorsExit2NamingTheFlag) {
+    const std::vector<std::pair<std::vector<const char*>, std::string>> cases{
+        {{"publish", "--group", "g", "--unknown"}, "--unknown"},
+        {{"publish", "--group", "g", "--batch-size", "x"}, "--batch-size"},
+        {{"publish", "--group", "g", "--batch-size", "0"}, "--batch-size"},
+        {{"publish", "--group", "g", "--maxlen", "-1"}, "--maxlen"},
+        {{"publish", "--group"}, "--group"},
+        {{"publish"}, "--group"},
+        {{"--redis-db", "x", "publish", "--group", "g"}, "--redis-db"},
+        {{"publish", "--group", "g", "--log-level", "loud"}, "--log-level"},
+        {{"consume", "--consumer", "c", "--handler", "x", "--max-deliveries", "many"}, "--max-deliveries"},
+        {{}, "publish or consume"},
+        {{"bogus"}, "publish or consume"},
+    };
+    for (const auto& [args, flag] : cases) {
+        auto [code, err] = parse_error(args);
+        EXPECT_EQ(code, 2) << flag << ": " << err;
+        EXPECT_NE(err.find(flag), std::string::npos) << err;
+    }
+    ::setenv("PG_OUTBOX_BATCH_SIZE", "lots", 1);
+    auto [code, err] = parse_error({"publish", "--group", "g"});
+    ::unsetenv("PG_OUTBOX_BATCH_SIZE");
+    EXPECT_EQ(code, 2);
+    EXPECT_NE(err.find("--batch-size"), std::string::npos) << err;
+}
+
+TEST(CommandLine, VersionExitsZero) {
+    ::testing::internal::CaptureStdout();
+    auto r = parse({"--version"});
+    ::testing::internal::GetCapturedStdout();
+    EXPECT_FALSE(r.config);
+    EXPECT_EQ(r.exit_code, 0);
+}
+
+TEST(CommandLine, StuckAfter) {
+    EXPECT_EQ(parse({"publish", "--group", "g"}).config->stuck_after, 60000ms);
+    EXPECT_EQ(parse({"publish", "--group", "g", "--stuck-after", "2s"}).config->stuck_after, 2000ms);
+    EXPECT_EQ(parse({"publish", "--group", "g", "--stuck-after", "0"}).config->stuck_after, 0ms);
+    EXPECT_EQ(parse_error({"publish", "--group", "g", "--stuck-after", "soon"}).first, 2);
+}
+
+// A malformed connection string exits 2 at once, and its message holds no
+// part of the password.
+TEST(Conninfo, MalformedExits2WithoutThePassword) {
+    const std::vector<const char*> bad{
+        "host=h password=Super Secret123",
+        "password=Super Secret123 host=h",
+        "host=h sslpassword=Super Secret123",
+        "postgresql://u:Super%zzSecret123@h/db",
+        "postgresql://u:Super@Secret123@h/db",
+        "postgresql://u:Super/Secret123@h/db",
+        "postgresql://u:SuperSecret123@h:notaport/db",
+        "host=h password='SuperSecret123",
+        "host=h password=SuperSecret123 sslmode=bogus",
+        "host=h password=SuperSecret123 port=99999",
+        "host=h password=SuperSecret123 target_session_attrs=whatever",
+        "host=h password=SuperSecret123 connect_timeout=soon",
+        "host=a,b password=SuperSecret123 port=1,2,3",
+        "host=h hostaddr=nope password=SuperSecret123",
+    };
+    for (const char* dsn : bad) {
+        auto [code, err] = parse_error({"--pg", dsn, "publish", "--group", "g"});
+        EXPECT_EQ(code, 2) << dsn << ": " << err;
+        EXPECT_NE(err.find("--pg"), std::string::npos) << err;
+        for (const char* piece : {"Super", "Secret", "123"})
+            EXPECT_EQ(err.find(piece), std::string::npos) << dsn << ": " << err;
+    }
+    // Pieces that cannot be a password are kept, to help.
+    auto [code, err] = parse_error({"--pg", "host=h sslmode=bogus", "publish", "--group", "g"});
+    EXPECT_EQ(code, 2);
+    EXPECT_NE(err.find("sslmode \"bogus\""), std::string::npos) << err;
+    EXPECT_NE(parse_error({"--pg", "hots=h", "publish", "--group", "g"}).second.find("\"hots\""), std::string::npos);
+    ::setenv("PGSSLMODE", "nope", 1);
+    auto [env_code, env_err] = parse_error({"--pg", "host=h", "publish", "--group", "g"});
+    ::unsetenv("PGSSLMODE");
+    EXPECT_EQ(env_code, 2);
+    EXPECT_NE(env_err.find("PGSSLMODE"), std::string::npos) << env_err;
+}
+
+TEST(Conninfo, ValidStringsPass) {
+    for (const char* dsn : {"", "app", "host=h port=5432 dbname=app user=u password='a b' sslmode=require",
+                            "postgresql://u:p%40ss@h1:5432,h2:5433/db?target_session_attrs=read-write",
+                            "host=a,b port=5432", "host=a,b port=1,2 connect_timeout=' 5 '", "hostaddr=::1",
+                            "ssl_min_protocol_version=tlsv1.2"})
+        EXPECT_NO_THROW(check_conninfo(dsn)) << dsn;
+}
+
+// Logs show the connection string with every password masked, URIs too.
+TEST(Conninfo, DescribedWithThePasswordMasked) {
+    const auto kv = describe_conninfo("host=h password='Super Secret' dbname=app");
+    EXPECT_EQ(kv.find("Super"), std::string::npos) << kv;
+    EXPECT_NE(kv.find("password=********"), std::string::npos) << kv;
+    EXPECT_NE(kv.find("host=h"), std::string::npos) << kv;
+    const auto uri = describe_conninfo("postgresql://u:secret@h/db?sslpassword=other");
+    EXPECT_EQ(uri.find("secret"), std::string::npos) << uri;
+    EXPECT_EQ(uri.find("other"), std::string::npos) << uri;
+    EXPECT_NE(uri.find("user=u"), std::string::npos) << uri;
+    EXPECT_NE(uri.find("dbname=db"), std::string::npos) << uri;
+    EXPECT_EQ(describe_conninfo("app"), "dbname=app");
+}
+
+// Which failures at the first connection are settings, which may pass.
+TEST(Conninfo, SettingsFailuresAreToldFromNetworkFailures) {
+    EXPECT_TRUE(is_settings_failure("could not connect to PostgreSQL: invalid sslmode value: \"bogus\""));
+    EXPECT_TRUE(is_settings_failure("invalid integer value \"x\" for connection option \"keepalives\""));
+    EXPECT_TRUE(is_settings_failure("invalid port number: \"99999\""));
+    EXPECT_TRUE(is_settings_failure("could not match 3 port numbers to 2 hosts"));
+    EXPECT_TRUE(is_settings_failure("definition of service \"nosuch\" not found"));
+    EXPECT_FALSE(is_settings_failure("could not translate host name \"db\" to address: Name or service not known"));
+    EXPECT_FALSE(is_settings_failure("connection to server at \"127.0.0.1\", port 1 failed: Connection refused"));
+    EXPECT_FALSE(is_settings_failure("FATAL:  the database system is starting up"));
 }
 
 TEST(StreamKey, ExpandsTopicAndGroupKeepsHashTags) {
@@ -114,17 +354,36 @@ TEST(CommandLine, HelpExitsZero) {
 }
 
 TEST(CommandLine, ConsumeWithDefaults) {
-    auto r = parse({"consume", "--consumer", "accounting", "--stream", "outbox:a,outbox:b", "--stream", "outbox:c",
+    auto r = parse({"consume", "--consumer", "accounting", "--stream", "outbox:a", "--stream", "outbox:b",
                     "--handler", "SELECT 1"});
     ASSERT_TRUE(r.config);
     EXPECT_EQ(r.config->mode, Config::Mode::consume);
-    EXPECT_EQ(r.config->streams, (std::vector<std::string>{"outbox:a", "outbox:b", "outbox:c"}));
+    EXPECT_EQ(r.config->streams, (std::vector<std::string>{"outbox:a", "outbox:b"}));
     EXPECT_EQ(r.config->consumer_group, "accounting");
     EXPECT_NE(r.config->worker.find(':'), std::string::npos);
     EXPECT_EQ(r.config->consume_batch_size, 100);
     EXPECT_EQ(r.config->min_idle, 30000ms);
     EXPECT_EQ(r.config->max_deliveries, 5);
     EXPECT_EQ(r.config->start_id, "0");
+}
+
+// A stream name may hold a comma: each --stream is one stream. Only the
+// environment variable, which cannot be repeated, lists streams with commas.
+TEST(CommandLine, ConsumeStreamIsRepeatableAndKeepsCommas) {
+    auto r = parse({"consume", "--consumer", "c", "--stream", "orders,eu", "--stream", "audit", "--handler", "x"});
+    ASSERT_TRUE(r.config);
+    EXPECT_EQ(r.config->streams, (std::vector<std::string>{"orders,eu", "audit"}));
+    ::setenv("PG_OUTBOX_STREAMS", "outbox:a,outbox:b", 1);
+    auto env = parse({"consume", "--consumer", "c", "--handler", "x"});
+    auto flag_wins = parse({"consume", "--consumer", "c", "--handler", "x", "--stream", "s,t"});
+    ::unsetenv("PG_OUTBOX_STREAMS");
+    ASSERT_TRUE(env.config);
+    EXPECT_EQ(env.config->streams, (std::vector<std::string>{"outbox:a", "outbox:b"}));
+    ASSERT_TRUE(flag_wins.config);
+    EXPECT_EQ(flag_wins.config->streams, (std::vector<std::string>{"s,t"}));
+    auto [code, err] = parse_error({"consume", "--consumer", "c", "--handler", "x"});
+    EXPECT_EQ(code, 2);
+    EXPECT_NE(err.find("--stream"), std::string::npos) << err;
 }
 
 TEST(CommandLine, ConsumeBadSettings) {

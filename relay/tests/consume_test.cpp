@@ -49,7 +49,8 @@ protected:
         std::vector<std::string> args{PG_OUTBOX_RELAY_BINARY, "consume", "--consumer", "accounting",
                                       "--pg", pg_->conninfo("sink", "consumer_user"),
                                       "--redis", redis_->address(), "--worker", worker,
-                                      "--stream", "outbox:orders,outbox:payments,outbox:audit",
+                                      "--stream", "outbox:orders", "--stream", "outbox:payments",
+                                      "--stream", "outbox:audit",
                                       "--handler", kHandler, "--block", "100ms",
                                       "--retry-min", "20ms", "--retry-max", "300ms", "--log-level", "debug"};
         args.insert(args.end(), extra.begin(), extra.end());

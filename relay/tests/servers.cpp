@@ -97,19 +97,44 @@ bool eventually(const std::function<bool()>& condition, std::chrono::millisecond
 
 PgServer::PgServer(const std::vector<std::string>& settings)
     : dir_(make_temp_dir("pg_outbox_pg_")), port_(free_port()) {
+    prepare_dir();
+    run_as_postgres(std::string(kPgBin) + "/initdb -D " + dir_ + "/data -A trust -U postgres --no-sync >" + dir_ +
+                    "/initdb.log 2>&1");
+    configure(settings);
+    start();
+}
+
+PgServer::PgServer(const PgServer& primary, Standby) : dir_(make_temp_dir("pg_outbox_pg_")), port_(free_port()) {
+    prepare_dir();
+    // -R: standby.signal and primary_conninfo; the copied configuration
+    // gets this server's port and socket directory appended.
+    run_as_postgres(std::string(kPgBin) + "/pg_basebackup -h 127.0.0.1 -p " + std::to_string(primary.port()) +
+                    " -U postgres -D " + dir_ + "/data -R -X stream -c fast --no-sync >" + dir_ + "/basebackup.log 2>&1");
+    configure({"hot_standby = on"});
+    start();
+}
+
+std::unique_ptr<PgServer> PgServer::standby_of(const PgServer& primary) {
+    return std::unique_ptr<PgServer>(new PgServer(primary, Standby{}));
+}
+
+void PgServer::prepare_dir() {
     if (::geteuid() == 0) {
         passwd* pw = ::getpwnam("postgres");
         if (pw == nullptr) throw std::runtime_error("user postgres is missing");
         ::chown(dir_.c_str(), pw->pw_uid, pw->pw_gid);
     }
-    run_as_postgres(std::string(kPgBin) + "/initdb -D " + dir_ + "/data -A trust -U postgres --no-sync >" + dir_ +
-                    "/initdb.log 2>&1");
+}
+
+void PgServer::configure(const std::vector<std::string>& settings) {
     std::ofstream conf(dir_ + "/data/postgresql.conf", std::ios::app);
     conf << "listen_addresses = '127.0.0.1'\nport = " << port_ << "\nunix_socket_directories = '" << dir_
          << "'\nmax_prepared_transactions = 20\nfsync = off\nmax_connections = 100\n";
     for (const auto& line : settings) conf << line << '\n';
-    conf.close();
-    start();
+}
+
+void PgServer::promote() {
+    run_as_postgres(std::string(kPgBin) + "/pg_ctl -D " + dir_ + "/data -w -t 60 promote >/dev/null");
 }
 
 PgServer::~PgServer() {
@@ -162,7 +187,10 @@ std::string PgServer::create_database(const std::string& db) {
 
 // ---- Redis
 
-RedisServer::RedisServer(bool aof) : dir_(make_temp_dir("pg_outbox_redis_")), port_(free_port()), aof_(aof) {
+RedisServer::RedisServer(bool aof, std::vector<std::string> extra)
+    : dir_(make_temp_dir("pg_outbox_redis_")), port_(free_port()), aof_(aof), extra_(std::move(extra)) {
+    for (std::size_t i = 0; i + 1 < extra_.size(); ++i)
+        if (extra_[i] == "--requirepass") password_ = extra_[i + 1];
     start();
 }
 
@@ -186,6 +214,7 @@ void RedisServer::start() {
         if (aof_) {
             args.insert(args.end(), {"--appendfsync", "always"});
         }
+        args.insert(args.end(), extra_.begin(), extra_.end());
         std::vector<char*> argv;
         for (auto& a : args) argv.push_back(a.data());
         argv.push_back(nullptr);
@@ -214,7 +243,7 @@ void RedisServer::stop() {
 }
 
 RedisConnection RedisServer::connect() const {
-    return RedisConnection(RedisAddress::parse(address()), "", 0, std::chrono::seconds(5));
+    return RedisConnection(RedisAddress::parse(address()), password_, 0, std::chrono::seconds(5));
 }
 
 // ---- Processes

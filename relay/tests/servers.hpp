@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -27,6 +28,8 @@ class PgServer {
 public:
     // Extra postgresql.conf lines, e.g. "shared_preload_libraries = 'pg_outbox'".
     explicit PgServer(const std::vector<std::string>& settings = {});
+    // A streaming hot standby of "primary" (pg_basebackup -R).
+    static std::unique_ptr<PgServer> standby_of(const PgServer& primary);
     ~PgServer();
     PgServer(const PgServer&) = delete;
     PgServer& operator=(const PgServer&) = delete;
@@ -34,6 +37,8 @@ public:
     void start();
     void stop();                 // fast shutdown, by the postmaster's PID
     void restart() { stop(); start(); }
+    // Promotes a standby to a primary; waits until it is one.
+    void promote();
     int port() const { return port_; }
     // A connection string for a database, as the superuser unless a user is given.
     std::string conninfo(const std::string& db, const std::string& user = "postgres") const;
@@ -43,6 +48,11 @@ public:
     std::string log() const;
 
 private:
+    struct Standby {};
+    PgServer(const PgServer& primary, Standby);
+    void prepare_dir();
+    void configure(const std::vector<std::string>& settings);
+
     std::string dir_;
     int port_;
     pid_t pid_ = -1;
@@ -52,7 +62,9 @@ private:
 // A Redis server; with aof, every write is fsynced before it is acknowledged.
 class RedisServer {
 public:
-    explicit RedisServer(bool aof = false);
+    // extra: more redis-server arguments, e.g. {"--requirepass", "pw"}; a
+    // requirepass is also used by connect().
+    explicit RedisServer(bool aof = false, std::vector<std::string> extra = {});
     ~RedisServer();
     RedisServer(const RedisServer&) = delete;
     RedisServer& operator=(const RedisServer&) = delete;
@@ -67,6 +79,8 @@ private:
     std::string dir_;
     int port_;
     bool aof_;
+    std::vector<std::string> extra_;
+    std::string password_;
     pid_t pid_ = -1;
 };
 

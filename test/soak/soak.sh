@@ -89,7 +89,7 @@ start() { # name: (re)starts a relay or a worker
 	worker*)
 		"$RELAY" consume --pg "host=127.0.0.1 port=$PG_PORT dbname=sink user=postgres" \
 			--redis "127.0.0.1:$REDIS_PORT" --consumer projection --worker "$name" \
-			--stream outbox:t0,outbox:t1,outbox:t2 --handler 'SELECT soak_apply($3, $5)' \
+			--stream outbox:t0 --stream outbox:t1 --stream outbox:t2 --handler 'SELECT soak_apply($3, $5)' \
 			--block 200ms --min-idle 2s --claim-interval 500ms --max-deliveries 1000000 \
 			--retry-max 1s >>"$WORK/$name.log" 2>&1 &
 		;;

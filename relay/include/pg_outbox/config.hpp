@@ -5,20 +5,42 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace pg_outbox {
 
-// Where Redis listens: a TCP host and port, or a unix socket path.
+// Where Redis listens: a TCP host and port, or a unix socket path; a
+// redis:// URL may also carry credentials and a database number.
 struct RedisAddress {
     std::string host = "127.0.0.1";
     int port = 6379;
     std::string unix_path;  // when not empty, used instead of host and port
+    std::string user;       // from a URL: AUTH user password (Redis 6 ACL)
+    std::string password;   // from a URL
+    std::optional<int> db;  // from a URL's path
 
-    // "host:port", "[v6addr]:port", "unix:/path" or "/path".
+    // "host:port", "[v6addr]:port", "host", a bare IPv6 address ("::1":
+    // more than one colon is an address with the default port),
+    // "unix:/path", "/path" or "redis://[user:password@]host[:port][/db]".
+    // Throws ConfigError; its message never holds the password.
     static RedisAddress parse(const std::string& text);
+    // Where it is, without credentials: "host:port", "[v6]:port", "unix:/path".
     std::string to_string() const;
 };
+
+// Where the metrics endpoint listens: "host:port", "[v6addr]:port", or
+// ":port" (every interface, IPv4 and IPv6).
+struct ListenAddress {
+    std::string host;  // empty: every interface
+    int port = 0;
+
+    static ListenAddress parse(const std::string& text);
+    std::string to_string() const;
+};
+
+// A port number 1-65535, digits only; throws ConfigError.
+int parse_port(const std::string& text);
 
 // How stream entry ids are chosen.
 enum class IdMode {
@@ -48,6 +70,9 @@ struct Config {
     std::int64_t maxlen = 0;  // 0: no trimming
     IdMode id_mode = IdMode::explicit_position;
     std::chrono::milliseconds maintain_interval{60000};  // 0: never
+    // /health fails when the leader has had events waiting this long
+    // without publishing any; 0: never.
+    std::chrono::milliseconds stuck_after{60000};
 
     // Consume mode.
     std::string consumer;              // the inbox identity
@@ -68,7 +93,7 @@ struct Config {
     std::chrono::milliseconds redis_timeout{10000};
 
     // Observability.
-    std::string metrics_address;  // "host:port"; empty: no endpoint
+    std::optional<ListenAddress> metrics_address;  // none: no endpoint
     std::string log_level = "info";
     LogFormat log_format = LogFormat::text;
     std::chrono::milliseconds stats_interval{10000};

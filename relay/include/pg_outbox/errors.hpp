@@ -76,4 +76,19 @@ private:
     Kind kind_;
 };
 
+// Redis refused the connection's set-up: AUTH (a wrong user or password),
+// a password missing (NOAUTH), or SELECT (a database it does not have).
+// At the first connection, a setting that cannot work.
+class RedisSetupError : public RedisError {
+public:
+    RedisSetupError(std::string setting, const std::string& message)
+        : RedisError(Kind::reply, message), setting_(std::move(setting)) {}
+
+    // The flag to blame: "--redis-password" or "--redis-db".
+    const std::string& setting() const noexcept { return setting_; }
+
+private:
+    std::string setting_;
+};
+
 }  // namespace pg_outbox

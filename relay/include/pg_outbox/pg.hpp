@@ -5,11 +5,28 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <libpq-fe.h>
 
 namespace pg_outbox {
+
+// Checks a connection string or URI (--pg) before anything connects: its
+// syntax (PQconninfoParse), and the option values that libpq checks only
+// when it connects (sslmode, target_session_attrs, ports, ...), the PG*
+// environment included. Throws ConfigError naming the option; the message
+// never holds a password, not even part of one.
+void check_conninfo(const std::string& conninfo);
+
+// The connection string for logs: its options as keyword=value, each
+// password masked. Empty conninfo: libpq's PG* environment.
+std::string describe_conninfo(const std::string& conninfo);
+
+// True when libpq's message of a failed connection reports a setting that
+// cannot work (an invalid option value, an unknown service), not a
+// network or server condition that may pass.
+bool is_settings_failure(std::string_view libpq_message);
 
 struct PGresultDeleter {
     void operator()(PGresult* r) const noexcept { PQclear(r); }
@@ -85,6 +102,8 @@ public:
     int wait_for_notification(std::chrono::milliseconds timeout);
 
     bool ok() const { return PQstatus(conn_.get()) == CONNECTION_OK; }
+    // True when the server is a standby (pg_is_in_recovery()).
+    bool in_recovery();
     int backend_pid() const { return PQbackendPID(conn_.get()); }
 
 private:

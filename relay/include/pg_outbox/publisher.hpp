@@ -71,6 +71,9 @@ private:
     // The append script, stream by stream (after UNWATCH, when streams are
     // watched).
     std::map<std::string, std::string> write_with_script(const Shares& shares);
+    // How many of the first n events of a stream's share, found already
+    // present by the script, were not counted before.
+    std::size_t count_already(const std::string& key, const std::vector<const Event*>& events, std::size_t n);
     // The cursor advance of the batches Redis acknowledged: recorded, sent
     // with a next fetch when due, or alone when the feed runs dry.
     bool advance_due() const;
@@ -105,6 +108,8 @@ private:
     bool transactions_refused_ = false;
     // Last position published to each stream, as far as this relay knows.
     std::map<std::string, Position> known_;
+    // Per stream, the highest position counted as already published.
+    std::map<std::string, Position> already_counted_;
     std::chrono::steady_clock::time_point next_check_{};
     std::chrono::steady_clock::time_point next_maintain_{};
     std::chrono::steady_clock::time_point fetch_sent_{};

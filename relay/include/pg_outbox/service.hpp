@@ -21,7 +21,12 @@ public:
 
     // Runs turn() until asked to stop (returns 0) or a fatal error (returns
     // 1). Lost connections and transient errors are retried with backoff;
-    // the connections are made again before the next turn.
+    // the connections are made again before the next turn. A PostgreSQL
+    // server in recovery (a hot standby) is left, and connected to again
+    // after a backoff, until the connection leads to a primary: nothing is
+    // published or applied from a standby. Throws ConfigError when the
+    // first connection shows a setting that cannot work (an option libpq
+    // refuses; Redis refusing AUTH or SELECT, or wanting a password).
     int run();
 
 protected:
@@ -52,6 +57,10 @@ private:
 
     std::string application_name_;
     Backoff backoff_;
+    // Whether each server was reached once: a setting refused after that
+    // (a password rotated, a database dropped) is retried, not fatal.
+    bool pg_reached_ = false;
+    bool redis_reached_ = false;
 };
 
 }  // namespace pg_outbox
