@@ -12,8 +12,8 @@
 #   3. the consumer restarts under another worker name, reclaims the
 #      pending entry with XAUTOCLAIM and must report it as a duplicate;
 #   4. a copy of an entry, a forged one (same event id, another amount) and
-#      a malformed one are added to the stream: a duplicate, an identity
-#      conflict and a dead letter;
+#      two malformed ones (not an event; bytes that are not UTF-8 text) are
+#      added to the stream: a duplicate, an identity conflict, dead letters;
 #   5. exactly the committed orders must have been applied, each once.
 # Exit status: non-zero if any check failed. Servers are stopped by PID.
 set -euo pipefail
@@ -177,7 +177,7 @@ check "the restarted worker reclaims it (XAUTOCLAIM)" \
 	"$(grep -c 'duplicate '"$crashed"' ' "$WORK/consumer.log" || true) duplicate report for $crashed; applied $(reports -c "SELECT count(*) FROM applied_orders WHERE event_id = '${crashed_event:-00000000-0000-0000-0000-000000000000}'") time(s); $(pending) pending" \
 	"$(grep -q "duplicate $crashed " "$WORK/consumer.log" && [ "$(reports -c "SELECT count(*) FROM applied_orders WHERE event_id = '$crashed_event'")" = 1 ] && [ "$(pending)" = 0 ]; echo $?)"
 
-say "adding a copy of an entry, a forged one (same event id, another amount) and a malformed one to the stream"
+say "adding a copy of an entry, a forged one (same event id, another amount) and two malformed ones to the stream"
 applied_before=$(applied)
 totals_before=$(reports -c "SELECT string_agg(format('%s %s %s', customer, orders, amount_cents), ', ' ORDER BY customer) FROM order_totals")
 first=$(redis xrange "$STREAM" - + COUNT 1)
@@ -188,9 +188,13 @@ id_between() { redis xrevrange "$STREAM" + - COUNT 1 | head -n 1 | awk -F- '{ pr
 copy_id=$(redis xadd "$STREAM" "$(id_between)" event_id "$event_id" topic orders payload "$payload")
 forged_id=$(redis xadd "$STREAM" "$(id_between)" event_id "$event_id" topic orders payload "$forged")
 bad_id=$(redis xadd "$STREAM" "$(id_between)" event_id not-a-uuid topic orders payload '{"order_id": ')
-wait_for 20 '[ "$(pending)" = 0 ] && [ "$(reports -c "SELECT count(*) FROM outbox.dead_letters")" -ge 2 ] && grep -q "duplicate $copy_id " "$WORK/consumer.log"' || true
+# Bytes that are not UTF-8, and a NUL, which no PostgreSQL text can hold.
+bytes_id=$(redis eval "return redis.call('XADD', KEYS[1], ARGV[1], 'event_id', ARGV[2], 'topic', 'orders',
+	'payload', '{\"order_id\": \"' .. string.char(255, 0) .. '\"}')" 1 "$STREAM" "$(id_between)" "$(cat /proc/sys/kernel/random/uuid)")
+wait_for 20 '[ "$(pending)" = 0 ] && [ "$(reports -c "SELECT count(*) FROM outbox.dead_letters")" -ge 3 ] && grep -q "duplicate $copy_id " "$WORK/consumer.log"' || true
 dl=$(reports -c "SELECT sqlstate || ' ' || entry_id || ' applied ' || (applied_payload->>'amount_cents') || ', received ' || (payload->>'amount_cents') FROM outbox.dead_letters WHERE entry_id = '$forged_id'")
 bad=$(reports -c "SELECT left(reason, 60) FROM outbox.dead_letters WHERE entry_id = '$bad_id' AND event_id IS NULL AND payload IS NULL")
+bad_bytes=$(reports -c "SELECT left(reason, 40) FROM outbox.dead_letters WHERE entry_id = '$bytes_id' AND event_id IS NOT NULL")
 totals_after=$(reports -c "SELECT string_agg(format('%s %s %s', customer, orders, amount_cents), ', ' ORDER BY customer) FROM order_totals")
 check "a copy of an applied entry" \
 	"$(grep -c "duplicate $copy_id " "$WORK/consumer.log" || true) duplicate report for $copy_id" \
@@ -202,6 +206,9 @@ check "the same event id with another amount" \
 check "an entry that is not an event" \
 	"dead letter: ${bad:-none}" \
 	"$([ -n "$bad" ] && [ "$(pending)" = 0 ]; echo $?)"
+check "an entry with bytes that are not UTF-8, and a NUL" \
+	"dead letter: ${bad_bytes:-none}" \
+	"$([ -n "$bad_bytes" ] && [ "$(pending)" = 0 ] && kill -0 "$CONSUMER_PID"; echo $?)"
 
 # Exactly the committed orders, each once, with keys and headers where emitted.
 shop -c "SELECT id FROM orders ORDER BY id" >"$WORK/committed.txt"

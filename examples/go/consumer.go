@@ -31,9 +31,11 @@ import (
 	"os"
 	"os/signal"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gomodule/redigo/redis"
 	"github.com/jackc/pgconn"
@@ -71,6 +73,11 @@ func (m malformed) Error() string { return "malformed entry: " + m.reason }
 
 // parse reads an entry's fields.
 func parse(f entry) (*event, error) {
+	for name, value := range f {
+		if !utf8.ValidString(value) || strings.ContainsRune(value, 0) { // PostgreSQL would refuse it (22021)
+			return nil, malformed{"not UTF-8 text: " + strconv.QuoteToGraphic(name)}
+		}
+	}
 	e := &event{eventID: f["event_id"], payload: f["payload"]}
 	if !uuidText.MatchString(e.eventID) {
 		return nil, malformed{fmt.Sprintf("event_id %q is not a uuid", e.eventID)}
@@ -124,11 +131,17 @@ func (c *consumer) deadLetter(ctx context.Context, entryID string, f entry, reas
 		if !ok || (isJSON && !json.Valid([]byte(v))) || (name == "event_id" && !uuidText.MatchString(v)) {
 			return nil
 		}
+		v = strings.ReplaceAll(strings.ToValidUTF8(v, "\uFFFD"), "\x00", `\x00`)
 		return &v
+	}
+	payload := opt("payload", true)
+	if raw, ok := f["payload"]; ok && (payload == nil || *payload != raw) {
+		// Keep it in the reason, quoted: a dead letter loses nothing.
+		reason += " (payload: " + strconv.QuoteToGraphic(raw) + ")"
 	}
 	_, err := c.pool.Exec(ctx, "SELECT inbox_dead_letter($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
 		c.name, c.stream, entryID, opt("event_id", false), opt("topic", false), opt("key", false),
-		opt("payload", true), opt("headers", true), reason, sqlstate)
+		payload, opt("headers", true), reason, sqlstate)
 	return err
 }
 

@@ -20,6 +20,7 @@
 //   CLAIM_INTERVAL_MS   how often to look for them (default 5000)
 //   CRASH_AFTER_COMMIT  test hook: die (SIGKILL) right after the n-th commit, before its XACK
 
+import { isUtf8 } from 'node:buffer';
 import { hostname } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import Redis from 'ioredis';
@@ -48,12 +49,27 @@ function transient(err) {
     code.startsWith('E') || /Connection terminated/.test(err.message);
 }
 
-// Redis returns an entry's fields as [name, value, name, value, ...].
-const fieldsOf = (list) => Object.fromEntries(Array.from({ length: list.length / 2 }, (_, i) => [list[2 * i], list[2 * i + 1]]));
+// Redis returns an entry's fields as [name, value, name, value, ...], here
+// as Buffers (the ...Buffer commands): ioredis's strings would silently turn
+// bytes that are not UTF-8 into U+FFFD. Such fields (and those with NUL) are
+// listed under INVALID, their bytes outside ASCII written \xNN.
+const INVALID = Symbol('fields that are not UTF-8');
+const escaped = (buf) => Array.from(buf, (b) => (b > 0 && b < 0x80 ? String.fromCharCode(b) : `\\x${b.toString(16).padStart(2, '0')}`)).join('');
+function fieldsOf(list) {
+  const fields = { [INVALID]: [] };
+  for (let i = 0; i + 1 < list.length; i += 2) {
+    const name = escaped(list[i]);
+    const valid = isUtf8(list[i + 1]) && !list[i + 1].includes(0); // no PostgreSQL text holds a NUL
+    fields[name] = valid ? list[i + 1].toString() : escaped(list[i + 1]);
+    if (!valid) fields[INVALID].push(name);
+  }
+  return fields;
+}
 
 // Reads an entry's fields. "key" and "headers" are absent when the producer
 // emitted NULL; the others are always there.
 function parse(f) {
+  if (f[INVALID].length > 0) throw new Malformed(`not UTF-8 text: ${f[INVALID].join(', ')}`);
   try {
     if (!UUID.test(f.event_id ?? '')) throw new Error(`event_id ${JSON.stringify(f.event_id)} is not a uuid`);
     const order = JSON.parse(f.payload);
@@ -102,9 +118,12 @@ async function apply(pool, entryId, e) {
 // Records an entry given up on, with what can be kept of it.
 async function deadLetter(pool, entryId, f, reason, sqlstate = null) {
   const json = (text) => { try { JSON.parse(text); return text; } catch { return null; } };
+  const payload = json(f.payload);
+  // Keep what is not JSON (or not UTF-8) in the reason: a dead letter loses nothing.
+  if (f.payload !== undefined && payload === null) reason += ` (payload: ${f.payload})`;
   await pool.query('SELECT inbox_dead_letter($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)',
     [CONSUMER, STREAM, entryId, UUID.test(f.event_id ?? '') ? f.event_id : null, f.topic ?? null, f.key ?? null,
-      json(f.payload), json(f.headers), reason, sqlstate]);
+      payload, json(f.headers), reason, sqlstate]);
 }
 
 // Applies, dead-letters or skips one entry, then acknowledges it.
@@ -157,11 +176,11 @@ async function handle(pool, redis, entryId, f) {
 async function reclaim(pool, redis) {
   let cursor = '0-0';
   do {
-    const [next, entries, deleted = []] = await redis.xautoclaim(STREAM, GROUP, WORKER, MIN_IDLE_MS, cursor, 'COUNT', 100);
+    const [next, entries, deleted = []] = await redis.xautoclaimBuffer(STREAM, GROUP, WORKER, MIN_IDLE_MS, cursor, 'COUNT', 100);
     if (entries.length + deleted.length > 0) log(`reclaimed ${entries.length + deleted.length} pending entries`);
-    for (const [id, fields] of entries) await handle(pool, redis, id, fieldsOf(fields));
-    for (const id of deleted) await handle(pool, redis, id, null);
-    cursor = next;
+    for (const [id, fields] of entries) await handle(pool, redis, id.toString(), fieldsOf(fields));
+    for (const id of deleted) await handle(pool, redis, id.toString(), null);
+    cursor = next.toString();
   } while (cursor !== '0-0');
 }
 
@@ -182,9 +201,9 @@ async function main() {
       await reclaim(pool, redis);
       nextClaim = Date.now() + CLAIM_INTERVAL_MS;
     }
-    const reply = await redis.xreadgroup('GROUP', GROUP, WORKER, 'COUNT', 10, 'BLOCK', 1000, 'STREAMS', STREAM, '>');
+    const reply = await redis.xreadgroupBuffer('GROUP', GROUP, WORKER, 'COUNT', 10, 'BLOCK', 1000, 'STREAMS', STREAM, '>');
     for (const [, entries] of reply ?? []) {
-      for (const [id, fields] of entries) await handle(pool, redis, id, fieldsOf(fields));
+      for (const [id, fields] of entries) await handle(pool, redis, id.toString(), fieldsOf(fields));
     }
   }
   redis.disconnect();

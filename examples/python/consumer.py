@@ -53,9 +53,30 @@ class Malformed(Exception):
     """The entry can never be applied: its fields are not an order event."""
 
 
-def parse(fields):
+def decode(raw):
+    """Decodes an entry's fields, which Redis keeps as bytes. Returns them as
+    text, bytes that are not UTF-8 (and NUL, which no PostgreSQL text holds)
+    written as \\x escapes, and the names of such fields. (With
+    decode_responses=True, redis-py would raise on such an entry at every
+    read, and the consumer would never get past it.)"""
+
+    def text(b):
+        return b.decode("utf-8", "backslashreplace").replace("\0", "\\x00")
+
+    fields, invalid = {}, []
+    for name, value in raw.items():
+        name = text(name)
+        fields[name] = text(value)
+        if fields[name].encode() != value:
+            invalid.append(name)
+    return fields, invalid
+
+
+def parse(fields, invalid):
     """Reads an entry's fields. "key" and "headers" are absent when the
     producer emitted NULL; the others are always there."""
+    if invalid:
+        raise Malformed(f"not UTF-8 text: {', '.join(invalid)}")
     try:
         event_id = str(uuid.UUID(fields["event_id"]))
         order = json.loads(fields["payload"])
@@ -108,25 +129,32 @@ def dead_letter(pool, entry_id, fields, reason, sqlstate=None):
         event_id = str(uuid.UUID(fields.get("event_id", "")))
     except ValueError:
         event_id = None
+    payload = json_or_none(fields.get("payload"))
+    if payload is None and "payload" in fields:  # keep it in the reason: a dead letter loses nothing
+        reason += f" (payload is not JSON: {fields['payload']})"
     with pool.connection() as conn:
         conn.execute(
             "SELECT inbox_dead_letter(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
             (CONSUMER, STREAM, entry_id, event_id, fields.get("topic"), fields.get("key"),
-             json_or_none(fields.get("payload")), json_or_none(fields.get("headers")), reason, sqlstate),
+             payload, json_or_none(fields.get("headers")), reason, sqlstate),
         )
 
 
-def handle(pool, r, entry_id, fields):
+def handle(pool, r, entry_id, raw):
     """Applies, dead-letters or skips one entry, then acknowledges it."""
     global commits
-    if fields is None:  # trimmed from the stream while pending
+    entry_id = entry_id.decode()
+    if raw is None:  # trimmed from the stream while pending
         log.error("dead-lettered %s: the entry was trimmed from the stream before it was applied", entry_id)
         dead_letter(pool, entry_id, {}, "trimmed from the stream while pending")
         r.xack(STREAM, GROUP, entry_id)
         return
-    for attempt in range(1, 1000):
+    fields, invalid = decode(raw)
+    attempt = 0
+    while True:
+        attempt += 1
         try:
-            e = parse(fields)
+            e = parse(fields, invalid)
             new = apply(pool, entry_id, e)
             break
         except Malformed as err:
@@ -172,7 +200,7 @@ def reclaim(pool, r):
     cursor = "0-0"
     while True:
         reply = r.xautoclaim(STREAM, GROUP, WORKER, MIN_IDLE_MS, cursor, count=100)
-        cursor, entries = reply[0], reply[1]
+        cursor, entries = reply[0].decode(), reply[1]
         deleted = reply[2] if len(reply) > 2 else []  # Redis 7: ids trimmed while pending
         if entries or deleted:
             log.info("reclaimed %d pending entries", len(entries) + len(deleted))
@@ -195,7 +223,7 @@ def main():
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
 
-    r = redis.Redis.from_url(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"), decode_responses=True)
+    r = redis.Redis.from_url(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"), decode_responses=False)
     try:
         r.xgroup_create(STREAM, GROUP, id="0", mkstream=True)
     except redis.ResponseError as e:
