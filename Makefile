@@ -18,7 +18,7 @@ OBJS = \
 DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql
 DATA = $(wildcard sql/$(EXTENSION)--*--*.sql)
 
-REGRESS = install emit emit_errors groups feed privileges explain inbox maintain drop
+REGRESS = install emit emit_errors emit_drivers groups feed privileges explain inbox maintain drop
 REGRESS_OPTS = --inputdir=test --outputdir=test --load-extension=$(EXTENSION)
 ISOLATION = xid_order abort_savepoint open_tx prepared two_relays inbox_race maintain_concurrent rewind_leader holders_privacy
 ISOLATION_OPTS = --inputdir=test --outputdir=test/isolation --load-extension=$(EXTENSION)
