@@ -4,9 +4,10 @@
 -- statements without types: the server takes them from the function. That
 -- works only while each name has one signature that takes the call's
 -- arguments; a second outbox_emit_many() taking text[] would make all these
--- calls ambiguous (42725). psycopg sends a Python list of str as text[],
--- for which there is no function (42883): the caller casts ($3::jsonb[]) or
--- sends a list of psycopg's Jsonb. This file pins both.
+-- calls ambiguous (42725). psycopg sends a Python list of str as text[] in
+-- binary parameters (%b), for which there is no function (42883): the
+-- caller casts ($3::jsonb[]) or sends a list of psycopg's Jsonb, which is
+-- jsonb[] in either format. This file pins both.
 \set VERBOSITY terse
 SET client_min_messages = warning;
 TRUNCATE outbox.event;
@@ -20,7 +21,8 @@ EXECUTE untyped_emit('t', NULL, '{"a": 1}', '{"source": "test"}', NULL);
 EXECUTE untyped_many('t', '{k1,NULL}', '{"{\"a\": 2}","{\"a\": 3}"}', '{NULL,"{\"h\": 1}"}', NULL);
 EXECUTE untyped_many3('t', NULL, '{"[4]","5"}');
 
--- text[] payloads, as psycopg sends lists of str: no function without a cast.
+-- text[] payloads, as psycopg sends lists of str in binary: no function
+-- without a cast.
 PREPARE texts(text, text[], text[]) AS SELECT count(*) FROM outbox_emit_many($1, $2, $3);
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 PREPARE texts_cast(text, text[], text[], text[]) AS
