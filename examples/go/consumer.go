@@ -192,7 +192,7 @@ func (c *consumer) handle(entryID string, f entry) error {
 			err = c.deadLetter(ctx, entryID, f, pgErr.Message, &pgErr.Code)
 		case transient(err) && c.stopping.Err() == nil:
 			log.Printf("retrying %s after %v", entryID, err)
-			time.Sleep(time.Duration(min(5000, 100<<attempt)) * time.Millisecond)
+			time.Sleep(time.Duration(100<<min(attempt, 6)) * time.Millisecond)
 			continue
 		default:
 			return err // a fault of ours (privileges, schema): stop, the entry stays pending

@@ -168,7 +168,7 @@ def handle(pool, r, entry_id, raw):
             if stopping:
                 raise
             log.warning("retrying %s after %s", entry_id, str(err).strip().splitlines()[0])
-            time.sleep(min(5.0, 0.1 * 2**attempt))
+            time.sleep(min(5.0, 0.1 * 2 ** min(attempt, 6)))
         except psycopg.Error as err:
             if err.sqlstate == "OB001":
                 # Same event id, another payload: never applied, never silent.
