@@ -21,7 +21,7 @@ DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql
 # that an older version can be installed and updated, as the upgrade test does).
 DATA = $(wildcard sql/$(EXTENSION)--*--*.sql) $(wildcard sql/released/$(EXTENSION)--*.sql)
 
-REGRESS = install emit emit_errors groups feed privileges explain inbox inbox_entries inbox_consumers maintain drop
+REGRESS = install emit emit_errors emit_drivers groups feed privileges explain inbox inbox_entries inbox_consumers maintain drop
 REGRESS_OPTS = --inputdir=test --outputdir=test --load-extension=$(EXTENSION)
 ISOLATION = xid_order abort_savepoint open_tx prepared two_relays inbox_race inbox_isolation maintain_concurrent rewind_leader holders_privacy
 ISOLATION_OPTS = --inputdir=test --outputdir=test/isolation --load-extension=$(EXTENSION)

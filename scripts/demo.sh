@@ -2,7 +2,10 @@
 # pg_outbox demo: a bank records transfers and emits events in the same
 # transaction; the relay publishes them to Redis Streams; a ledger applies
 # each one exactly once through the inbox. Then the five fault windows are
-# injected one after another, and a table says what was observed.
+# injected one after another, and a table says what was observed. Last, the
+# two orders of the feed side by side: a transaction inversion published in
+# commit order and in xid8 order, and a forgotten open transaction that holds
+# the xid8 group but not the commit-ordered ones.
 #
 # Everything runs on throwaway servers on loopback (one PostgreSQL with two
 # databases, "bank" and "ledger", and one Redis), stopped by PID at the end,
@@ -21,7 +24,10 @@ RELAY=build/relay/pg_outbox_relay
 throwaway_workspace demo
 PUBLISHER_PID=
 CONSUMER_PID=
+STEPS_PIDS=()
 stop_all() {
+	local pid
+	for pid in "${STEPS_PIDS[@]}"; do stop_pid "$pid"; done
 	stop_pid "$CONSUMER_PID"
 	stop_pid "$PUBLISHER_PID"
 	stop_servers
@@ -65,12 +71,13 @@ journal() { bank -c "SELECT count(*) FROM journal"; }
 pending() { redis xpending "$STREAM" accounting | head -n 1; }
 
 say "starting PostgreSQL on 127.0.0.1:$PG_PORT and Redis on 127.0.0.1:$REDIS_PORT (throwaway, in $WORK)"
-pg_start "$WORK/pg" "$PG_PORT" "max_prepared_transactions = 10"
+# Preloaded, for commit-ordered groups (the default then).
+pg_start "$WORK/pg" "$PG_PORT" "max_prepared_transactions = 10" "shared_preload_libraries = 'pg_outbox'"
 redis_start "$WORK/redis" "$REDIS_PORT" --appendonly yes --appendfsync always
 
 say "the bank (producer database): accounts, journal, entries, and the outbox"
 psql -X -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -c "CREATE DATABASE bank" -c "CREATE DATABASE ledger"
-bank <<'SQL'
+bank >/dev/null <<'SQL'
 CREATE EXTENSION pg_outbox;
 CREATE ROLE relay LOGIN IN ROLE outbox_relay;
 CREATE TABLE accounts (id int PRIMARY KEY, currency text NOT NULL, balance numeric NOT NULL DEFAULT 0);
@@ -98,6 +105,11 @@ BEGIN
 END
 $$;
 SELECT outbox_group_create('ledger-relay');
+
+-- For the two orders: topic "steps", read by one group in each order.
+CREATE TABLE steps (name text PRIMARY KEY);
+SELECT outbox_group_create('steps-commit', ARRAY['steps'], 'now', 'commit');
+SELECT outbox_group_create('steps-xid8', ARRAY['steps'], 'now', 'xid8');
 SQL
 
 say "the ledger (consumer database): a projection per consumer and currency, fed through the inbox"
@@ -122,9 +134,14 @@ GRANT ALL ON totals, refuse TO ledger_app;
 SELECT inbox_consumer_create('accounting', 'ledger_app');
 SQL
 
-say "relay (publish) and consumer (consume) started"
+say "relay (publish) and consumer (consume) started; two more relays publish the steps groups to demo:<group>"
 start_publisher
 start_consumer
+for group in steps-commit steps-xid8; do
+	"$RELAY" publish --pg "host=127.0.0.1 port=$PG_PORT dbname=bank user=relay" --redis "127.0.0.1:$REDIS_PORT" \
+		--group "$group" --stream 'demo:{group}' --poll-interval 200ms --retry-max 1s >>"$WORK/steps-$group.log" 2>&1 &
+	STEPS_PIDS+=($!)
+done
 
 say "recording $TRANSFERS transfers, each in its own transaction"
 bank -c "DO \$\$ BEGIN FOR i IN 1 .. $TRANSFERS LOOP PERFORM transfer(1 + (i * 7) % 30, 1 + (i * 7 + 3) % 30, 1 + i % 97); COMMIT; END LOOP; END \$\$"
@@ -230,20 +247,63 @@ ledger_totals=$(ledger -c "SELECT string_agg(format('%s %s %s', currency, transf
 record "(end) projection vs journal" "bank: $bank_totals" "ledger: $ledger_totals" \
 	"$([ "$bank_totals" = "$ledger_totals" ]; echo $?)"
 
+# The two orders. A takes its transaction id first; B inserts a row, emits
+# and commits; A reads B's row, emits and commits last.
+say "two orders: A takes its transaction id first, B commits, then A reads B's row and commits"
+# A stream's entries as "key@position key@position ...", and their keys as "key,key".
+entries_of() { redis xrange "$1" - + | awk 'prev == "key" { k = $0 } prev == "position" { printf "%s%s@%s", sep, k, $0; sep = " " } { prev = $0 } END { print "" }'; }
+keys_of() { entries_of "$1" | tr ' ' '\n' | cut -d@ -f1 | paste -sd, -; }
+PGAPPNAME=demo-A psql -X -q -At -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PG_PORT" -U postgres -d bank >/dev/null <<'SQL' &
+BEGIN;
+INSERT INTO steps VALUES ('A');  -- A's transaction id, before B's
+DO $$ BEGIN  -- until B has committed (each EXISTS takes a new snapshot), at most 10 s
+    FOR i IN 1 .. 200 LOOP
+        EXIT WHEN EXISTS (SELECT 1 FROM steps WHERE name = 'B');
+        PERFORM pg_sleep(0.05);
+    END LOOP;
+END $$;
+SELECT outbox_emit('steps', 'A', jsonb_build_object('read', (SELECT array_agg(name) FROM steps WHERE name <> 'A')));
+COMMIT;
+SQL
+a_pid=$!
+wait_for 10 '[ "$(bank -c "SELECT count(*) FROM pg_stat_activity WHERE application_name = '"'demo-A'"' AND backend_xid IS NOT NULL")" = 1 ]' || true
+bank -c "BEGIN" -c "INSERT INTO steps VALUES ('B')" -c "SELECT outbox_emit('steps', 'B', '{}')" -c "COMMIT" >/dev/null
+wait "$a_pid"
+wait_for 10 '[ "$(redis xlen demo:steps-commit)" = 2 ] && [ "$(redis xlen demo:steps-xid8)" = 2 ]' || true
+say "demo:steps-commit (commit order): $(entries_of demo:steps-commit)"
+say "demo:steps-xid8   (xid8 order):   $(entries_of demo:steps-xid8)"
+a_read=$(bank -c "SELECT payload->>'read' FROM outbox.event WHERE topic = 'steps' AND key = 'A'")
+record "A (older xid) commits after B, reading B's row" \
+	"A read $a_read; B committed first" \
+	"commit order $(keys_of demo:steps-commit), xid8 order $(keys_of demo:steps-xid8)" \
+	"$([ "$(keys_of demo:steps-commit)" = B,A ] && [ "$(keys_of demo:steps-xid8)" = A,B ] && [ "$a_read" = '["B"]' ]; echo $?)"
+
 echo
 say "live statistics of the producer, while a forgotten transaction holds the horizon"
-psql -X -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d bank \
-	-c "BEGIN" -c "UPDATE accounts SET balance = balance WHERE id = 1" -c "SELECT pg_sleep(3)" -c "COMMIT" >/dev/null &
+PGAPPNAME=demo-forgotten psql -X -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d bank \
+	-c "BEGIN" -c "UPDATE accounts SET balance = balance WHERE id = 1" -c "SELECT pg_sleep(4)" -c "COMMIT" >/dev/null &
 holder=$!
-sleep 1
+wait_for 10 '[ -n "$(bank -c "SELECT pid FROM pg_stat_activity WHERE application_name = '"'demo-forgotten'"' AND backend_xid IS NOT NULL")" ]' || true
+holder_pid=$(bank -c "SELECT pid FROM pg_stat_activity WHERE application_name = 'demo-forgotten'")
+bank -c "SELECT outbox_emit('steps', 'C', '{}')" >/dev/null
 bank -c "SELECT transfer(9, 12, 15)" >/dev/null
-sleep 0.5
+wait_for 3 '[ "$(redis xlen demo:steps-commit)" = 3 ] && [ "$(applied)" -eq "$(journal)" ]' || true
+sleep 0.5 # the xid8 relay's turn to publish C, if it could
 psql -X -h 127.0.0.1 -p "$PG_PORT" -U postgres -d bank \
-	-c "SELECT group_name, cursor_position, leader_pid IS NOT NULL AS led, waiting, oldest_waiting_age, horizon, held_by_pid, held_for FROM outbox.group_stats" \
+	-c "SELECT group_name, ordering, cursor_position, leader_pid IS NOT NULL AS led, waiting, horizon, commit_horizon, held_by_pid, held_for FROM outbox.group_stats" \
 	-c "SELECT holds_horizon, pid, state, xid_age, left(query, 50) AS query FROM outbox.horizon_holders"
+held=$(bank -c "SELECT string_agg(format('%s %s', group_name, coalesce(held_by_pid::text, '-')), ', ' ORDER BY group_name) FROM outbox.group_stats")
+named=$(bank -c "SELECT pid FROM outbox.horizon_holders WHERE holds_horizon")
+during="C in demo:steps-commit $(redis xlen demo:steps-commit)/3, demo:steps-xid8 $(redis xlen demo:steps-xid8)/3; transfers applied $(applied) of $(journal)"
+delivered_while_held=$([ "$(redis xlen demo:steps-commit)" = 3 ] && [ "$(redis xlen demo:steps-xid8)" = 2 ] && [ "$(applied)" -eq "$(journal)" ]; echo $?)
 wait "$holder"
-wait_for 10 '[ "$(applied)" -eq "$(journal)" ]' || true
-say "once it ended, the held transfer was delivered: $(applied) of $(journal) applied"
+wait_for 10 '[ "$(redis xlen demo:steps-xid8)" = 3 ]' || true
+say "once it ended, the xid8 group published C too: demo:steps-xid8 $(keys_of demo:steps-xid8)"
+record "a forgotten open transaction (pid $holder_pid)" \
+	"held by (group_stats): $held; holder (horizon_holders): $named" \
+	"while open: $during; after: xid8 $(keys_of demo:steps-xid8)" \
+	"$([ "$delivered_while_held" = 0 ] && [ "$held" = "ledger-relay -, steps-commit -, steps-xid8 $holder_pid" ] && [ "$named" = "$holder_pid" ] && [ "$(keys_of demo:steps-xid8)" = A,B,C ]; echo $?)"
+echo
 say "the first stream entries (entry id = feed position)"
 first=$(redis xrange "$STREAM" - + COUNT 1 | head -n 1)
 second=$(redis xrange "$STREAM" "($first" + COUNT 1 | head -n 1)
@@ -255,7 +315,7 @@ psql -X -h 127.0.0.1 -p "$PG_PORT" -U postgres -d ledger \
 	-c "SELECT consumer, entry_id, sqlstate, deliveries, left(reason, 60) AS reason FROM outbox.dead_letters"
 
 echo
-say "fault windows"
+say "fault windows and the two orders"
 {
 	printf 'injection\tdurable afterwards\tobserved\tresult\n'
 	cat "$RESULTS"

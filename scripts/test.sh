@@ -2,7 +2,8 @@
 # Runs all of pg_outbox's tests on a fresh Debian 12 machine: installs what
 # is missing, builds, starts throwaway servers on loopback, runs the
 # pg_regress tests and isolation specs, the relay's unit and integration
-# tests, the demo and a soak test in each order, and ends with one summary line.
+# tests, the demo, the example applications and a soak test in each order,
+# and ends with one summary line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -91,6 +92,17 @@ else
 	failed=$((failed + 1))
 	cat "$log/demo"
 fi
+
+for example in python node go; do
+	say "the $example example (examples/run.sh $example: order service, relay, consumer, on its own servers)"
+	if ./examples/run.sh "$example" >"$log/example" 2>&1; then
+		passed=$((passed + 1))
+		tail -n 14 "$log/example"
+	else
+		failed=$((failed + 1))
+		cat "$log/example"
+	fi
+done
 
 for ordering in commit xid8; do
 	say "the soak test in $ordering order (40 seconds of faults, then the history checker)"
