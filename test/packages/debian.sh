@@ -198,13 +198,13 @@ removed() {
 # Puts back what the packages replaced and removes the user they created.
 restore_machine() {
 	if [ -s "$WORK/backup.tar" ]; then
-		tar -xpf "$WORK/backup.tar" -C /
+		as_root tar -xpf "$WORK/backup.tar" -C /
 	fi
 	if [ ! -e "$WORK/user-existed" ] && getent passwd "$RELAY_USER" >/dev/null; then
-		userdel "$RELAY_USER" 2>/dev/null || true
+		as_root userdel "$RELAY_USER" 2>/dev/null || true
 	fi
 	if [ ! -e "$WORK/group-existed" ] && getent group "$RELAY_USER" >/dev/null; then
-		groupdel "$RELAY_USER" 2>/dev/null || true
+		as_root groupdel "$RELAY_USER" 2>/dev/null || true
 	fi
 }
 
