@@ -50,7 +50,7 @@ endif
 sql/$(EXTENSION)--$(EXTVERSION).sql: sql/$(EXTENSION).sql
 	cp $< $@
 
-.PHONY: test demo bench soak checkver installcheck-preload
+.PHONY: test demo bench soak checkver installcheck-preload deb
 
 # Everything on a fresh Debian 12 machine: packages, build, throwaway servers, tests.
 test:
@@ -58,6 +58,10 @@ test:
 
 demo:
 	./scripts/demo.sh
+
+# Debian packages of the extension and the relay, into build/deb/.
+deb:
+	./scripts/deb.sh
 
 installcheck-preload:
 	$(MAKE) installcheck REGRESS="$(PRELOAD_REGRESS)" ISOLATION="$(PRELOAD_ISOLATION)"
@@ -70,8 +74,11 @@ bench:
 soak:
 	./test/soak/soak.sh
 
-# The version lives in the control file; META.json must agree.
+# The version lives in the control file; META.json and the Debian
+# changelog's latest entry must agree.
 checkver:
 	@grep -q '"version": "$(EXTVERSION)"' META.json || \
 		{ echo "META.json version does not match $(EXTENSION).control ($(EXTVERSION))" >&2; exit 1; }
+	@head -n 1 debian/changelog | grep -q '^pg-outbox ($(EXTVERSION)) ' || \
+		{ echo "debian/changelog's latest version does not match $(EXTENSION).control ($(EXTVERSION))" >&2; exit 1; }
 	@echo "version $(EXTVERSION) consistent"

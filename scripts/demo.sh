@@ -10,6 +10,12 @@
 # Everything runs on throwaway servers on loopback (one PostgreSQL with two
 # databases, "bank" and "ledger", and one Redis), stopped by PID at the end,
 # also on failure or Ctrl-C. Exit status: non-zero if any check failed.
+#
+# It builds and installs the extension and builds the relay from the tree.
+# To run it on what is installed instead (the Debian packages, say):
+#   PG_OUTBOX_SKIP_BUILD=1 PG_OUTBOX_RELAY=/usr/bin/pg_outbox_relay scripts/demo.sh
+# PG_OUTBOX_SKIP_BUILD=1 uses the installed extension; PG_OUTBOX_RELAY names
+# the relay binary to run (default: build/relay/pg_outbox_relay, built).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -17,9 +23,15 @@ cd "$(dirname "$0")/.."
 TRANSFERS=${DEMO_TRANSFERS:-300}
 
 ensure_packages
-build_extension
-build_relay pg_outbox_relay
-RELAY=build/relay/pg_outbox_relay
+if [ -z "${PG_OUTBOX_SKIP_BUILD:-}" ]; then
+	build_extension
+fi
+RELAY=${PG_OUTBOX_RELAY:-}
+if [ -z "$RELAY" ]; then
+	build_relay pg_outbox_relay
+	RELAY=build/relay/pg_outbox_relay
+fi
+say "relay: $RELAY ($("$RELAY" --version)); extension: $(pg_config --sharedir)/extension"
 
 throwaway_workspace demo
 PUBLISHER_PID=

@@ -155,3 +155,36 @@ build_relay() {
 	cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 	cmake --build build -j"$(nproc)" --target "$@" >/dev/null
 }
+
+# Runs a command while holding the lock on system-wide installs of
+# pg_outbox (PG_OUTBOX_INSTALL_LOCK, default /tmp/pg_outbox_ext.lock): the
+# extension's files under PostgreSQL's directories are shared by every
+# build and package on the machine. A caller that already holds the lock
+# (flock FILE make test) keeps it; taking it again would wait forever. The
+# command does not inherit the lock's descriptor (flock -o), so servers it
+# leaves behind cannot keep the lock.
+with_install_lock() {
+	local lock=${PG_OUTBOX_INSTALL_LOCK:-/tmp/pg_outbox_ext.lock}
+	if install_lock_held "$lock"; then
+		"$@"
+	else
+		flock -o "$lock" "$@"
+	fi
+}
+
+# True when the lock file is flock()ed by this process or one of its
+# ancestors (/proc/locks names the process that took a lock).
+install_lock_held() {
+	local lock=$1 inode holders pid=$$
+	[ -e "$lock" ] || return 1
+	inode=$(stat -c %i "$lock")
+	holders=$(awk -v ino="$inode" '$2 == "FLOCK" { n = split($6, f, ":"); if (f[n] == ino) print $5 }' /proc/locks)
+	[ -n "$holders" ] || return 1
+	while [ -n "$pid" ] && [ "$pid" -gt 1 ]; do
+		if grep -qx "$pid" <<<"$holders"; then
+			return 0
+		fi
+		pid=$(awk '/^PPid:/ { print $2 }' "/proc/$pid/status" 2>/dev/null || true)
+	done
+	return 1
+}

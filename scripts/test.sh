@@ -2,8 +2,9 @@
 # Runs all of pg_outbox's tests on a fresh Debian 12 machine: installs what
 # is missing, builds, starts throwaway servers on loopback, runs the
 # pg_regress tests and isolation specs, the relay's unit and integration
-# tests, the demo, the example applications and a soak test in each order,
-# and ends with one summary line.
+# tests, the demo, the example applications, the Debian packages (built,
+# installed, the demo on them, removed) and a soak test in each order, and
+# ends with one summary line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -103,6 +104,15 @@ for example in python node go; do
 		cat "$log/example"
 	fi
 done
+
+say "Debian packages: build, install, the demo on the installed files, remove (holding the install lock)"
+./test/packages/debian.sh >"$log/packages" 2>&1 || true
+grep -E '^(ok|not ok) |^    ' "$log/packages" || true
+passed=$((passed + $(grep -cE '^ok ' "$log/packages" || true)))
+failed=$((failed + $(grep -cE '^not ok ' "$log/packages" || true)))
+if ! grep -qE '^[0-9]+ passed, 0 failed$' "$log/packages"; then
+	grep -qE '^not ok ' "$log/packages" || { failed=$((failed + 1)); cat "$log/packages"; }
+fi
 
 for ordering in commit xid8; do
 	say "the soak test in $ordering order (40 seconds of faults, then the history checker)"
