@@ -4,6 +4,8 @@
 
 #include <exception>
 
+#include "pg_outbox/service.hpp"
+
 namespace pg_outbox {
 
 namespace {
@@ -39,7 +41,10 @@ void LagProbe::run() {
 
 void LagProbe::measure() {
     try {
-        if (!pg_ || !pg_->ok()) pg_.emplace(conninfo_, "pg_outbox_relay lag " + group_);
+        if (!pg_ || !pg_->ok()) {
+            pg_.emplace(conninfo_, "pg_outbox_relay lag " + group_);
+            use_extension(*pg_);
+        }
         auto r = pg_->exec(kLagSql, {group_});
         if (r.rows() > 0 && !r.is_null(0, 0)) metrics_.lag_events = std::stoll(std::string(r.get(0, 0)));
         if (failing_) spdlog::info("measuring the backlog of group \"{}\" again", group_);

@@ -538,9 +538,11 @@ std::map<std::string, std::string> Publisher::write_with_script(const Shares& sh
             const Event& bad = *per_stream[s][w + a];
             if (reply_text(r->element[2]).rfind("PGOUTBOX_FOREIGN", 0) == 0)
                 spdlog::error("stream \"{}\" holds an entry this group did not write at or above {}: the event {} "
-                              "cannot be appended at its position, and is not skipped; remove the foreign entries "
-                              "or publish to another stream (--stream)",
-                              keys[s], bad.position, bad.event_id);
+                              "cannot be appended at its position, and is not skipped; if this database was "
+                              "restored into another cluster or failed over to one with an older history, run "
+                              "outbox_reanchor('{}'); otherwise remove the foreign entries or publish to another "
+                              "stream (--stream)",
+                              keys[s], bad.position, bad.event_id, config_.group);
             failure.emplace(RedisError::Kind::reply,
                             std::string(reply_text(r->element[2])) + " (event " + bad.event_id + " at " +
                                 bad.position + " to stream \"" + keys[s] + "\")");

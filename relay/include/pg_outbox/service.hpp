@@ -15,6 +15,14 @@
 
 namespace pg_outbox {
 
+// Finds pg_outbox in the connection's database and makes its schema the
+// first of the session's search_path, so that the relay's calls resolve
+// wherever CREATE EXTENSION ... SCHEMA put the extension (the rest of the
+// search_path stays, for a consume handler's own names). Throws
+// ConfigError when the database has no pg_outbox, or another version than
+// this relay's.
+void use_extension(PgConnection& pg);
+
 class Service {
 public:
     virtual ~Service() = default;
