@@ -51,24 +51,26 @@ installcheck_on regress installcheck
 say "commit-order tests on a throwaway cluster that preloads pg_outbox"
 installcheck_on preload installcheck-preload -o shared_preload_libraries=pg_outbox
 
-# Runs an operations test script (test/ops) on a throwaway cluster that
-# preloads pg_outbox; it prints an "ok" or "not ok" line per check.
-ops_test() {
-	local script=$1
-	pg_virtualenv -v 15 -o max_prepared_transactions=10 -o shared_preload_libraries=pg_outbox \
-		bash "$script" >"$log/ops" 2>&1 || true
-	grep -E '^(ok|not ok) ' "$log/ops" || cat "$log/ops"
-	passed=$((passed + $(grep -cE '^ok ' "$log/ops" || true)))
-	failed=$((failed + $(grep -cE '^not ok ' "$log/ops" || true)))
-	if ! grep -qE '^[0-9]+ passed, 0 failed$' "$log/ops"; then
-		grep -qE '^not ok ' "$log/ops" || failed=$((failed + 1))
-		cat "$log/ops"
+# Runs a test script that prints an "ok" or "not ok" line per check and
+# ends with "N passed, N failed", and adds up its checks (one failure more
+# when it ended otherwise): tap_step NAME COMMAND [ARG ...].
+tap_step() {
+	local name=$1
+	shift
+	"$@" >"$log/$name" 2>&1 || true
+	grep -E '^(ok|not ok) |^#   ' "$log/$name" || true
+	passed=$((passed + $(grep -cE '^ok ' "$log/$name" || true)))
+	failed=$((failed + $(grep -cE '^not ok ' "$log/$name" || true)))
+	if ! grep -qE '^[0-9]+ passed, 0 failed$' "$log/$name"; then
+		grep -qE '^not ok ' "$log/$name" || failed=$((failed + 1))
+		cat "$log/$name"
 	fi
 }
 
 for script in test/ops/*.sh; do
-	say "operations: $script on a throwaway cluster"
-	ops_test "$script"
+	say "operations: $script on a throwaway cluster that preloads pg_outbox"
+	tap_step ops pg_virtualenv -v 15 -o max_prepared_transactions=10 -o shared_preload_libraries=pg_outbox \
+		bash "$script"
 done
 
 say "relay: build, unit tests, integration tests (own PostgreSQL and Redis per test)"
@@ -94,6 +96,9 @@ else
 	cat "$log/demo"
 fi
 
+say "the README's getting-started sequence, as written (test/readme.sh)"
+tap_step readme ./test/readme.sh
+
 for example in python node go; do
 	say "the $example example (examples/run.sh $example: order service, relay, consumer, on its own servers)"
 	if ./examples/run.sh "$example" >"$log/example" 2>&1; then
@@ -106,13 +111,7 @@ for example in python node go; do
 done
 
 say "Debian packages: build, install, the demo on the installed files, remove (holding the install lock)"
-./test/packages/debian.sh >"$log/packages" 2>&1 || true
-grep -E '^(ok|not ok) |^    ' "$log/packages" || true
-passed=$((passed + $(grep -cE '^ok ' "$log/packages" || true)))
-failed=$((failed + $(grep -cE '^not ok ' "$log/packages" || true)))
-if ! grep -qE '^[0-9]+ passed, 0 failed$' "$log/packages"; then
-	grep -qE '^not ok ' "$log/packages" || { failed=$((failed + 1)); cat "$log/packages"; }
-fi
+tap_step packages ./test/packages/debian.sh
 
 for ordering in commit xid8; do
 	say "the soak test in $ordering order (40 seconds of faults, then the history checker)"
