@@ -113,7 +113,8 @@ while IFS=$'\t' read -r n kind where role; do
 		report $? "README block $n: SQL in $where${role:+ as $role}"
 		;;
 	sh)
-		local_command "$block" >"$WORK/$n.sh"
+		# exec: the command itself is the process started, and stopped.
+		{ printf 'exec '; local_command "$block"; } >"$WORK/$n.sh"
 		bash "$WORK/$n.sh" >"$WORK/$n.log" 2>&1 &
 		BACKGROUND+=($!)
 		sleep 1
