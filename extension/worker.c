@@ -72,6 +72,9 @@ PG_FUNCTION_INFO_V1(outbox_maintenance_wake);
 
 int			pg_outbox_maintenance_interval = OUTBOX_DEFAULT_MAINTENANCE_INTERVAL;
 
+/* pg_outbox.background_maintenance: off in a database, its runs do nothing. */
+static bool BackgroundMaintenance = true;
+
 /* What the launcher and the workers share. */
 typedef struct OutboxLauncherShared
 {
@@ -164,6 +167,15 @@ OutboxWorkerInit(void)
 							PGC_SIGHUP,
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("pg_outbox.background_maintenance",
+							 "Whether the background workers maintain this database.",
+							 "Set per database (ALTER DATABASE ... SET): off, the database is maintained only by outbox_maintain() calls, from a relay or a scheduler.",
+							 &BackgroundMaintenance,
+							 true,
+							 PGC_SUSET,
+							 0,
+							 NULL, NULL, NULL);
 
 	/* Background workers and shared memory are set up while preloading only. */
 	if (!process_shared_preload_libraries_in_progress)
@@ -496,6 +508,10 @@ OutboxMaintenanceWorkerMain(Datum main_arg)
 
 	OutboxWorkerSignals();
 	BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(main_arg), InvalidOid, 0);
+
+	/* The database's own settings apply by now (ALTER DATABASE ... SET). */
+	if (!BackgroundMaintenance)
+		proc_exit(0);
 
 	PG_TRY();
 	{

@@ -48,6 +48,9 @@ installcheck_on() {
 say "pg_regress and isolation specs on a throwaway cluster"
 installcheck_on regress installcheck
 
+say "the same on a cluster set up as the README recommends (pg_outbox preloaded)"
+installcheck_on regress-preloaded installcheck -o shared_preload_libraries=pg_outbox
+
 say "commit-order tests on a throwaway cluster that preloads pg_outbox"
 installcheck_on preload installcheck-preload -o shared_preload_libraries=pg_outbox
 

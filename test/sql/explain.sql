@@ -5,7 +5,7 @@
 SET client_min_messages = warning;
 
 TRUNCATE outbox.event;
-SELECT outbox_group_create('explain', start_at => 'beginning');
+SELECT outbox_group_create('explain', start_at => 'beginning', ordering => 'xid8');
 
 -- A backlog of 100,000 events in 100 transactions, then 100,000 more in
 -- one transaction: with a single transaction id, the row comparison's

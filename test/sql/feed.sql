@@ -13,8 +13,8 @@ END
 $$;
 
 TRUNCATE outbox.event;
-SELECT outbox_group_create('all');
-SELECT outbox_group_create('payments-only', ARRAY['payments']);
+SELECT outbox_group_create('all', ordering => 'xid8');
+SELECT outbox_group_create('payments-only', ARRAY['payments'], ordering => 'xid8');
 
 -- Three transactions, one aborted.
 BEGIN;
@@ -169,8 +169,8 @@ SELECT group_name, cursor_position ~ '^[0-9]+-0$' AS cursor_ok, leader_pid = pg_
 -- feed order: after every position and the cursor, at several batch
 -- sizes, with and without a topic filter. Returns the comparisons made and
 -- how many differed.
-SELECT outbox_group_create('head', start_at => 'now');
-SELECT outbox_group_create('head_bc', topics => ARRAY['b', 'c'], start_at => 'now');
+SELECT outbox_group_create('head', start_at => 'now', ordering => 'xid8');
+SELECT outbox_group_create('head_bc', topics => ARRAY['b', 'c'], start_at => 'now', ordering => 'xid8');
 BEGIN;
 SELECT count(*) FROM outbox_emit_many('a', NULL, ARRAY['1', '2']::jsonb[]);
 SELECT count(*) FROM outbox_emit_many('b', NULL, ARRAY['3', '4', '5']::jsonb[]);
@@ -215,10 +215,11 @@ SELECT pg_temp.try($$SELECT * FROM outbox_fetch('all', 1, NULL, '-1 s')$$);
 SELECT pg_temp.try($$SELECT * FROM outbox_fetch('all', 1, NULL, '2 hours')$$);
 SELECT pg_temp.try($$SELECT * FROM outbox_fetch('all', 1, NULL, '10.001 s')$$);
 SELECT pg_temp.try($$SELECT * FROM outbox_fetch('all', 1, NULL, '1 day')$$);
-SELECT outbox_group_create('no_wait', start_at => 'now');
+SELECT outbox_group_create('no_wait', start_at => 'now', ordering => 'xid8');
 SELECT clock_timestamp() AS t0 \gset
-SELECT count(*) FROM outbox_fetch('no_wait', 10, NULL, '10 s');
-SELECT clock_timestamp() - :'t0' < '8 s' AS returned_at_once;
+SELECT count(*) FROM outbox_fetch('no_wait', 10, NULL, '3 s');
+-- (Preloaded, as on a server set up as the README recommends, it waits.)
+SELECT (clock_timestamp() - :'t0' < '2 s') = NOT outbox.commit_order_available() AS returned_at_once_unless_preloaded;
 SELECT outbox_group_drop('no_wait');
 
 -- A batch's rows are kept in memory of the session that outlives the

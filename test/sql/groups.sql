@@ -11,9 +11,9 @@ EXCEPTION WHEN OTHERS THEN
 END
 $$;
 
-SELECT outbox_group_create('billing-relay');
-SELECT outbox_group_create('audit', ARRAY['orders', 'payments'], 'beginning');
-SELECT outbox_group_create('shard.0:a_b');
+SELECT outbox_group_create('billing-relay', ordering => 'xid8');
+SELECT outbox_group_create('audit', ARRAY['orders', 'payments'], 'beginning', 'xid8');
+SELECT outbox_group_create('shard.0:a_b', ordering => 'xid8');
 
 -- 'now' starts at the horizon, 'beginning' at zero; no group is led yet.
 SELECT name, topics, cursor_txid > '0' AND cursor_txid <= outbox.horizon() AS from_now, cursor_seq,

@@ -119,7 +119,7 @@ SELECT pg_temp.try($$SELECT inbox_replay(424242, 'SELECT 1')$$);
 
 -- Retention drops whole inbox partitions older than inbox_retention, never
 -- the current ones.
-SELECT outbox.inbox_premake_partitions() AS premade;
+SELECT outbox.inbox_premake_partitions() >= 0 AS premade;  -- unless background maintenance did
 SELECT count(*) >= 4 AS premade FROM pg_inherits WHERE inhparent = 'outbox.inbox'::regclass;
 CREATE TABLE outbox.inbox_20000101 PARTITION OF outbox.inbox
     FOR VALUES FROM ('2000-01-01 00:00+00') TO ('2000-01-02 00:00+00');

@@ -19,7 +19,7 @@ CREATE ROLE regress_outbox_admin IN ROLE outbox_admin;
 CREATE ROLE regress_outbox_nobody;
 
 TRUNCATE outbox.event;
-SELECT outbox_group_create('priv');
+SELECT outbox_group_create('priv', ordering => 'xid8');
 
 -- The calls each role might make.
 CREATE TEMP TABLE calls (n int, q text);
