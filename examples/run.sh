@@ -121,7 +121,7 @@ field() { # field NAME: a field's value from an entry printed by redis-cli, on s
 say "starting PostgreSQL on 127.0.0.1:$PG_PORT and Redis on 127.0.0.1:$REDIS_PORT (throwaway, in $WORK)"
 pg_start "$WORK/pg" "$PG_PORT"
 redis_start "$WORK/redis" "$REDIS_PORT"
-psql_as postgres postgres -f "examples/$example/setup.sql" >/dev/null
+psql_as postgres postgres -f examples/setup.sql >/dev/null
 
 say "relay (publish) started; the consumer starts and will die after its commit number $CRASH_AFTER, before XACK"
 "$RELAY" publish --pg "host=127.0.0.1 port=$PG_PORT dbname=shop user=relay" --redis "127.0.0.1:$REDIS_PORT" \

@@ -11,19 +11,7 @@
 # "ok" / "not ok" line per check and exits non-zero if any failed.
 set -uo pipefail
 
-failed=0
-n=0
-check() {
-	local what=$1
-	shift
-	n=$((n + 1))
-	if "$@"; then
-		echo "ok $n - $what"
-	else
-		echo "not ok $n - $what"
-		failed=$((failed + 1))
-	fi
-}
+. "$(dirname "$0")/tap.bash"
 q() { psql -X -q -At -v ON_ERROR_STOP=1 -d "$@"; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -120,5 +108,4 @@ for way in custom single plain; do
 	check "restore ($way): emitting and fetching work" fetches_new "$db"
 done
 
-echo "$((n - failed)) passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

@@ -9,21 +9,8 @@
 # check and exits non-zero if any failed.
 set -uo pipefail
 
-failed=0
-n=0
-check() {
-	local what=$1
-	shift
-	n=$((n + 1))
-	if "$@"; then
-		echo "ok $n - $what"
-	else
-		echo "not ok $n - $what"
-		failed=$((failed + 1))
-	fi
-}
+. "$(dirname "$0")/tap.bash"
 q() { psql -X -q -At -v ON_ERROR_STOP=1 -d ledger "$@"; }
-eq() { [ "$1" = "$2" ] || { echo "# got '$1', want '$2'" >&2; return 1; }; }
 
 createdb ledger
 q -c "CREATE EXTENSION pg_outbox" -c "UPDATE outbox.config SET inbox_retention = '2 days'" >/dev/null
@@ -70,5 +57,4 @@ check "day 6: the default partition stays empty" eq "$(q -c "SELECT count(*) FRO
 check "day 6: the rows of the days kept are there" eq "$(q -c "SELECT count(*) FROM outbox.inbox")" 4
 check "a bad pg_outbox.today is refused" bash -c "! psql -X -q -d ledger -c \"SET pg_outbox.today = 'tomorrow'\" 2>/dev/null"
 
-echo "$((n - failed)) passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

@@ -12,21 +12,8 @@
 # line per check and exits non-zero if any failed.
 set -uo pipefail
 
-failed=0
-n=0
-check() {
-	local what=$1
-	shift
-	n=$((n + 1))
-	if "$@"; then
-		echo "ok $n - $what"
-	else
-		echo "not ok $n - $what"
-		failed=$((failed + 1))
-	fi
-}
+. "$(dirname "$0")/tap.bash"
 q() { psql -X -q -At -v ON_ERROR_STOP=1 -d "$@"; }
-eq() { [ "$1" = "$2" ] || { echo "# got '$1', want '$2'" >&2; return 1; }; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -136,5 +123,4 @@ SQL
 		eq "$(q "$db" -c "SELECT count(*) FROM outbox_emit('t', 'after', '{}')" -c "SELECT 1" | tail -1)" 1
 done
 
-echo "$((n - failed)) passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

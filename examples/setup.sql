@@ -1,5 +1,5 @@
--- The example's two databases, run once by a superuser:
---   psql -v ON_ERROR_STOP=1 -d postgres -f setup.sql
+-- The examples' two databases (the same for every language), run once by a superuser:
+--   psql -v ON_ERROR_STOP=1 -d postgres -f examples/setup.sql
 -- "shop" is the order service's database (the producer), "reports" the
 -- reporting service's (the consumer). Each service logs in as its own role.
 
