@@ -101,16 +101,6 @@ start_consumer() { # start_consumer WORKER [VAR=value ...]
 		MIN_IDLE_MS=1000 CLAIM_INTERVAL_MS=500 "$@" "${consumer[@]}" >>"$WORK/consumer.log" 2>&1 &
 	CONSUMER_PID=$!
 }
-# Waits until a condition (a shell command) holds, for at most $1 seconds.
-wait_for() {
-	local seconds=$1 i
-	shift
-	for i in $(seq 1 $((seconds * 10))); do
-		if eval "$@"; then return 0; fi
-		sleep 0.1
-	done
-	return 1
-}
 committed() { shop -c "SELECT count(*) FROM orders"; }
 applied() { reports -c "SELECT count(*) FROM applied_orders"; }
 pending() { redis xpending "$STREAM" reports | head -n 1; }

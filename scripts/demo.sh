@@ -68,16 +68,6 @@ start_consumer() {
 		--handler "$HANDLER" --block 200ms --min-idle 1s --claim-interval 500ms --retry-max 1s >>"$WORK/consumer.log" 2>&1 &
 	CONSUMER_PID=$!
 }
-# Waits until a condition (a shell command) holds, for at most $1 seconds.
-wait_for() {
-	local seconds=$1 i
-	shift
-	for i in $(seq 1 $((seconds * 10))); do
-		if eval "$@"; then return 0; fi
-		sleep 0.1
-	done
-	return 1
-}
 applied() { ledger -c "SELECT coalesce(sum(transfers), 0) FROM totals"; }
 journal() { bank -c "SELECT count(*) FROM journal"; }
 pending() { redis xpending "$STREAM" accounting | head -n 1; }

@@ -188,3 +188,14 @@ install_lock_held() {
 	done
 	return 1
 }
+
+# Waits until a condition (a shell command) holds, for at most $1 seconds.
+wait_for() {
+	local seconds=$1 i
+	shift
+	for i in $(seq 1 $((seconds * 10))); do
+		if eval "$@"; then return 0; fi
+		sleep 0.1
+	done
+	return 1
+}
