@@ -490,6 +490,14 @@ OutboxRunMaintenance(void)
 	SPI_finish();
 	PopActiveSnapshot();
 	CommitTransactionCommand();
+
+	/*
+	 * The run held a transaction id, and with it the xid8 horizon: a
+	 * relay sleeping in outbox_fetch() that a commit woke meanwhile found
+	 * its events still above the horizon and went back to sleep. Now that
+	 * the run has ended, the horizon may have passed them.
+	 */
+	OutboxWakeSleepers();
 	pgstat_report_stat(false);
 	pgstat_report_activity(STATE_IDLE, NULL);
 	return installed;
