@@ -10,6 +10,7 @@
 #include "catalog/namespace.h"
 #include "fmgr.h"
 #include "utils/lsyscache.h"
+#include "utils/datetime.h"
 #include "utils/guc.h"
 
 #include "pg_outbox.h"
@@ -24,24 +25,37 @@ bool		pg_outbox_notify = true;
 /* pg_outbox.today, read by outbox.inbox_today() in SQL */
 static char *pg_outbox_today = NULL;
 
-/* pg_outbox.today is empty or a date written YYYY-MM-DD. */
+/* pg_outbox.today is empty or a valid date written YYYY-MM-DD. */
 static bool
 OutboxCheckToday(char **newval, void **extra, GucSource source)
 {
 	const char *v = *newval;
 	int			i;
+	int			year,
+				month,
+				day,
+				y,
+				m,
+				d;
 
 	if (v == NULL || v[0] == '\0')
 		return true;
 	for (i = 0; i < 10; i++)
 		if (i == 4 || i == 7 ? v[i] != '-' : !isdigit((unsigned char) v[i]))
-		{
-			GUC_check_errdetail("pg_outbox.today is a date written YYYY-MM-DD, or empty.");
-			return false;
-		}
-	if (v[10] != '\0')
+			break;
+	if (i < 10 || v[10] != '\0')
 	{
 		GUC_check_errdetail("pg_outbox.today is a date written YYYY-MM-DD, or empty.");
+		return false;
+	}
+	year = atoi(v);
+	month = atoi(v + 5);
+	day = atoi(v + 8);
+	/* A day that does not exist comes back from the Julian day as another. */
+	j2date(date2j(year, month, day), &y, &m, &d);
+	if (month < 1 || month > 12 || day < 1 || y != year || m != month || d != day)
+	{
+		GUC_check_errdetail("%s is not a day of the calendar.", v);
 		return false;
 	}
 	return true;

@@ -55,6 +55,9 @@ done
 check "day 6: partitions ahead, those past retention (2 days) dropped" eq "$(days)" "4,5,6,7,8,9,30"
 check "day 6: the default partition stays empty" eq "$(q -c "SELECT count(*) FROM outbox.inbox_default")" 0
 check "day 6: the rows of the days kept are there" eq "$(q -c "SELECT count(*) FROM outbox.inbox")" 4
-check "a bad pg_outbox.today is refused" bash -c "! psql -X -q -d ledger -c \"SET pg_outbox.today = 'tomorrow'\" 2>/dev/null"
+for bad in tomorrow 2026-13-01 2026-02-30 2026-1-1 "2026-01-01 " "2026-01-01x"; do
+	check "pg_outbox.today = '$bad' is refused" bash -c "! psql -X -q -d ledger -c \"SET pg_outbox.today = '$bad'\" 2>/dev/null"
+done
+check "pg_outbox.today = '2028-02-29' is a day" psql -X -q -d ledger -c "SET pg_outbox.today = '2028-02-29'"
 
 finish
