@@ -20,7 +20,39 @@ std::int64_t now_ms() {
         .count();
 }
 
+constexpr std::string_view kRedisCodes[] = {"BUSY",    "ERR",    "EXECABORT", "LOADING",  "MASTERDOWN", "MISCONF",
+                                            "NOGROUP", "NOPERM", "NOSCRIPT",  "READONLY", "OOM",        "WRONGTYPE"};
+
+std::vector<std::string> kinds_of(std::initializer_list<std::string> own) {
+    std::vector<std::string> kinds(own);
+    kinds.push_back("redis_io");
+    for (const auto code : kRedisCodes) kinds.push_back("redis_" + std::string(code));
+    kinds.push_back("redis_other");
+    return kinds;
+}
+
 }  // namespace
+
+const std::vector<std::string>& error_kinds(std::string_view mode) {
+    static const auto publish = kinds_of({"pg", "maintenance"});
+    static const auto consume = kinds_of({"pg", "pg_configuration", "pg_transient"});
+    return mode == "consume" ? consume : publish;
+}
+
+std::string redis_error_kind(std::string_view code) {
+    if (code == "io") return "redis_io";
+    for (const auto known : kRedisCodes)
+        if (code == known) return "redis_" + std::string(code);
+    return "redis_other";
+}
+
+Metrics::Metrics(std::string mode, std::string group, std::chrono::milliseconds stuck_after, std::string consumer)
+    : mode_(std::move(mode)), stuck_after_(stuck_after) {
+    labels_ = "mode=\"" + prometheus_label_value(mode_) + "\"";
+    if (mode_ == "consume") labels_ += ",consumer=\"" + prometheus_label_value(consumer) + "\"";
+    labels_ += ",group=\"" + prometheus_label_value(group) + "\"";
+    for (const auto& kind : error_kinds(mode_)) errors_[kind] = 0;
+}
 
 std::string prometheus_label_value(std::string_view value) {
     std::string out;
@@ -38,6 +70,11 @@ void Metrics::count_error(const std::string& kind) {
     std::lock_guard lock(errors_mutex_);
     ++errors_[kind];
     last_error_ = kind;
+}
+
+void Metrics::caught_up() {
+    waiting_since_ms_ = 0;
+    lag_seconds = 0;
 }
 
 void Metrics::heartbeat() { last_heartbeat_ms_.store(now_ms()); }
@@ -82,8 +119,7 @@ Metrics::Health Metrics::health(std::chrono::seconds max_silence) const {
 
 std::string Metrics::render() const {
     std::ostringstream out;
-    const std::string labels =
-        "mode=\"" + prometheus_label_value(mode_) + "\",group=\"" + prometheus_label_value(group_) + "\"";
+    const std::string& labels = labels_;
     auto metric = [&](const char* name, const char* type, const char* help, auto value) {
         out << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n'
             << name << '{' << labels << "} " << value << '\n';
@@ -139,10 +175,14 @@ std::string Metrics::render() const {
         << "pg_outbox_relay_redis_batches_total{" << labels << ",path=\"transaction\"} " << transaction_batches.load()
         << '\n'
         << "pg_outbox_relay_redis_batches_total{" << labels << ",path=\"script\"} " << script_batches.load() << '\n';
-    metric("pg_outbox_relay_lag_events", "gauge", "Events waiting below the horizon (-1 when unknown).",
-           lag_events.load());
-    metric("pg_outbox_relay_lag_seconds", "gauge", "Age of the oldest event of the last batch at publication.",
-           lag_seconds.load());
+    // Counted by the leader only: a standby (or a leader before its first
+    // count) leaves the series out, so that a sum over relays is the
+    // group's backlog.
+    if (const auto lag = lag_events.load(); leader.load() && lag >= 0)
+        metric("pg_outbox_relay_lag_events", "gauge", "Events waiting below the horizon, counted by the leader.",
+               lag);
+    metric("pg_outbox_relay_lag_seconds", "gauge",
+           "Age of the oldest event of the last batch at publication; 0 when the feed is empty.", lag_seconds.load());
     metric("pg_outbox_relay_pg_rtt_seconds", "gauge", "Duration of the last feed fetch.", pg_rtt_seconds.load());
     metric("pg_outbox_relay_redis_rtt_seconds", "gauge", "Duration of the last pipelined batch.",
            redis_rtt_seconds.load());

@@ -118,7 +118,7 @@ int Service::run() {
             on_pg_lost();
             pause(backoff_.next());
         } catch (const RedisError& e) {
-            metrics_.count_error(e.kind() == RedisError::Kind::io ? "redis_io" : "redis_" + e.code());
+            metrics_.count_error(redis_error_kind(e.code()));
             spdlog::warn("Redis: {}; retrying, nothing is skipped", e.what());
             if (e.kind() == RedisError::Kind::io) {
                 redis_.reset();

@@ -6,6 +6,8 @@
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -116,4 +118,111 @@ TEST(Log, TextLinesCannotBeForged) {
     ASSERT_FALSE(text.empty());
     EXPECT_EQ(text.find('\n'), text.size() - 1) << text;
     EXPECT_NE(text.find("info consumer \"evil\"} 1\\nfake_series"), std::string::npos) << text;
+}
+
+namespace {
+
+// The value of a series in a rendered text, or nullopt when it is absent.
+std::optional<std::string> sample(const std::string& text, const std::string& series) {
+    const auto at = text.find("\n" + series + " ");
+    if (at == std::string::npos) return std::nullopt;
+    const auto from = at + series.size() + 2;
+    return text.substr(from, text.find('\n', from) - from);
+}
+
+}  // namespace
+
+// Every error kind a mode counts is a series from the start, at 0: an
+// alert on rate() sees the first error.
+TEST(Metrics, EveryErrorKindIsExposedFromTheStart) {
+    for (const char* mode : {"publish", "consume"}) {
+        Metrics m(mode, "g", 0ms, "c");
+        const auto text = m.render();
+        const auto& kinds = error_kinds(mode);
+        const std::string labels = std::string("{mode=\"") + mode + "\"" +
+                                   (std::string(mode) == "consume" ? ",consumer=\"c\"" : "") + ",group=\"g\"";
+        EXPECT_GE(kinds.size(), 4u);
+        for (const auto& kind : kinds)
+            EXPECT_EQ(sample(text, "pg_outbox_relay_errors_total" + labels + ",kind=\"" + kind + "\"}"), "0")
+                << mode << ' ' << kind;
+        EXPECT_NE(std::find(kinds.begin(), kinds.end(), "pg"), kinds.end());
+        EXPECT_NE(std::find(kinds.begin(), kinds.end(), "redis_io"), kinds.end());
+        EXPECT_NE(std::find(kinds.begin(), kinds.end(), "redis_other"), kinds.end());
+    }
+    const auto& publish = error_kinds("publish");
+    EXPECT_NE(std::find(publish.begin(), publish.end(), "maintenance"), publish.end());
+    const auto& consume = error_kinds("consume");
+    EXPECT_NE(std::find(consume.begin(), consume.end(), "pg_configuration"), consume.end());
+    EXPECT_NE(std::find(consume.begin(), consume.end(), "pg_transient"), consume.end());
+}
+
+// Redis error codes map onto a fixed set of kinds.
+TEST(Metrics, RedisErrorKindsAreAFixedSet) {
+    EXPECT_EQ(redis_error_kind("io"), "redis_io");
+    EXPECT_EQ(redis_error_kind("OOM"), "redis_OOM");
+    EXPECT_EQ(redis_error_kind("WRONGTYPE"), "redis_WRONGTYPE");
+    EXPECT_EQ(redis_error_kind("READONLY"), "redis_READONLY");
+    EXPECT_EQ(redis_error_kind("XINFO"), "redis_other");
+    EXPECT_EQ(redis_error_kind("other"), "redis_other");
+    for (const char* mode : {"publish", "consume"}) {
+        const auto& kinds = error_kinds(mode);
+        for (const char* code : {"io", "OOM", "BUSY", "NOSCRIPT", "WRONGTYPE", "ANYTHING"})
+            EXPECT_NE(std::find(kinds.begin(), kinds.end(), redis_error_kind(code)), kinds.end()) << code;
+    }
+    Metrics m("publish", "g");
+    m.count_error(redis_error_kind("OOM"));
+    m.count_error(redis_error_kind("OOM"));
+    EXPECT_EQ(sample(m.render(), "pg_outbox_relay_errors_total{mode=\"publish\",group=\"g\",kind=\"redis_OOM\"}"), "2");
+}
+
+// An empty feed has no lag: lag_seconds goes to 0 when a fetch returns
+// nothing, instead of keeping the last batch's age.
+TEST(Metrics, LagSecondsIsZeroWhenTheFeedIsEmpty) {
+    Metrics m("publish", "g");
+    m.leader = true;
+    m.lag_seconds = 1.54;
+    m.batch_waiting();
+    EXPECT_EQ(sample(m.render(), "pg_outbox_relay_lag_seconds{mode=\"publish\",group=\"g\"}"), "1.54");
+    m.caught_up();
+    EXPECT_EQ(sample(m.render(), "pg_outbox_relay_lag_seconds{mode=\"publish\",group=\"g\"}"), "0");
+}
+
+// lag_events comes from the leader only: a standby, or a leader before
+// its first count, leaves the series out (a sum over relays is the
+// backlog); the leader gauge is always there to select on.
+TEST(Metrics, LagEventsOnlyFromTheLeader) {
+    Metrics m("publish", "g");
+    const std::string lag = "pg_outbox_relay_lag_events{mode=\"publish\",group=\"g\"}";
+    const std::string leader = "pg_outbox_relay_leader{mode=\"publish\",group=\"g\"}";
+    EXPECT_EQ(sample(m.render(), lag), std::nullopt);
+    EXPECT_EQ(sample(m.render(), leader), "0");
+    m.lag_events = 12;
+    EXPECT_EQ(sample(m.render(), lag), std::nullopt) << "a standby";
+    m.leader = true;
+    EXPECT_EQ(sample(m.render(), lag), "12");
+    EXPECT_EQ(sample(m.render(), leader), "1");
+    m.lag_events = -1;
+    EXPECT_EQ(sample(m.render(), lag), std::nullopt) << "not counted yet";
+    EXPECT_EQ(m.render().find("} -1\n"), std::string::npos);
+}
+
+// Consume mode labels the inbox identity (consumer) and the Redis
+// consumer group (group) apart; publish mode has no consumer label.
+TEST(Metrics, ConsumeLabelsConsumerAndGroup) {
+    Metrics consume("consume", "ledger-workers", 0ms, "accounting");
+    const auto text = consume.render();
+    EXPECT_EQ(sample(text, "pg_outbox_relay_events_applied_total{mode=\"consume\",consumer=\"accounting\","
+                           "group=\"ledger-workers\"}"),
+              "0")
+        << text;
+    std::istringstream lines(text);
+    for (std::string line; std::getline(lines, line);)
+        if (!line.empty() && line[0] != '#' && line.rfind("pg_outbox_relay_", 0) == 0)
+            EXPECT_NE(line.find("{mode=\"consume\",consumer=\"accounting\",group=\"ledger-workers\""),
+                      std::string::npos)
+                << line;
+    Metrics hostile("consume", "g", 0ms, kHostile);
+    EXPECT_NE(hostile.render().find("consumer=\"evil\\\"} 1\\nfake_series{a=\\\"b\\\"} 42\\n\\\\\",group=\"g\""),
+              std::string::npos);
+    EXPECT_EQ(Metrics("publish", "g").render().find("consumer="), std::string::npos);
 }

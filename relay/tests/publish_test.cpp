@@ -341,6 +341,44 @@ TEST_F(PublishTest, MetricsAndHealthEndpoints) {
     EXPECT_EQ(health->body, "ok leader\n");
 }
 
+// What an operator alerts on, from two relays of one group: every error
+// kind is a series at 0 from the start; the leader's lag_seconds is 0 once
+// the feed is empty; the standby exposes leader 0 and no lag_events (a sum
+// over relays is the backlog).
+TEST_F(PublishTest, AlertableSeriesOnLeaderAndStandby) {
+    const int leader_port = free_port();
+    start_relay({"--metrics-address", "127.0.0.1:" + std::to_string(leader_port), "--stats-interval", "100ms"});
+    httplib::Client leader("127.0.0.1", leader_port);
+    ASSERT_TRUE(eventually([&] { return metric(leader, series("pg_outbox_relay_leader")) == 1; }, 10s));
+    const int standby_port = free_port();
+    start_relay({"--metrics-address", "127.0.0.1:" + std::to_string(standby_port), "--stats-interval", "100ms"});
+    httplib::Client standby("127.0.0.1", standby_port);
+    ASSERT_TRUE(eventually([&] { return metric(standby, series("pg_outbox_relay_pg_connected")) == 1; }, 10s));
+    for (auto* client : {&leader, &standby})
+        for (const auto* kind : {"pg", "redis_io", "redis_OOM", "maintenance", "redis_other"})
+            EXPECT_EQ(metric(*client, series("pg_outbox_relay_errors_total", std::string(",kind=\"") + kind + "\"")),
+                      0)
+                << kind;
+    {
+        // Events a second old when they are published.
+        auto pg = connect();
+        pg.exec("BEGIN");
+        for (int i = 0; i < 5; ++i) pg.exec("SELECT outbox_emit('orders', NULL, '{}')");
+        std::this_thread::sleep_for(1200ms);
+        pg.exec("COMMIT");
+    }
+    ASSERT_TRUE(wait_all_published());
+    ASSERT_TRUE(eventually([&] { return metric(leader, series("pg_outbox_relay_lag_events")) == 0; }, 10s));
+    EXPECT_TRUE(eventually([&] { return metric(leader, series("pg_outbox_relay_lag_seconds")) == 0; }, 10s))
+        << metric(leader, series("pg_outbox_relay_lag_seconds"));
+    std::this_thread::sleep_for(300ms);
+    EXPECT_EQ(metric(standby, series("pg_outbox_relay_leader")), 0);
+    auto res = standby.Get("/metrics");
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->body.find("pg_outbox_relay_lag_events{"), std::string::npos) << res->body;
+    EXPECT_EQ(metric(standby, series("pg_outbox_relay_lag_seconds")), 0);
+}
+
 // While batches keep coming the cursor moves at most every 100 ms, not
 // once per batch, and it catches up with the last batch once the feed runs
 // dry. (A trigger counts the advances.)

@@ -228,7 +228,8 @@ TEST_F(SettingsTest, ConsumeStreamNameWithComma) {
                                  redis_->address(), "--stream", "orders,eu", "--stream", "outbox:audit",
                                  "--handler", "SELECT $1, $2, $3, $4, $5", "--block", "100ms", "--metrics-address",
                                  "127.0.0.1:" + std::to_string(port)});
-    const std::string applied = "pg_outbox_relay_events_applied_total{mode=\"consume\",group=\"accounting\"}";
+    const std::string applied = "pg_outbox_relay_events_applied_total{mode=\"consume\",consumer=\"accounting\","
+                                "group=\"accounting\"}";
     EXPECT_TRUE(eventually([&] { return metric(port, applied) == 1; }, 20s)) << consumer.log();
     auto redis = redis_->connect();
     EXPECT_EQ(redis.command({"EXISTS", "orders"})->integer, 0);
