@@ -11,6 +11,10 @@
 #include <sstream>
 #include <thread>
 
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include "pg_outbox/log.hpp"
 #include "pg_outbox/metrics.hpp"
 
@@ -33,6 +37,7 @@ TEST(Metrics, LabelValuesAreEscaped) {
         for (std::string line; std::getline(lines, line);) {
             EXPECT_EQ(line.rfind("fake_series", 0), std::string::npos) << line;
             if (line.empty() || line[0] == '#') continue;
+            if (line.rfind("process_", 0) == 0 || line.rfind("pg_outbox_relay_build_info{", 0) == 0) continue;
             EXPECT_EQ(line.rfind("pg_outbox_relay_", 0), 0u) << line;
             EXPECT_NE(line.find("group=\"evil\\\"} 1\\nfake_series{a=\\\"b\\\"} 42\\n\\\\\""), std::string::npos)
                 << line;
@@ -217,7 +222,8 @@ TEST(Metrics, ConsumeLabelsConsumerAndGroup) {
         << text;
     std::istringstream lines(text);
     for (std::string line; std::getline(lines, line);)
-        if (!line.empty() && line[0] != '#' && line.rfind("pg_outbox_relay_", 0) == 0)
+        if (!line.empty() && line[0] != '#' && line.rfind("pg_outbox_relay_", 0) == 0 &&
+            line.rfind("pg_outbox_relay_build_info{", 0) != 0)
             EXPECT_NE(line.find("{mode=\"consume\",consumer=\"accounting\",group=\"ledger-workers\""),
                       std::string::npos)
                 << line;
@@ -225,4 +231,55 @@ TEST(Metrics, ConsumeLabelsConsumerAndGroup) {
     EXPECT_NE(hostile.render().find("consumer=\"evil\\\"} 1\\nfake_series{a=\\\"b\\\"} 42\\n\\\\\",group=\"g\""),
               std::string::npos);
     EXPECT_EQ(Metrics("publish", "g").render().find("consumer="), std::string::npos);
+}
+
+// build_info names the relay's version and, once connected, the
+// extension's; both modes expose it.
+TEST(Metrics, BuildInfo) {
+    for (const char* mode : {"publish", "consume"}) {
+        Metrics m(mode, "g");
+        EXPECT_EQ(sample(m.render(), "pg_outbox_relay_build_info{version=\"" PG_OUTBOX_VERSION
+                                     "\",extension_version=\"\"}"),
+                  "1");
+        m.set_extension_version("9.9\"x");
+        EXPECT_EQ(sample(m.render(), "pg_outbox_relay_build_info{version=\"" PG_OUTBOX_VERSION
+                                     "\",extension_version=\"9.9\\\"x\"}"),
+                  "1");
+    }
+}
+
+// The process metrics of Prometheus client libraries, from /proc/self.
+TEST(Metrics, ProcessMetrics) {
+    const auto value = [](const std::string& text, const std::string& name) {
+        const auto v = sample(text, name);
+        EXPECT_TRUE(v) << name << " in\n" << text;
+        return v ? std::stod(*v) : -1.0;
+    };
+    const auto text = Metrics("publish", "g").render();
+    for (const char* name : {"process_cpu_seconds_total", "process_resident_memory_bytes",
+                             "process_virtual_memory_bytes", "process_open_fds", "process_max_fds",
+                             "process_start_time_seconds"})
+        EXPECT_NE(text.find(std::string("# TYPE ") + name + " "), std::string::npos) << name;
+    EXPECT_NE(text.find("# TYPE process_cpu_seconds_total counter\n"), std::string::npos);
+    // Burn some CPU time so that it shows.
+    volatile double x = 0;
+    for (int i = 0; i < 20000000; ++i) x = x + i * 0.5;
+    const auto after = process_metrics();
+    EXPECT_GT(value(after, "process_cpu_seconds_total"), 0);
+    const auto rss = value(after, "process_resident_memory_bytes");
+    EXPECT_GT(rss, 1 << 20);
+    EXPECT_GE(value(after, "process_virtual_memory_bytes"), rss);
+    struct rlimit limit {};
+    ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &limit), 0);
+    EXPECT_EQ(value(after, "process_max_fds"), static_cast<double>(limit.rlim_cur));
+    const auto fds = value(after, "process_open_fds");
+    EXPECT_GE(fds, 3);
+    const int fd = ::open("/dev/null", O_RDONLY);
+    ASSERT_GE(fd, 0);
+    EXPECT_EQ(value(process_metrics(), "process_open_fds"), fds + 1);
+    ::close(fd);
+    const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    const auto start = value(after, "process_start_time_seconds");
+    EXPECT_LE(start, now + 1);
+    EXPECT_GT(start, now - 600) << "this test process started minutes ago at most";
 }

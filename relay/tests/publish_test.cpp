@@ -335,6 +335,17 @@ TEST_F(PublishTest, MetricsAndHealthEndpoints) {
         << body;
     EXPECT_NE(body.find("pg_outbox_relay_leader{mode=\"publish\",group=\"g\"} 1"), std::string::npos);
     EXPECT_NE(body.find("# TYPE pg_outbox_relay_batches_published_total counter"), std::string::npos);
+    // The extension's version as the relay read it at connect.
+    auto pg = connect();
+    const auto extversion = query_column(pg, "SELECT extversion FROM pg_extension WHERE extname = 'pg_outbox'")[0];
+    EXPECT_NE(body.find("\npg_outbox_relay_build_info{version=\"" + extversion + "\",extension_version=\"" +
+                        extversion + "\"} 1\n"),
+              std::string::npos)
+        << body;
+    for (const char* name : {"process_cpu_seconds_total", "process_resident_memory_bytes",
+                             "process_virtual_memory_bytes", "process_open_fds", "process_max_fds",
+                             "process_start_time_seconds"})
+        EXPECT_NE(body.find(std::string("\n") + name + " "), std::string::npos) << name;
     auto health = client.Get("/health");
     ASSERT_TRUE(health);
     EXPECT_EQ(health->status, 200);

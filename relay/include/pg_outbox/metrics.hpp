@@ -89,6 +89,9 @@ public:
     };
     Health health(std::chrono::seconds max_silence) const;
 
+    // The pg_outbox version of the database connected to, for build_info.
+    void set_extension_version(std::string version);
+
     std::string render() const;
     const std::string& mode() const { return mode_; }
 
@@ -100,6 +103,7 @@ private:
     mutable std::mutex errors_mutex_;
     std::map<std::string, std::uint64_t> errors_;
     std::string last_error_;
+    std::string extension_version_;  // under errors_mutex_
     std::atomic<std::int64_t> last_heartbeat_ms_{0};
     const std::chrono::milliseconds stuck_after_;
     std::atomic<std::int64_t> waiting_since_ms_{0};  // 0: nothing waits
@@ -114,6 +118,13 @@ const std::vector<std::string>& error_kinds(std::string_view mode);
 // (OOM, READONLY, WRONGTYPE, ...), "redis_other" for the rest, so that
 // the kinds stay a fixed set.
 std::string redis_error_kind(std::string_view code);
+
+// The process metrics Prometheus client libraries expose, in the text
+// format: process_cpu_seconds_total, process_resident_memory_bytes,
+// process_virtual_memory_bytes, process_open_fds, process_max_fds,
+// process_start_time_seconds (from /proc/self and getrlimit; a value it
+// cannot read is left out).
+std::string process_metrics();
 
 // A label value in the Prometheus text format: backslash, double quote
 // and newline escaped.
