@@ -390,6 +390,28 @@ TEST_F(PublishTest, AlertableSeriesOnLeaderAndStandby) {
     EXPECT_EQ(metric(standby, series("pg_outbox_relay_lag_seconds")), 0);
 }
 
+// A standby says once that it stands by, and which session leads: the
+// leader's backend pid and client address.
+TEST_F(PublishTest, StandbyLogsOnceWhoLeads) {
+    const int port = free_port();
+    start_relay({"--metrics-address", "127.0.0.1:" + std::to_string(port)});
+    httplib::Client leader("127.0.0.1", port);
+    ASSERT_TRUE(eventually([&] { return metric(leader, series("pg_outbox_relay_leader")) == 1; }, 10s));
+    auto pg = connect();
+    const auto pid = query_column(pg, "SELECT leader_pid FROM outbox_group_stats('g')")[0];
+    const auto addr = query_column(pg, "SELECT host(client_addr) || ':' || client_port FROM pg_stat_activity "
+                                       "WHERE pid = " + pid)[0];
+    auto& standby = start_relay();
+    const std::string line = "standing by: group \"g\" is led by backend pid " + pid + " (client " + addr +
+                             ", application \"pg_outbox_relay publish g\")";
+    ASSERT_TRUE(eventually([&] { return standby.log().find(line) != std::string::npos; }, 10s)) << standby.log();
+    emit(20);
+    ASSERT_TRUE(wait_all_published());
+    std::this_thread::sleep_for(500ms);
+    const auto log = standby.log();
+    EXPECT_EQ(log.find("standing by", log.find(line) + 1), std::string::npos) << "logged once\n" << log;
+}
+
 // While batches keep coming the cursor moves at most every 100 ms, not
 // once per batch, and it catches up with the last batch once the feed runs
 // dry. (A trigger counts the advances.)
