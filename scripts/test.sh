@@ -90,6 +90,9 @@ else
 	failed=$((failed + bad))
 fi
 
+say "monitoring: the alert rules and the dashboard parse and name only metrics the relay exposes (test/monitoring.sh)"
+tap_step monitoring ./test/monitoring.sh
+
 say "the demo (make demo), which must pass on its own servers"
 if ./scripts/demo.sh >"$log/demo" 2>&1; then
 	passed=$((passed + 1))

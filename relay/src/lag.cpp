@@ -3,6 +3,9 @@
 #include <spdlog/spdlog.h>
 
 #include <exception>
+#include <vector>
+
+#include "pg_outbox/errors.hpp"
 
 #include "pg_outbox/service.hpp"
 
@@ -12,7 +15,35 @@ namespace {
 
 constexpr const char* kLagSql = "SELECT waiting FROM outbox_group_stats($1)";
 
+constexpr const char* kLeaderSql =
+    "SELECT s.leader_pid, host(a.client_addr), a.client_port, a.application_name"
+    "  FROM outbox_group_stats($1) s LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = s.leader_pid";
+
 }  // namespace
+
+std::string describe_leader(PgConnection& pg, const std::string& group) {
+    try {
+        auto r = pg.exec(kLeaderSql, {group});
+        if (r.rows() == 0 || r.is_null(0, 0)) return "no session now (the leader just left)";
+        std::string out = "backend pid " + std::string(r.get(0, 0));
+        std::vector<std::string> about;
+        if (!r.is_null(0, 1))
+            about.push_back("client " + std::string(r.get(0, 1)) +
+                            (r.is_null(0, 2) ? std::string() : ":" + std::string(r.get(0, 2))));
+        else if (!r.is_null(0, 2) && r.get(0, 2) == "-1")
+            about.push_back("client on a Unix socket");
+        else
+            about.push_back("client address not visible to this role");
+        if (!r.is_null(0, 3) && !r.get(0, 3).empty())
+            about.push_back("application \"" + std::string(r.get(0, 3)) + "\"");
+        out += " (";
+        for (std::size_t i = 0; i < about.size(); ++i) out += (i ? ", " : "") + about[i];
+        return out + ")";
+    } catch (const PgError& e) {
+        if (e.connection_lost()) throw;
+        return "another session (could not tell which: " + std::string(e.what()) + ")";
+    }
+}
 
 LagProbe::LagProbe(std::string conninfo, std::string group, std::chrono::milliseconds interval, Metrics& metrics)
     : conninfo_(std::move(conninfo)), group_(std::move(group)), interval_(interval), metrics_(metrics) {

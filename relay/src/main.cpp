@@ -37,8 +37,9 @@ int main(int argc, char** argv) {
     std::signal(SIGPIPE, SIG_IGN);
 
     const bool publish = config.mode == pg_outbox::Config::Mode::publish;
-    pg_outbox::Metrics metrics(publish ? "publish" : "consume", publish ? config.group : config.consumer,
-                               publish ? config.stuck_after : std::chrono::milliseconds(0));
+    pg_outbox::Metrics metrics(publish ? "publish" : "consume", publish ? config.group : config.consumer_group,
+                               publish ? config.stuck_after : std::chrono::milliseconds(0),
+                               publish ? std::string() : config.consumer);
     if (!publish)
         for (const auto& stream : config.streams)
             if (stream.find(',') != std::string::npos)

@@ -3,10 +3,15 @@
 #include <httplib.h>
 #include <netinet/in.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "pg_outbox/errors.hpp"
@@ -20,7 +25,83 @@ std::int64_t now_ms() {
         .count();
 }
 
+constexpr std::string_view kRedisCodes[] = {"BUSY",    "ERR",    "EXECABORT", "LOADING",  "MASTERDOWN", "MISCONF",
+                                            "NOGROUP", "NOPERM", "NOSCRIPT",  "READONLY", "OOM",        "WRONGTYPE"};
+
+std::vector<std::string> kinds_of(std::initializer_list<std::string> own) {
+    std::vector<std::string> kinds(own);
+    kinds.push_back("redis_io");
+    for (const auto code : kRedisCodes) kinds.push_back("redis_" + std::string(code));
+    kinds.push_back("redis_other");
+    return kinds;
+}
+
 }  // namespace
+
+const std::vector<std::string>& error_kinds(std::string_view mode) {
+    static const auto publish = kinds_of({"pg", "maintenance"});
+    static const auto consume = kinds_of({"pg", "pg_configuration", "pg_transient"});
+    return mode == "consume" ? consume : publish;
+}
+
+std::string redis_error_kind(std::string_view code) {
+    if (code == "io") return "redis_io";
+    for (const auto known : kRedisCodes)
+        if (code == known) return "redis_" + std::string(code);
+    return "redis_other";
+}
+
+Metrics::Metrics(std::string mode, std::string group, std::chrono::milliseconds stuck_after, std::string consumer)
+    : mode_(std::move(mode)), stuck_after_(stuck_after) {
+    labels_ = "mode=\"" + prometheus_label_value(mode_) + "\"";
+    if (mode_ == "consume") labels_ += ",consumer=\"" + prometheus_label_value(consumer) + "\"";
+    labels_ += ",group=\"" + prometheus_label_value(group) + "\"";
+    for (const auto& kind : error_kinds(mode_)) errors_[kind] = 0;
+}
+
+std::string process_metrics() {
+    std::ostringstream out;
+    out.precision(15);
+    auto metric = [&](const char* name, const char* type, const char* help, auto value) {
+        out << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n'
+            << name << ' ' << value << '\n';
+    };
+    const double ticks = static_cast<double>(::sysconf(_SC_CLK_TCK));
+    std::ifstream stat_file("/proc/self/stat");
+    const std::string stat((std::istreambuf_iterator<char>(stat_file)), std::istreambuf_iterator<char>());
+    // The fields after the command name, which is in parentheses and may
+    // hold anything: field n of proc(5) is fields[n - 3].
+    std::vector<std::string> fields;
+    if (const auto close = stat.rfind(')'); close != std::string::npos) {
+        std::istringstream rest(stat.substr(close + 1));
+        for (std::string f; rest >> f;) fields.push_back(f);
+    }
+    auto field = [&](std::size_t n) { return std::stod(fields.at(n - 3)); };
+    if (fields.size() >= 22 && ticks > 0) {
+        metric("process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds.",
+               (field(14) + field(15)) / ticks);
+        metric("process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.", field(23));
+        metric("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.",
+               field(24) * static_cast<double>(::sysconf(_SC_PAGESIZE)));
+        std::ifstream proc_stat("/proc/stat");
+        for (std::string line; std::getline(proc_stat, line);) {
+            if (line.rfind("btime ", 0) != 0) continue;
+            metric("process_start_time_seconds", "gauge", "Start time of the process since unix epoch in seconds.",
+                   std::stod(line.substr(6)) + field(22) / ticks);
+            break;
+        }
+    }
+    std::error_code ec;
+    std::size_t fds = 0;
+    for (std::filesystem::directory_iterator it("/proc/self/fd", ec), end; !ec && it != end; it.increment(ec)) ++fds;
+    // The iterator's own descriptor is counted too, as client libraries
+    // count theirs.
+    if (!ec) metric("process_open_fds", "gauge", "Number of open file descriptors.", fds);
+    if (struct rlimit limit; ::getrlimit(RLIMIT_NOFILE, &limit) == 0)
+        metric("process_max_fds", "gauge", "Maximum number of open file descriptors.",
+               limit.rlim_cur == RLIM_INFINITY ? -1.0 : static_cast<double>(limit.rlim_cur));
+    return out.str();
+}
 
 std::string prometheus_label_value(std::string_view value) {
     std::string out;
@@ -38,6 +119,16 @@ void Metrics::count_error(const std::string& kind) {
     std::lock_guard lock(errors_mutex_);
     ++errors_[kind];
     last_error_ = kind;
+}
+
+void Metrics::caught_up() {
+    waiting_since_ms_ = 0;
+    lag_seconds = 0;
+}
+
+void Metrics::set_extension_version(std::string version) {
+    std::lock_guard lock(errors_mutex_);
+    extension_version_ = std::move(version);
 }
 
 void Metrics::heartbeat() { last_heartbeat_ms_.store(now_ms()); }
@@ -82,8 +173,7 @@ Metrics::Health Metrics::health(std::chrono::seconds max_silence) const {
 
 std::string Metrics::render() const {
     std::ostringstream out;
-    const std::string labels =
-        "mode=\"" + prometheus_label_value(mode_) + "\",group=\"" + prometheus_label_value(group_) + "\"";
+    const std::string& labels = labels_;
     auto metric = [&](const char* name, const char* type, const char* help, auto value) {
         out << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n'
             << name << '{' << labels << "} " << value << '\n';
@@ -118,7 +208,7 @@ std::string Metrics::render() const {
                "1 while the PostgreSQL server is a standby and the relay waits for a primary.",
                pg_in_recovery.load() ? 1 : 0);
         render_errors(out, labels);
-        return out.str();
+        return out.str() + process_metrics();
     }
     metric("pg_outbox_relay_events_published_total", "counter", "Events appended to Redis Streams.",
            events_published.load());
@@ -139,10 +229,14 @@ std::string Metrics::render() const {
         << "pg_outbox_relay_redis_batches_total{" << labels << ",path=\"transaction\"} " << transaction_batches.load()
         << '\n'
         << "pg_outbox_relay_redis_batches_total{" << labels << ",path=\"script\"} " << script_batches.load() << '\n';
-    metric("pg_outbox_relay_lag_events", "gauge", "Events waiting below the horizon (-1 when unknown).",
-           lag_events.load());
-    metric("pg_outbox_relay_lag_seconds", "gauge", "Age of the oldest event of the last batch at publication.",
-           lag_seconds.load());
+    // Counted by the leader only: a standby (or a leader before its first
+    // count) leaves the series out, so that a sum over relays is the
+    // group's backlog.
+    if (const auto lag = lag_events.load(); leader.load() && lag >= 0)
+        metric("pg_outbox_relay_lag_events", "gauge", "Events waiting below the horizon, counted by the leader.",
+               lag);
+    metric("pg_outbox_relay_lag_seconds", "gauge",
+           "Age of the oldest event of the last batch at publication; 0 when the feed is empty.", lag_seconds.load());
     metric("pg_outbox_relay_pg_rtt_seconds", "gauge", "Duration of the last feed fetch.", pg_rtt_seconds.load());
     metric("pg_outbox_relay_redis_rtt_seconds", "gauge", "Duration of the last pipelined batch.",
            redis_rtt_seconds.load());
@@ -156,11 +250,15 @@ std::string Metrics::render() const {
     metric("pg_outbox_relay_pg_connected", "gauge", "1 while connected to PostgreSQL.", pg_connected.load() ? 1 : 0);
     metric("pg_outbox_relay_redis_connected", "gauge", "1 while connected to Redis.", redis_connected.load() ? 1 : 0);
     render_errors(out, labels);
-    return out.str();
+    return out.str() + process_metrics();
 }
 
 void Metrics::render_errors(std::ostream& out, const std::string& labels) const {
     std::lock_guard lock(errors_mutex_);
+    out << "# HELP pg_outbox_relay_build_info The relay's version and the pg_outbox version of the database it "
+           "connected to (empty before the first connection).\n# TYPE pg_outbox_relay_build_info gauge\n"
+        << "pg_outbox_relay_build_info{version=\"" PG_OUTBOX_VERSION "\",extension_version=\""
+        << prometheus_label_value(extension_version_) << "\"} 1\n";
     out << "# HELP pg_outbox_relay_errors_total Errors by kind.\n# TYPE pg_outbox_relay_errors_total counter\n";
     for (const auto& [kind, n] : errors_)
         out << "pg_outbox_relay_errors_total{" << labels << ",kind=\"" << prometheus_label_value(kind) << "\"} " << n

@@ -180,6 +180,12 @@ bool Publisher::take_leadership() {
         spdlog::info("leading group \"{}\"", config_.group);
         streams_checked_ = false;
     }
+    if (leads) {
+        standing_by_ = false;
+    } else if (!standing_by_) {
+        standing_by_ = true;
+        spdlog::info("standing by: group \"{}\" is led by {}", config_.group, describe_leader(*pg_, config_.group));
+    }
     return leads;
 }
 

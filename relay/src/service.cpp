@@ -9,7 +9,7 @@
 
 namespace pg_outbox {
 
-void use_extension(PgConnection& pg) {
+std::string use_extension(PgConnection& pg) {
     auto r = pg.exec(
         "SELECT n.nspname, e.extversion, current_database()"
         "  FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace"
@@ -27,6 +27,7 @@ void use_extension(PgConnection& pg) {
     pg.exec("SELECT pg_catalog.set_config('search_path', pg_catalog.quote_ident($1) || ', ' || "
             "pg_catalog.current_setting('search_path'), false)",
             {std::string(r.get(0, 0))});
+    return version;
 }
 
 Service::Service(const Config& config, Metrics& metrics, const std::atomic<bool>& stop, std::string application_name)
@@ -67,7 +68,7 @@ void Service::connect() {
             pg_.reset();
             throw StandbyServer{};
         }
-        use_extension(*pg_);
+        metrics_.set_extension_version(use_extension(*pg_));
         if (metrics_.pg_in_recovery.exchange(false))
             spdlog::info("PostgreSQL is a primary now (promoted, or the address leads to another server); resuming");
         metrics_.pg_connected = true;
@@ -118,7 +119,7 @@ int Service::run() {
             on_pg_lost();
             pause(backoff_.next());
         } catch (const RedisError& e) {
-            metrics_.count_error(e.kind() == RedisError::Kind::io ? "redis_io" : "redis_" + e.code());
+            metrics_.count_error(redis_error_kind(e.code()));
             spdlog::warn("Redis: {}; retrying, nothing is skipped", e.what());
             if (e.kind() == RedisError::Kind::io) {
                 redis_.reset();

@@ -132,7 +132,7 @@ protected:
         httplib::Client client("127.0.0.1", port);
         auto res = client.Get("/metrics");
         if (!res || res->status != 200) return -1;
-        const std::string series = name + "{mode=\"consume\",group=\"accounting\"} ";
+        const std::string series = name + "{mode=\"consume\",consumer=\"accounting\",group=\"accounting\"} ";
         const auto at = res->body.find("\n" + series);
         if (at == std::string::npos) return -1;
         return std::stod(res->body.substr(at + series.size() + 1));

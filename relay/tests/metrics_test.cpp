@@ -6,8 +6,14 @@
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <optional>
 #include <sstream>
 #include <thread>
+
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "pg_outbox/log.hpp"
 #include "pg_outbox/metrics.hpp"
@@ -31,6 +37,7 @@ TEST(Metrics, LabelValuesAreEscaped) {
         for (std::string line; std::getline(lines, line);) {
             EXPECT_EQ(line.rfind("fake_series", 0), std::string::npos) << line;
             if (line.empty() || line[0] == '#') continue;
+            if (line.rfind("process_", 0) == 0 || line.rfind("pg_outbox_relay_build_info{", 0) == 0) continue;
             EXPECT_EQ(line.rfind("pg_outbox_relay_", 0), 0u) << line;
             EXPECT_NE(line.find("group=\"evil\\\"} 1\\nfake_series{a=\\\"b\\\"} 42\\n\\\\\""), std::string::npos)
                 << line;
@@ -116,4 +123,163 @@ TEST(Log, TextLinesCannotBeForged) {
     ASSERT_FALSE(text.empty());
     EXPECT_EQ(text.find('\n'), text.size() - 1) << text;
     EXPECT_NE(text.find("info consumer \"evil\"} 1\\nfake_series"), std::string::npos) << text;
+}
+
+namespace {
+
+// The value of a series in a rendered text, or nullopt when it is absent.
+std::optional<std::string> sample(const std::string& text, const std::string& series) {
+    const auto at = text.find("\n" + series + " ");
+    if (at == std::string::npos) return std::nullopt;
+    const auto from = at + series.size() + 2;
+    return text.substr(from, text.find('\n', from) - from);
+}
+
+}  // namespace
+
+// Every error kind a mode counts is a series from the start, at 0: an
+// alert on rate() sees the first error.
+TEST(Metrics, EveryErrorKindIsExposedFromTheStart) {
+    for (const char* mode : {"publish", "consume"}) {
+        Metrics m(mode, "g", 0ms, "c");
+        const auto text = m.render();
+        const auto& kinds = error_kinds(mode);
+        const std::string labels = std::string("{mode=\"") + mode + "\"" +
+                                   (std::string(mode) == "consume" ? ",consumer=\"c\"" : "") + ",group=\"g\"";
+        EXPECT_GE(kinds.size(), 4u);
+        for (const auto& kind : kinds)
+            EXPECT_EQ(sample(text, "pg_outbox_relay_errors_total" + labels + ",kind=\"" + kind + "\"}"), "0")
+                << mode << ' ' << kind;
+        EXPECT_NE(std::find(kinds.begin(), kinds.end(), "pg"), kinds.end());
+        EXPECT_NE(std::find(kinds.begin(), kinds.end(), "redis_io"), kinds.end());
+        EXPECT_NE(std::find(kinds.begin(), kinds.end(), "redis_other"), kinds.end());
+    }
+    const auto& publish = error_kinds("publish");
+    EXPECT_NE(std::find(publish.begin(), publish.end(), "maintenance"), publish.end());
+    const auto& consume = error_kinds("consume");
+    EXPECT_NE(std::find(consume.begin(), consume.end(), "pg_configuration"), consume.end());
+    EXPECT_NE(std::find(consume.begin(), consume.end(), "pg_transient"), consume.end());
+}
+
+// Redis error codes map onto a fixed set of kinds.
+TEST(Metrics, RedisErrorKindsAreAFixedSet) {
+    EXPECT_EQ(redis_error_kind("io"), "redis_io");
+    EXPECT_EQ(redis_error_kind("OOM"), "redis_OOM");
+    EXPECT_EQ(redis_error_kind("WRONGTYPE"), "redis_WRONGTYPE");
+    EXPECT_EQ(redis_error_kind("READONLY"), "redis_READONLY");
+    EXPECT_EQ(redis_error_kind("XINFO"), "redis_other");
+    EXPECT_EQ(redis_error_kind("other"), "redis_other");
+    for (const char* mode : {"publish", "consume"}) {
+        const auto& kinds = error_kinds(mode);
+        for (const char* code : {"io", "OOM", "BUSY", "NOSCRIPT", "WRONGTYPE", "ANYTHING"})
+            EXPECT_NE(std::find(kinds.begin(), kinds.end(), redis_error_kind(code)), kinds.end()) << code;
+    }
+    Metrics m("publish", "g");
+    m.count_error(redis_error_kind("OOM"));
+    m.count_error(redis_error_kind("OOM"));
+    EXPECT_EQ(sample(m.render(), "pg_outbox_relay_errors_total{mode=\"publish\",group=\"g\",kind=\"redis_OOM\"}"), "2");
+}
+
+// An empty feed has no lag: lag_seconds goes to 0 when a fetch returns
+// nothing, instead of keeping the last batch's age.
+TEST(Metrics, LagSecondsIsZeroWhenTheFeedIsEmpty) {
+    Metrics m("publish", "g");
+    m.leader = true;
+    m.lag_seconds = 1.54;
+    m.batch_waiting();
+    EXPECT_EQ(sample(m.render(), "pg_outbox_relay_lag_seconds{mode=\"publish\",group=\"g\"}"), "1.54");
+    m.caught_up();
+    EXPECT_EQ(sample(m.render(), "pg_outbox_relay_lag_seconds{mode=\"publish\",group=\"g\"}"), "0");
+}
+
+// lag_events comes from the leader only: a standby, or a leader before
+// its first count, leaves the series out (a sum over relays is the
+// backlog); the leader gauge is always there to select on.
+TEST(Metrics, LagEventsOnlyFromTheLeader) {
+    Metrics m("publish", "g");
+    const std::string lag = "pg_outbox_relay_lag_events{mode=\"publish\",group=\"g\"}";
+    const std::string leader = "pg_outbox_relay_leader{mode=\"publish\",group=\"g\"}";
+    EXPECT_EQ(sample(m.render(), lag), std::nullopt);
+    EXPECT_EQ(sample(m.render(), leader), "0");
+    m.lag_events = 12;
+    EXPECT_EQ(sample(m.render(), lag), std::nullopt) << "a standby";
+    m.leader = true;
+    EXPECT_EQ(sample(m.render(), lag), "12");
+    EXPECT_EQ(sample(m.render(), leader), "1");
+    m.lag_events = -1;
+    EXPECT_EQ(sample(m.render(), lag), std::nullopt) << "not counted yet";
+    EXPECT_EQ(m.render().find("} -1\n"), std::string::npos);
+}
+
+// Consume mode labels the inbox identity (consumer) and the Redis
+// consumer group (group) apart; publish mode has no consumer label.
+TEST(Metrics, ConsumeLabelsConsumerAndGroup) {
+    Metrics consume("consume", "ledger-workers", 0ms, "accounting");
+    const auto text = consume.render();
+    EXPECT_EQ(sample(text, "pg_outbox_relay_events_applied_total{mode=\"consume\",consumer=\"accounting\","
+                           "group=\"ledger-workers\"}"),
+              "0")
+        << text;
+    std::istringstream lines(text);
+    for (std::string line; std::getline(lines, line);)
+        if (!line.empty() && line[0] != '#' && line.rfind("pg_outbox_relay_", 0) == 0 &&
+            line.rfind("pg_outbox_relay_build_info{", 0) != 0)
+            EXPECT_NE(line.find("{mode=\"consume\",consumer=\"accounting\",group=\"ledger-workers\""),
+                      std::string::npos)
+                << line;
+    Metrics hostile("consume", "g", 0ms, kHostile);
+    EXPECT_NE(hostile.render().find("consumer=\"evil\\\"} 1\\nfake_series{a=\\\"b\\\"} 42\\n\\\\\",group=\"g\""),
+              std::string::npos);
+    EXPECT_EQ(Metrics("publish", "g").render().find("consumer="), std::string::npos);
+}
+
+// build_info names the relay's version and, once connected, the
+// extension's; both modes expose it.
+TEST(Metrics, BuildInfo) {
+    for (const char* mode : {"publish", "consume"}) {
+        Metrics m(mode, "g");
+        EXPECT_EQ(sample(m.render(), "pg_outbox_relay_build_info{version=\"" PG_OUTBOX_VERSION
+                                     "\",extension_version=\"\"}"),
+                  "1");
+        m.set_extension_version("9.9\"x");
+        EXPECT_EQ(sample(m.render(), "pg_outbox_relay_build_info{version=\"" PG_OUTBOX_VERSION
+                                     "\",extension_version=\"9.9\\\"x\"}"),
+                  "1");
+    }
+}
+
+// The process metrics of Prometheus client libraries, from /proc/self.
+TEST(Metrics, ProcessMetrics) {
+    const auto value = [](const std::string& text, const std::string& name) {
+        const auto v = sample(text, name);
+        EXPECT_TRUE(v) << name << " in\n" << text;
+        return v ? std::stod(*v) : -1.0;
+    };
+    const auto text = Metrics("publish", "g").render();
+    for (const char* name : {"process_cpu_seconds_total", "process_resident_memory_bytes",
+                             "process_virtual_memory_bytes", "process_open_fds", "process_max_fds",
+                             "process_start_time_seconds"})
+        EXPECT_NE(text.find(std::string("# TYPE ") + name + " "), std::string::npos) << name;
+    EXPECT_NE(text.find("# TYPE process_cpu_seconds_total counter\n"), std::string::npos);
+    // Burn some CPU time so that it shows.
+    volatile double x = 0;
+    for (int i = 0; i < 20000000; ++i) x = x + i * 0.5;
+    const auto after = process_metrics();
+    EXPECT_GT(value(after, "process_cpu_seconds_total"), 0);
+    const auto rss = value(after, "process_resident_memory_bytes");
+    EXPECT_GT(rss, 1 << 20);
+    EXPECT_GE(value(after, "process_virtual_memory_bytes"), rss);
+    struct rlimit limit {};
+    ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &limit), 0);
+    EXPECT_EQ(value(after, "process_max_fds"), static_cast<double>(limit.rlim_cur));
+    const auto fds = value(after, "process_open_fds");
+    EXPECT_GE(fds, 3);
+    const int fd = ::open("/dev/null", O_RDONLY);
+    ASSERT_GE(fd, 0);
+    EXPECT_EQ(value(process_metrics(), "process_open_fds"), fds + 1);
+    ::close(fd);
+    const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    const auto start = value(after, "process_start_time_seconds");
+    EXPECT_LE(start, now + 1);
+    EXPECT_GT(start, now - 600) << "this test process started minutes ago at most";
 }

@@ -335,10 +335,81 @@ TEST_F(PublishTest, MetricsAndHealthEndpoints) {
         << body;
     EXPECT_NE(body.find("pg_outbox_relay_leader{mode=\"publish\",group=\"g\"} 1"), std::string::npos);
     EXPECT_NE(body.find("# TYPE pg_outbox_relay_batches_published_total counter"), std::string::npos);
+    // The extension's version as the relay read it at connect.
+    auto pg = connect();
+    const auto extversion = query_column(pg, "SELECT extversion FROM pg_extension WHERE extname = 'pg_outbox'")[0];
+    EXPECT_NE(body.find("\npg_outbox_relay_build_info{version=\"" + extversion + "\",extension_version=\"" +
+                        extversion + "\"} 1\n"),
+              std::string::npos)
+        << body;
+    for (const char* name : {"process_cpu_seconds_total", "process_resident_memory_bytes",
+                             "process_virtual_memory_bytes", "process_open_fds", "process_max_fds",
+                             "process_start_time_seconds"})
+        EXPECT_NE(body.find(std::string("\n") + name + " "), std::string::npos) << name;
     auto health = client.Get("/health");
     ASSERT_TRUE(health);
     EXPECT_EQ(health->status, 200);
     EXPECT_EQ(health->body, "ok leader\n");
+}
+
+// What an operator alerts on, from two relays of one group: every error
+// kind is a series at 0 from the start; the leader's lag_seconds is 0 once
+// the feed is empty; the standby exposes leader 0 and no lag_events (a sum
+// over relays is the backlog).
+TEST_F(PublishTest, AlertableSeriesOnLeaderAndStandby) {
+    const int leader_port = free_port();
+    start_relay({"--metrics-address", "127.0.0.1:" + std::to_string(leader_port), "--stats-interval", "100ms"});
+    httplib::Client leader("127.0.0.1", leader_port);
+    ASSERT_TRUE(eventually([&] { return metric(leader, series("pg_outbox_relay_leader")) == 1; }, 10s));
+    const int standby_port = free_port();
+    start_relay({"--metrics-address", "127.0.0.1:" + std::to_string(standby_port), "--stats-interval", "100ms"});
+    httplib::Client standby("127.0.0.1", standby_port);
+    ASSERT_TRUE(eventually([&] { return metric(standby, series("pg_outbox_relay_pg_connected")) == 1; }, 10s));
+    for (auto* client : {&leader, &standby})
+        for (const auto* kind : {"pg", "redis_io", "redis_OOM", "maintenance", "redis_other"})
+            EXPECT_EQ(metric(*client, series("pg_outbox_relay_errors_total", std::string(",kind=\"") + kind + "\"")),
+                      0)
+                << kind;
+    {
+        // Events a second old when they are published.
+        auto pg = connect();
+        pg.exec("BEGIN");
+        for (int i = 0; i < 5; ++i) pg.exec("SELECT outbox_emit('orders', NULL, '{}')");
+        std::this_thread::sleep_for(1200ms);
+        pg.exec("COMMIT");
+    }
+    ASSERT_TRUE(wait_all_published());
+    ASSERT_TRUE(eventually([&] { return metric(leader, series("pg_outbox_relay_lag_events")) == 0; }, 10s));
+    EXPECT_TRUE(eventually([&] { return metric(leader, series("pg_outbox_relay_lag_seconds")) == 0; }, 10s))
+        << metric(leader, series("pg_outbox_relay_lag_seconds"));
+    std::this_thread::sleep_for(300ms);
+    EXPECT_EQ(metric(standby, series("pg_outbox_relay_leader")), 0);
+    auto res = standby.Get("/metrics");
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->body.find("pg_outbox_relay_lag_events{"), std::string::npos) << res->body;
+    EXPECT_EQ(metric(standby, series("pg_outbox_relay_lag_seconds")), 0);
+}
+
+// A standby says once that it stands by, and which session leads: the
+// leader's backend pid and client address.
+TEST_F(PublishTest, StandbyLogsOnceWhoLeads) {
+    const int port = free_port();
+    start_relay({"--metrics-address", "127.0.0.1:" + std::to_string(port)});
+    httplib::Client leader("127.0.0.1", port);
+    ASSERT_TRUE(eventually([&] { return metric(leader, series("pg_outbox_relay_leader")) == 1; }, 10s));
+    auto pg = connect();
+    const auto pid = query_column(pg, "SELECT leader_pid FROM outbox_group_stats('g')")[0];
+    const auto addr = query_column(pg, "SELECT host(client_addr) || ':' || client_port FROM pg_stat_activity "
+                                       "WHERE pid = " + pid)[0];
+    auto& standby = start_relay();
+    const std::string line = "standing by: group \"g\" is led by backend pid " + pid + " (client " + addr +
+                             ", application \"pg_outbox_relay publish g\")";
+    ASSERT_TRUE(eventually([&] { return standby.log().find(line) != std::string::npos; }, 10s)) << standby.log();
+    emit(20);
+    ASSERT_TRUE(wait_all_published());
+    std::this_thread::sleep_for(500ms);
+    const auto log = standby.log();
+    EXPECT_EQ(log.find("standing by", log.find(line) + 1), std::string::npos) << "logged once\n" << log;
 }
 
 // While batches keep coming the cursor moves at most every 100 ms, not

@@ -1,4 +1,4 @@
-// The backlog of a group, measured for the lag metric.
+// The backlog of a group, measured for the lag metric, and who leads it.
 #pragma once
 
 #include <chrono>
@@ -12,6 +12,14 @@
 #include "pg_outbox/pg.hpp"
 
 namespace pg_outbox {
+
+// Who leads a group, for a standby's log: "backend pid 4711 (client
+// 10.0.0.5:53422, application "...")", from outbox_group_stats()'s
+// leader_pid and pg_stat_activity (the client address shows only where
+// the role may see it). Counts the group's backlog too: a standby calls it
+// once. A PostgreSQL error other than a lost connection is described,
+// not thrown.
+std::string describe_leader(PgConnection& pg, const std::string& group);
 
 // Counts the events a group has still to publish, every interval, on a
 // PostgreSQL connection and in a thread of its own. Counting is O(backlog)

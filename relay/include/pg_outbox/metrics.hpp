@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include "pg_outbox/config.hpp"
 
@@ -23,11 +24,13 @@ namespace pg_outbox {
 
 class Metrics {
 public:
+    // Every series is labelled mode and group: in publish mode the
+    // group is the outbox group; in consume mode the Redis consumer group,
+    // and consumer labels the inbox identity (consumer="...").
     // stuck_after: how long a leader may have events waiting without
     // publishing any before health fails (0: never).
     explicit Metrics(std::string mode, std::string group,
-                     std::chrono::milliseconds stuck_after = std::chrono::milliseconds(0))
-        : mode_(std::move(mode)), group_(std::move(group)), stuck_after_(stuck_after) {}
+                     std::chrono::milliseconds stuck_after = std::chrono::milliseconds(0), std::string consumer = {});
 
     // publish
     std::atomic<std::uint64_t> events_published{0};
@@ -39,6 +42,7 @@ public:
     // append script.
     std::atomic<std::uint64_t> transaction_batches{0};
     std::atomic<std::uint64_t> script_batches{0};
+    // -1: not counted yet (the series is left out, as it is on a standby).
     std::atomic<std::int64_t> lag_events{-1};
     std::atomic<double> lag_seconds{0};
     std::atomic<double> pg_rtt_seconds{0};
@@ -61,7 +65,8 @@ public:
     // The PostgreSQL server is a standby: the relay waits for a primary.
     std::atomic<bool> pg_in_recovery{false};
 
-    // Counts an error by kind ("pg", "redis_io", "redis_OOM", ...).
+    // Counts an error by kind: one of error_kinds(mode) ("pg",
+    // "redis_io", redis_error_kind(...), ...).
     void count_error(const std::string& kind);
 
     // The loop calls this each turn; health fails when it stops.
@@ -70,8 +75,9 @@ public:
     // What the leader's publishing looks like, for the stall clock: the
     // feed ran dry (nothing waits); a batch was fetched (events wait from
     // now, unless they waited already); a batch was published (the clock
-    // starts again). The clock stops while the relay does not lead.
-    void caught_up() { waiting_since_ms_ = 0; }
+    // starts again). The clock stops while the relay does not lead. An
+    // empty feed has no lag: lag_seconds goes to 0.
+    void caught_up();
     void batch_waiting();
     void batch_published();
     // How long the leader has had events waiting without publishing any.
@@ -83,6 +89,9 @@ public:
     };
     Health health(std::chrono::seconds max_silence) const;
 
+    // The pg_outbox version of the database connected to, for build_info.
+    void set_extension_version(std::string version);
+
     std::string render() const;
     const std::string& mode() const { return mode_; }
 
@@ -90,14 +99,32 @@ private:
     void render_errors(std::ostream& out, const std::string& labels) const;
 
     std::string mode_;
-    std::string group_;
+    std::string labels_;  // mode, consumer (consume mode), group
     mutable std::mutex errors_mutex_;
     std::map<std::string, std::uint64_t> errors_;
     std::string last_error_;
+    std::string extension_version_;  // under errors_mutex_
     std::atomic<std::int64_t> last_heartbeat_ms_{0};
     const std::chrono::milliseconds stuck_after_;
     std::atomic<std::int64_t> waiting_since_ms_{0};  // 0: nothing waits
 };
+
+// The error kinds a mode ("publish", "consume") counts, each exposed at 0
+// from the start so that rate() sees the first error.
+const std::vector<std::string>& error_kinds(std::string_view mode);
+
+// The kind a Redis error counts as, from RedisError::code(): "redis_io",
+// "redis_" and the code for the codes Redis is known to answer with
+// (OOM, READONLY, WRONGTYPE, ...), "redis_other" for the rest, so that
+// the kinds stay a fixed set.
+std::string redis_error_kind(std::string_view code);
+
+// The process metrics Prometheus client libraries expose, in the text
+// format: process_cpu_seconds_total, process_resident_memory_bytes,
+// process_virtual_memory_bytes, process_open_fds, process_max_fds,
+// process_start_time_seconds (from /proc/self and getrlimit; a value it
+// cannot read is left out).
+std::string process_metrics();
 
 // A label value in the Prometheus text format: backslash, double quote
 // and newline escaped.

@@ -86,6 +86,8 @@ private:
     void discard_queued();
 
     bool streams_checked_ = false;
+    // Whether "standing by" was logged since this relay last led.
+    bool standing_by_ = false;
     // The batch fetched while the previous one was being written to Redis.
     std::vector<Event> prefetched_;
     // The last position Redis acknowledged, not yet sent to the cursor.

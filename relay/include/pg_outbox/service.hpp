@@ -20,8 +20,8 @@ namespace pg_outbox {
 // wherever CREATE EXTENSION ... SCHEMA put the extension (the rest of the
 // search_path stays, for a consume handler's own names). Throws
 // ConfigError when the database has no pg_outbox, or another version than
-// this relay's.
-void use_extension(PgConnection& pg);
+// this relay's. Returns the extension's version.
+std::string use_extension(PgConnection& pg);
 
 class Service {
 public:
