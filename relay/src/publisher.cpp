@@ -20,8 +20,11 @@ constexpr const char* kResignSql = "SELECT outbox_resign($1)";
 constexpr const char* kWaitingSql = "SELECT outbox_relay_waiting()";
 // The age of the batch's first (oldest) event for the lag metric, computed
 // for that row only: on every row it cost about 5% of the fetch.
+// created_at as RFC 3339 in UTC with microseconds, whatever the session's
+// DateStyle and TimeZone (which the relay pins as well).
 constexpr const char* kFetchSql =
-    "SELECT pos, event_id, topic, key, payload, headers, created_at,"
+    "SELECT pos, event_id, topic, key, payload, headers,"
+    "       to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'),"
     "       CASE WHEN ordinality = 1 THEN extract(epoch FROM clock_timestamp() - created_at) END"
     "  FROM outbox_fetch($1, $2, $3, $4::interval) WITH ORDINALITY";
 constexpr const char* kAdvanceSql = "SELECT outbox_advance($1, $2, $3::jsonb)";

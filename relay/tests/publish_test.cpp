@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <regex>
 #include <set>
 #include <thread>
 
@@ -648,4 +649,44 @@ TEST_F(PublishTest, RewindWhileLeadingTakesEffect) {
     EXPECT_TRUE(eventually([&] { return cursor() == last; }, 10s)) << relay.log();
     EXPECT_NE(relay.log().find("publishing from the moved cursor"), std::string::npos);
     expect_prefixes_up_to_the_cursor();
+}
+
+// The relay role's own DateStyle, TimeZone, client_encoding, ... change
+// nothing in an entry: created_at is RFC 3339 in UTC with microseconds,
+// equal to the event's created_at, and text is UTF-8.
+TEST_F(PublishTest, EntriesDoNotDependOnTheRolesSettings) {
+    {
+        auto pg = connect();
+        pg.exec("ALTER ROLE relay_user SET DateStyle = 'SQL, DMY'");
+        pg.exec("ALTER ROLE relay_user SET TimeZone = 'Asia/Kolkata'");
+        pg.exec("ALTER ROLE relay_user SET IntervalStyle = 'sql_standard'");
+        pg.exec("ALTER ROLE relay_user SET extra_float_digits = -15");
+        pg.exec("ALTER ROLE relay_user SET client_encoding = 'LATIN1'");
+        pg.exec("SELECT outbox_emit('orders', 'caf\u00e9', '{\"name\": \"cr\u00e8me\"}')");
+    }
+    emit(5);
+    auto& relay = start_relay();
+    ASSERT_TRUE(wait_all_published()) << relay.log();
+    expect_exactly_once_in_order();
+    auto pg = connect();
+    auto r = pg.exec(
+        "SELECT event_id, to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') FROM outbox.event");
+    std::map<std::string, std::string> want;
+    for (int i = 0; i < r.rows(); ++i) want[std::string(r.get(i, 0))] = r.get(i, 1);
+    ASSERT_EQ(want.size(), 6u);
+    const std::regex rfc3339(R"(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z)");
+    auto redis = redis_->connect();
+    std::size_t seen = 0;
+    for (const auto& t : kTopics) {
+        for (const auto& e : read_stream(redis, "outbox:" + t)) {
+            const auto& created_at = e.fields.at("created_at");
+            EXPECT_TRUE(std::regex_match(created_at, rfc3339)) << created_at;
+            EXPECT_EQ(created_at, want.at(e.fields.at("event_id")));
+            ++seen;
+        }
+    }
+    EXPECT_EQ(seen, 6u);
+    const auto first = read_stream(redis, "outbox:orders").at(0);
+    EXPECT_EQ(first.fields.at("key"), "caf\u00e9");
+    EXPECT_EQ(first.fields.at("payload"), "{\"name\": \"cr\u00e8me\"}");
 }
