@@ -268,7 +268,7 @@ std::vector<Event> Publisher::receive_fetch() {
     return batch;
 }
 
-Publisher::Shares Publisher::split(const std::vector<Event>& batch) const {
+Publisher::Shares Publisher::split(std::span<const Event> batch) const {
     Shares shares;
     // The stream of each topic, expanded once a batch; topics may share a
     // stream.
@@ -290,9 +290,59 @@ Publisher::Shares Publisher::split(const std::vector<Event>& batch) const {
     return shares;
 }
 
+// Redis refused a write for want of memory (maxmemory, noeviction).
+static bool is_oom(const RedisError& e) { return e.kind() == RedisError::Kind::reply && e.code() == "OOM"; }
+
 std::map<std::string, std::string> Publisher::publish(const std::vector<Event>& batch) {
-    const auto shares = split(batch);
     RttTimer rtt(metrics_.redis_rtt_seconds);
+    std::map<std::string, std::string> last;
+    const auto max_bytes = static_cast<std::size_t>(config_.batch_bytes);
+    for (std::size_t from = 0; from < batch.size();) {
+        // The next part: events until the next would exceed --batch-bytes,
+        // fewer while Redis is short of memory, at least one.
+        std::size_t to = from, bytes = 0;
+        while (to < batch.size() && (oom_limit_ == 0 || to - from < oom_limit_)) {
+            const auto b = entry_bytes(batch[to]);
+            if (to > from && bytes + b > max_bytes) break;
+            bytes += b;
+            ++to;
+        }
+        const auto written_before = metrics_.events_published.load();
+        try {
+            for (auto& [stream, position] : write_part(std::span<const Event>(batch).subspan(from, to - from)))
+                last[stream] = std::move(position);
+        } catch (const RedisError& e) {
+            // Nothing of a refused transaction ran, and the script stops
+            // at an entry refused, so the same positions can be written
+            // again in smaller parts: entries that got in are refused as
+            // present (explicit ids), and no later entry of a stream gets
+            // in before an earlier one. Ids Redis generates would append
+            // those entries again: the batch is retried whole instead, as
+            // after any other error.
+            const bool wrote_some = metrics_.events_published.load() != written_before;
+            if (!is_oom(e) || to - from == 1 || (wrote_some && config_.id_mode != IdMode::explicit_position)) {
+                if (is_oom(e)) {
+                    if (!metrics_.redis_oom.exchange(true))
+                        spdlog::error("Redis refuses writes for want of memory ({}): not even one entry fits; "
+                                      "the backlog waits in PostgreSQL (retained) until Redis has room",
+                                      e.what());
+                }
+                throw;
+            }
+            oom_limit_ = (to - from) / 2;
+            spdlog::info("Redis is short of memory ({}); writing {} events at {} in parts of {}", e.what(),
+                         batch.size() - from, batch[from].position, oom_limit_);
+            continue;
+        }
+        if (metrics_.redis_oom.exchange(false)) spdlog::info("Redis accepts writes again");
+        if (oom_limit_ > 0) oom_limit_ = oom_limit_ * 2 >= batch.size() ? 0 : oom_limit_ * 2;
+        from = to;
+    }
+    return last;
+}
+
+std::map<std::string, std::string> Publisher::write_part(std::span<const Event> events) {
+    const auto shares = split(events);
     std::map<std::string, std::string> last;
     if (config_.id_mode == IdMode::explicit_position && !script_next_ && !transactions_refused_) {
         switch (write_transaction(shares, last)) {

@@ -690,3 +690,104 @@ TEST_F(PublishTest, EntriesDoNotDependOnTheRolesSettings) {
     EXPECT_EQ(first.fields.at("key"), "caf\u00e9");
     EXPECT_EQ(first.fields.at("payload"), "{\"name\": \"cr\u00e8me\"}");
 }
+
+namespace {
+
+// Publish tests against a Redis of 2 MB maxmemory that evicts nothing.
+class RedisPressureTest : public PublishTest {
+protected:
+    void SetUp() override {
+        PublishTest::SetUp();
+        redis_ = std::make_unique<RedisServer>(false, std::vector<std::string>{"--maxmemory", "2mb",
+                                                                               "--maxmemory-policy", "noeviction"});
+    }
+
+    std::int64_t used_memory() {
+        auto redis = redis_->connect();
+        auto r = redis.command({"INFO", "memory"});
+        const std::string info(reply_text(r.get()));
+        const auto at = info.find("used_memory:");
+        return std::stoll(info.substr(at + 12));
+    }
+
+    // Sets filler keys of 16 KB until Redis uses at least "target" bytes
+    // (one growing string would double its allocation at times).
+    void fill_to(std::int64_t target) {
+        auto redis = redis_->connect();
+        const std::string piece(16 * 1024, 'f');
+        for (int i = 0; used_memory() < target; ++i) {
+            auto r = redis.command({"SET", "filler:" + std::to_string(i), piece});
+            ASSERT_EQ(r->type, REDIS_REPLY_STATUS) << reply_text(r.get());
+        }
+    }
+
+    // Frees the memory the filler keys hold.
+    void free_filler() {
+        auto redis = redis_->connect();
+        for (int i = 0;; ++i) {
+            auto r = redis.command({"DEL", "filler:" + std::to_string(i)});
+            if (r->integer == 0) return;
+        }
+    }
+
+    // One transaction of n events on each topic, each about "bytes" of payload.
+    void emit_large(int n, int bytes) {
+        auto pg = connect();
+        pg.exec("BEGIN");
+        for (const auto& t : kTopics)
+            pg.exec("SELECT count(*) FROM outbox_emit_many($1, NULL, "
+                    "array_fill(jsonb_build_object('pad', repeat('x', $2::int)), ARRAY[$3::int]))",
+                    {t, std::to_string(bytes), std::to_string(n)});
+        pg.exec("COMMIT");
+    }
+};
+
+}  // namespace
+
+// Redis has 1.5 of its 2 MB in use: a batch of 360 events (about 230 KB)
+// is refused whole for OOM, and goes in smaller parts; nothing stalls.
+TEST_F(RedisPressureTest, BatchGoesInSmallerPartsWhileRedisHasRoom) {
+    fill_to(1500 * 1024);
+    emit_large(120, 500);
+    const int port = free_port();
+    auto& relay = start_relay({"--batch-size", "1000", "--metrics-address", "127.0.0.1:" + std::to_string(port)});
+    ASSERT_TRUE(wait_all_published(20s)) << relay.log();
+    expect_exactly_once_in_order();
+    EXPECT_NE(relay.log().find("Redis is short of memory"), std::string::npos) << relay.log();
+    EXPECT_EQ(relay.log().find("not even one entry fits"), std::string::npos) << relay.log();
+    httplib::Client client("127.0.0.1", port);
+    EXPECT_EQ(metric(client, series("pg_outbox_relay_redis_oom")), 0);
+    auto health = client.Get("/health");
+    ASSERT_TRUE(health);
+    EXPECT_EQ(health->body, "ok leader\n");
+}
+
+// Redis fills up part-way through the backlog: what got in is a prefix of
+// each stream, the cursor passes nothing unpublished, /health and the
+// gauge say why; once memory is freed everything is published exactly
+// once, in feed order.
+TEST_F(RedisPressureTest, FullRedisLosesNothingAndResumesWhenFreed) {
+    fill_to(1850 * 1024);
+    emit_large(300, 500);
+    const int port = free_port();
+    auto& relay = start_relay({"--batch-size", "1000", "--metrics-address", "127.0.0.1:" + std::to_string(port)});
+    httplib::Client client("127.0.0.1", port);
+    ASSERT_TRUE(eventually([&] { return metric(client, series("pg_outbox_relay_redis_oom")) == 1; }, 20s))
+        << relay.log();
+    auto health = client.Get("/health");
+    ASSERT_TRUE(health);
+    EXPECT_EQ(health->status, 503);
+    EXPECT_NE(health->body.find("Redis refuses writes: OOM"), std::string::npos) << health->body;
+    std::this_thread::sleep_for(1s);  // retries while full change nothing
+    const auto partial = published_count();
+    EXPECT_LT(partial, committed_count());
+    expect_prefixes_up_to_the_cursor();
+    free_filler();
+    ASSERT_TRUE(wait_all_published(20s)) << relay.log();
+    expect_exactly_once_in_order();
+    ASSERT_TRUE(eventually([&] { return metric(client, series("pg_outbox_relay_redis_oom")) == 0; }, 5s));
+    health = client.Get("/health");
+    ASSERT_TRUE(health);
+    EXPECT_EQ(health->body, "ok leader\n");
+    EXPECT_GT(partial, 0u) << relay.log();
+}
