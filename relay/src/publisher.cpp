@@ -332,6 +332,10 @@ std::map<std::string, std::string> Publisher::publish(const std::vector<Event>& 
             oom_limit_ = (to - from) / 2;
             spdlog::info("Redis is short of memory ({}); writing {} events at {} in parts of {}", e.what(),
                          batch.size() - from, batch[from].position, oom_limit_);
+            // Redis holds the refused write's query buffer until its cron
+            // shrinks it (10 times a second by default): a smaller part
+            // sent at once would be refused for the memory of the last.
+            pause(config_.retry_min);
             continue;
         }
         if (metrics_.redis_oom.exchange(false)) spdlog::info("Redis accepts writes again");
