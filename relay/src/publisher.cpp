@@ -160,6 +160,7 @@ void Publisher::on_pg_lost() {
     prefetched_.clear();
     unadvanced_.reset();
     advance_sent_ = false;
+    metrics_.redis_oom = false;  // what Redis refuses says nothing while standing by
     if (metrics_.leader.exchange(false))
         spdlog::warn("lost the leadership of group \"{}\" with the connection", config_.group);
 }
@@ -785,6 +786,7 @@ void Publisher::turn() {
         discard_queued();
         prefetched_.clear();
         metrics_.leader = false;
+        metrics_.redis_oom = false;
         spdlog::warn("group \"{}\" is led by another session now; standing by", config_.group);
     } catch (const GroupRewound& e) {
         // Published entries stay (their ids make a replay harmless); the

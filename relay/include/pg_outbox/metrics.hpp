@@ -45,7 +45,7 @@ public:
     std::atomic<double> redis_rtt_seconds{0};
     std::atomic<bool> leader{false};
     // Redis refused even a single entry for want of memory (OOM); cleared
-    // by the next write Redis takes.
+    // by the next write Redis takes, and when the relay stops leading.
     std::atomic<bool> redis_oom{false};
 
     // consume
