@@ -289,6 +289,12 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
         ->envname("PG_OUTBOX_BATCH_SIZE")
         ->check(CLI::Range(1, 100000))
         ->capture_default_str();
+    publish->add_option("--batch-bytes", c.batch_bytes,
+                        "bytes of entry fields per write to Redis: a batch is written in parts that take events "
+                        "until the next would exceed this, at least one event each")
+        ->envname("PG_OUTBOX_BATCH_BYTES")
+        ->check(CLI::Range(std::int64_t{1024}, std::int64_t{512} << 20))
+        ->capture_default_str();
     publish->add_option("--poll-interval", poll, "longest wait for a notification before fetching again")
         ->envname("PG_OUTBOX_POLL_INTERVAL")
         ->capture_default_str();

@@ -29,6 +29,15 @@ void append_entry_fields(std::vector<std::string_view>& argv, const Event& e) {
     argv.emplace_back(e.created_at);
 }
 
+std::size_t entry_bytes(const Event& e) {
+    std::vector<std::string_view> fields;
+    fields.reserve(14);
+    append_entry_fields(fields, e);
+    std::size_t n = e.position.size();
+    for (const auto f : fields) n += f.size();
+    return n;
+}
+
 void xadd_argv(std::vector<std::string_view>& argv, std::string_view stream_key, const Event& event,
                std::string_view maxlen) {
     argv.clear();

@@ -158,6 +158,9 @@ Metrics::Health Metrics::health(std::chrono::seconds max_silence) const {
     if (!redis_connected.load()) return {false, "unhealthy: not connected to Redis\n"};
     if (mode_ == "consume") return {true, "ok\n"};
     if (!leader.load()) return {true, "ok standby\n"};
+    if (redis_oom.load())
+        return {false, "unhealthy: Redis refuses writes: OOM (its used memory is above maxmemory); the backlog "
+                       "waits in PostgreSQL until Redis has room\n"};
     if (const auto stall = stalled(); stuck_after_.count() > 0 && stall > stuck_after_) {
         std::string last_error;
         {
@@ -241,6 +244,9 @@ std::string Metrics::render() const {
     metric("pg_outbox_relay_redis_rtt_seconds", "gauge", "Duration of the last pipelined batch.",
            redis_rtt_seconds.load());
     metric("pg_outbox_relay_leader", "gauge", "1 while this relay leads its group.", leader.load() ? 1 : 0);
+    metric("pg_outbox_relay_redis_oom", "gauge",
+           "1 while Redis refuses even a single entry for want of memory (OOM): the backlog waits in PostgreSQL.",
+           redis_oom.load() ? 1 : 0);
     metric("pg_outbox_relay_stalled_seconds", "gauge",
            "How long the leader has had events waiting without publishing a batch (0 when it keeps up).",
            static_cast<double>(stalled().count()) / 1000);

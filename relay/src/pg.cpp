@@ -281,6 +281,23 @@ PgConnection::PgConnection(const std::string& conninfo, const std::string& appli
     PQsetNoticeProcessor(conn_.get(), log_notice, nullptr);
 }
 
+void PgConnection::pin_settings(bool keep_handler_settings) {
+    // What reaches Redis and the log is UTF-8 whatever the role's
+    // client_encoding; the rest only changes how values are written as
+    // text, which a consume handler's own SQL may depend on (DateStyle
+    // also decides how '01/12/2026' is read), so consume mode leaves it.
+    if (keep_handler_settings) {
+        exec("SELECT pg_catalog.set_config('client_encoding', 'UTF8', false)");
+        return;
+    }
+    exec("SELECT pg_catalog.set_config('client_encoding', 'UTF8', false),"
+         "       pg_catalog.set_config('DateStyle', 'ISO, MDY', false),"
+         "       pg_catalog.set_config('TimeZone', 'UTC', false),"
+         "       pg_catalog.set_config('IntervalStyle', 'postgres', false),"
+         "       pg_catalog.set_config('extra_float_digits', '3', false),"
+         "       pg_catalog.set_config('bytea_output', 'hex', false)");
+}
+
 void PgConnection::throw_error(const PGresult* r, const std::string& what) const {
     const char* state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : nullptr;
     std::string msg = r ? PQresultErrorMessage(r) : PQerrorMessage(conn_.get());

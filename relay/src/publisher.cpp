@@ -20,8 +20,11 @@ constexpr const char* kResignSql = "SELECT outbox_resign($1)";
 constexpr const char* kWaitingSql = "SELECT outbox_relay_waiting()";
 // The age of the batch's first (oldest) event for the lag metric, computed
 // for that row only: on every row it cost about 5% of the fetch.
+// created_at as RFC 3339 in UTC with microseconds, whatever the session's
+// DateStyle and TimeZone (which the relay pins as well).
 constexpr const char* kFetchSql =
-    "SELECT pos, event_id, topic, key, payload, headers, created_at,"
+    "SELECT pos, event_id, topic, key, payload, headers,"
+    "       to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'),"
     "       CASE WHEN ordinality = 1 THEN extract(epoch FROM clock_timestamp() - created_at) END"
     "  FROM outbox_fetch($1, $2, $3, $4::interval) WITH ORDINALITY";
 constexpr const char* kAdvanceSql = "SELECT outbox_advance($1, $2, $3::jsonb)";
@@ -157,6 +160,7 @@ void Publisher::on_pg_lost() {
     prefetched_.clear();
     unadvanced_.reset();
     advance_sent_ = false;
+    metrics_.redis_oom = false;  // what Redis refuses says nothing while standing by
     if (metrics_.leader.exchange(false))
         spdlog::warn("lost the leadership of group \"{}\" with the connection", config_.group);
 }
@@ -271,7 +275,7 @@ std::vector<Event> Publisher::receive_fetch() {
     return batch;
 }
 
-Publisher::Shares Publisher::split(const std::vector<Event>& batch) const {
+Publisher::Shares Publisher::split(std::span<const Event> batch) const {
     Shares shares;
     // The stream of each topic, expanded once a batch; topics may share a
     // stream.
@@ -293,9 +297,63 @@ Publisher::Shares Publisher::split(const std::vector<Event>& batch) const {
     return shares;
 }
 
+// Redis refused a write for want of memory (maxmemory, noeviction).
+static bool is_oom(const RedisError& e) { return e.kind() == RedisError::Kind::reply && e.code() == "OOM"; }
+
 std::map<std::string, std::string> Publisher::publish(const std::vector<Event>& batch) {
-    const auto shares = split(batch);
     RttTimer rtt(metrics_.redis_rtt_seconds);
+    std::map<std::string, std::string> last;
+    const auto max_bytes = static_cast<std::size_t>(config_.batch_bytes);
+    for (std::size_t from = 0; from < batch.size();) {
+        // The next part: events until the next would exceed --batch-bytes,
+        // fewer while Redis is short of memory, at least one.
+        std::size_t to = from, bytes = 0;
+        while (to < batch.size() && (oom_limit_ == 0 || to - from < oom_limit_)) {
+            const auto b = entry_bytes(batch[to]);
+            if (to > from && bytes + b > max_bytes) break;
+            bytes += b;
+            ++to;
+        }
+        const auto written_before = metrics_.events_published.load();
+        try {
+            for (auto& [stream, position] : write_part(std::span<const Event>(batch).subspan(from, to - from)))
+                last[stream] = std::move(position);
+        } catch (const RedisError& e) {
+            // Nothing of a refused transaction ran, and the script stops
+            // at an entry refused, so the same positions can be written
+            // again in smaller parts: entries that got in are refused as
+            // present (explicit ids), and no later entry of a stream gets
+            // in before an earlier one. Ids Redis generates would append
+            // those entries again: the batch is retried whole instead, as
+            // after any other error.
+            const bool wrote_some = metrics_.events_published.load() != written_before;
+            if (!is_oom(e) || to - from == 1 || (wrote_some && config_.id_mode != IdMode::explicit_position)) {
+                if (is_oom(e)) {
+                    if (!metrics_.redis_oom.exchange(true))
+                        spdlog::error("Redis refuses writes for want of memory ({}): not even one entry fits; "
+                                      "the backlog waits in PostgreSQL (retained) until Redis has room",
+                                      e.what());
+                }
+                throw;
+            }
+            oom_limit_ = (to - from) / 2;
+            spdlog::info("Redis is short of memory ({}); writing {} events at {} in parts of {}", e.what(),
+                         batch.size() - from, batch[from].position, oom_limit_);
+            // Redis holds the refused write's query buffer until its cron
+            // shrinks it (10 times a second by default): a smaller part
+            // sent at once would be refused for the memory of the last.
+            pause(config_.retry_min);
+            continue;
+        }
+        if (metrics_.redis_oom.exchange(false)) spdlog::info("Redis accepts writes again");
+        if (oom_limit_ > 0) oom_limit_ = oom_limit_ * 2 >= batch.size() ? 0 : oom_limit_ * 2;
+        from = to;
+    }
+    return last;
+}
+
+std::map<std::string, std::string> Publisher::write_part(std::span<const Event> events) {
+    const auto shares = split(events);
     std::map<std::string, std::string> last;
     if (config_.id_mode == IdMode::explicit_position && !script_next_ && !transactions_refused_) {
         switch (write_transaction(shares, last)) {
@@ -734,6 +792,7 @@ void Publisher::turn() {
         discard_queued();
         prefetched_.clear();
         metrics_.leader = false;
+        metrics_.redis_oom = false;
         spdlog::warn("group \"{}\" is led by another session now; standing by", config_.group);
     } catch (const GroupRewound& e) {
         // Published entries stay (their ids make a replay harmless); the

@@ -68,6 +68,7 @@ void Service::connect() {
             pg_.reset();
             throw StandbyServer{};
         }
+        pg_->pin_settings(keeps_handler_settings());
         metrics_.set_extension_version(use_extension(*pg_));
         if (metrics_.pg_in_recovery.exchange(false))
             spdlog::info("PostgreSQL is a primary now (promoted, or the address leads to another server); resuming");

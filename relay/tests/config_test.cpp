@@ -300,6 +300,7 @@ TEST(CommandLine, PublishWithDefaults) {
     EXPECT_EQ(r.config->mode, Config::Mode::publish);
     EXPECT_EQ(r.config->group, "billing");
     EXPECT_EQ(r.config->batch_size, 1000);
+    EXPECT_EQ(r.config->batch_bytes, 1 << 20);
     EXPECT_EQ(r.config->poll_interval, 500ms);
     EXPECT_EQ(r.config->stream_template, "outbox:{topic}");
     EXPECT_EQ(r.config->id_mode, IdMode::explicit_position);
@@ -325,12 +326,15 @@ TEST(CommandLine, CommonOptionsBeforeOrAfterTheMode) {
 TEST(CommandLine, EnvironmentVariables) {
     ::setenv("PG_OUTBOX_GROUP", "from-env", 1);
     ::setenv("PG_OUTBOX_BATCH_SIZE", "77", 1);
+    ::setenv("PG_OUTBOX_BATCH_BYTES", "65536", 1);
     auto r = parse({"publish"});
     ::unsetenv("PG_OUTBOX_GROUP");
     ::unsetenv("PG_OUTBOX_BATCH_SIZE");
+    ::unsetenv("PG_OUTBOX_BATCH_BYTES");
     ASSERT_TRUE(r.config);
     EXPECT_EQ(r.config->group, "from-env");
     EXPECT_EQ(r.config->batch_size, 77);
+    EXPECT_EQ(r.config->batch_bytes, 65536);
 }
 
 TEST(CommandLine, BadSettingsExitNonZero) {
@@ -338,6 +342,7 @@ TEST(CommandLine, BadSettingsExitNonZero) {
     EXPECT_NE(parse({"publish"}).exit_code, 0);                                      // no group
     EXPECT_NE(parse({"publish", "--group", "g", "--batch-size", "0"}).exit_code, 0);  // out of range
     EXPECT_NE(parse({"publish", "--group", "g", "--batch-size", "x"}).exit_code, 0);
+    EXPECT_NE(parse({"publish", "--group", "g", "--batch-bytes", "1023"}).exit_code, 0);
     EXPECT_NE(parse({"publish", "--group", "g", "--poll-interval", "soon"}).exit_code, 0);
     EXPECT_NE(parse({"publish", "--group", "g", "--redis", "host:99999"}).exit_code, 0);
     EXPECT_NE(parse({"publish", "--group", "g", "--log-level", "loud"}).exit_code, 0);

@@ -96,3 +96,13 @@ TEST(Redis, FormatsCommandsInTheProtocol) {
     format_command(out, {"XADD", "s", "", std::string_view("a\0b", 3)});
     EXPECT_EQ(out, std::string("left *4\r\n$4\r\nXADD\r\n$1\r\ns\r\n$0\r\n\r\n$3\r\na\0b\r\n", 41));
 }
+
+TEST(Event, EntryBytesCountTheIdAndEveryFieldPresent) {
+    Event e{"5-1", "0193-id", "orders", std::nullopt, "{\"a\": 1}", std::nullopt, "2026-01-01T00:00:00.000000Z"};
+    // id, then names and values: event_id topic payload position created_at
+    const std::size_t plain = 3 + (8 + 7) + (5 + 6) + (7 + 8) + (8 + 3) + (10 + 27);
+    EXPECT_EQ(entry_bytes(e), plain);
+    e.key = "k1";
+    e.headers = "{}";
+    EXPECT_EQ(entry_bytes(e), plain + (3 + 2) + (7 + 2));
+}

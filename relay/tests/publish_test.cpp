@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <regex>
 #include <set>
 #include <thread>
 
@@ -726,4 +727,145 @@ TEST_F(PublishTest, RewindWhileLeadingTakesEffect) {
     EXPECT_TRUE(eventually([&] { return cursor() == last; }, 10s)) << relay.log();
     EXPECT_NE(relay.log().find("publishing from the moved cursor"), std::string::npos);
     expect_prefixes_up_to_the_cursor();
+}
+
+// The relay role's own DateStyle, TimeZone, client_encoding, ... change
+// nothing in an entry: created_at is RFC 3339 in UTC with microseconds,
+// equal to the event's created_at, and text is UTF-8.
+TEST_F(PublishTest, EntriesDoNotDependOnTheRolesSettings) {
+    {
+        auto pg = connect();
+        pg.exec("ALTER ROLE relay_user SET DateStyle = 'SQL, DMY'");
+        pg.exec("ALTER ROLE relay_user SET TimeZone = 'Asia/Kolkata'");
+        pg.exec("ALTER ROLE relay_user SET IntervalStyle = 'sql_standard'");
+        pg.exec("ALTER ROLE relay_user SET extra_float_digits = -15");
+        pg.exec("ALTER ROLE relay_user SET client_encoding = 'LATIN1'");
+        pg.exec("SELECT outbox_emit('orders', 'caf\u00e9', '{\"name\": \"cr\u00e8me\"}')");
+    }
+    emit(5);
+    auto& relay = start_relay();
+    ASSERT_TRUE(wait_all_published()) << relay.log();
+    expect_exactly_once_in_order();
+    auto pg = connect();
+    auto r = pg.exec(
+        "SELECT event_id, to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') FROM outbox.event");
+    std::map<std::string, std::string> want;
+    for (int i = 0; i < r.rows(); ++i) want[std::string(r.get(i, 0))] = r.get(i, 1);
+    ASSERT_EQ(want.size(), 6u);
+    const std::regex rfc3339(R"(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z)");
+    auto redis = redis_->connect();
+    std::size_t seen = 0;
+    for (const auto& t : kTopics) {
+        for (const auto& e : read_stream(redis, "outbox:" + t)) {
+            const auto& created_at = e.fields.at("created_at");
+            EXPECT_TRUE(std::regex_match(created_at, rfc3339)) << created_at;
+            EXPECT_EQ(created_at, want.at(e.fields.at("event_id")));
+            ++seen;
+        }
+    }
+    EXPECT_EQ(seen, 6u);
+    const auto first = read_stream(redis, "outbox:orders").at(0);
+    EXPECT_EQ(first.fields.at("key"), "caf\u00e9");
+    EXPECT_EQ(first.fields.at("payload"), "{\"name\": \"cr\u00e8me\"}");
+}
+
+namespace {
+
+// Publish tests against a Redis of 2 MB maxmemory that evicts nothing.
+class RedisPressureTest : public PublishTest {
+protected:
+    void SetUp() override {
+        PublishTest::SetUp();
+        redis_ = std::make_unique<RedisServer>(false, std::vector<std::string>{"--maxmemory", "2mb",
+                                                                               "--maxmemory-policy", "noeviction"});
+    }
+
+    std::int64_t used_memory() {
+        auto redis = redis_->connect();
+        auto r = redis.command({"INFO", "memory"});
+        const std::string info(reply_text(r.get()));
+        const auto at = info.find("used_memory:");
+        return std::stoll(info.substr(at + 12));
+    }
+
+    // Sets filler keys of 16 KB until Redis uses at least "target" bytes
+    // (one growing string would double its allocation at times).
+    void fill_to(std::int64_t target) {
+        auto redis = redis_->connect();
+        const std::string piece(16 * 1024, 'f');
+        for (int i = 0; used_memory() < target; ++i) {
+            auto r = redis.command({"SET", "filler:" + std::to_string(i), piece});
+            ASSERT_EQ(r->type, REDIS_REPLY_STATUS) << reply_text(r.get());
+        }
+    }
+
+    // Frees the memory the filler keys hold.
+    void free_filler() {
+        auto redis = redis_->connect();
+        for (int i = 0;; ++i) {
+            auto r = redis.command({"DEL", "filler:" + std::to_string(i)});
+            if (r->integer == 0) return;
+        }
+    }
+
+    // One transaction of n events on each topic, each about "bytes" of payload.
+    void emit_large(int n, int bytes) {
+        auto pg = connect();
+        pg.exec("BEGIN");
+        for (const auto& t : kTopics)
+            pg.exec("SELECT count(*) FROM outbox_emit_many($1, NULL, "
+                    "array_fill(jsonb_build_object('pad', repeat('x', $2::int)), ARRAY[$3::int]))",
+                    {t, std::to_string(bytes), std::to_string(n)});
+        pg.exec("COMMIT");
+    }
+};
+
+}  // namespace
+
+// Redis has 1.5 of its 2 MB in use: a batch of 360 events (about 230 KB)
+// is refused whole for OOM, and goes in smaller parts; nothing stalls.
+TEST_F(RedisPressureTest, BatchGoesInSmallerPartsWhileRedisHasRoom) {
+    fill_to(1500 * 1024);
+    emit_large(120, 500);
+    const int port = free_port();
+    auto& relay = start_relay({"--batch-size", "1000", "--metrics-address", "127.0.0.1:" + std::to_string(port)});
+    ASSERT_TRUE(wait_all_published(20s)) << relay.log();
+    expect_exactly_once_in_order();
+    EXPECT_NE(relay.log().find("Redis is short of memory"), std::string::npos) << relay.log();
+    EXPECT_EQ(relay.log().find("not even one entry fits"), std::string::npos) << relay.log();
+    httplib::Client client("127.0.0.1", port);
+    EXPECT_EQ(metric(client, series("pg_outbox_relay_redis_oom")), 0);
+    auto health = client.Get("/health");
+    ASSERT_TRUE(health);
+    EXPECT_EQ(health->body, "ok leader\n");
+}
+
+// Redis fills up part-way through the backlog: what got in is a prefix of
+// each stream, the cursor passes nothing unpublished, /health and the
+// gauge say why; once memory is freed everything is published exactly
+// once, in feed order.
+TEST_F(RedisPressureTest, FullRedisLosesNothingAndResumesWhenFreed) {
+    fill_to(1850 * 1024);
+    emit_large(300, 500);
+    const int port = free_port();
+    auto& relay = start_relay({"--batch-size", "1000", "--metrics-address", "127.0.0.1:" + std::to_string(port)});
+    httplib::Client client("127.0.0.1", port);
+    ASSERT_TRUE(eventually([&] { return metric(client, series("pg_outbox_relay_redis_oom")) == 1; }, 20s))
+        << relay.log();
+    auto health = client.Get("/health");
+    ASSERT_TRUE(health);
+    EXPECT_EQ(health->status, 503);
+    EXPECT_NE(health->body.find("Redis refuses writes: OOM"), std::string::npos) << health->body;
+    std::this_thread::sleep_for(1s);  // retries while full change nothing
+    const auto partial = published_count();
+    EXPECT_LT(partial, committed_count());
+    expect_prefixes_up_to_the_cursor();
+    free_filler();
+    ASSERT_TRUE(wait_all_published(20s)) << relay.log();
+    expect_exactly_once_in_order();
+    ASSERT_TRUE(eventually([&] { return metric(client, series("pg_outbox_relay_redis_oom")) == 0; }, 5s));
+    health = client.Get("/health");
+    ASSERT_TRUE(health);
+    EXPECT_EQ(health->body, "ok leader\n");
+    EXPECT_GT(partial, 0u) << relay.log();
 }

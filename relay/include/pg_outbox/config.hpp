@@ -65,6 +65,8 @@ struct Config {
     std::string group;
     std::string stream_template = "outbox:{topic}";
     int batch_size = 1000;
+    // Bytes of entry fields per write to Redis (at least one event).
+    std::int64_t batch_bytes = 1 << 20;
     std::chrono::milliseconds poll_interval{500};
     bool listen = true;  // wake on NOTIFY; else poll only
     std::int64_t maxlen = 0;  // 0: no trimming

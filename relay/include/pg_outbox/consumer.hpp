@@ -63,6 +63,8 @@ public:
     Consumer(const Config& config, Metrics& metrics, const std::atomic<bool>& stop);
 
 private:
+    // The handler's SQL runs in the relay's session with the role's settings.
+    bool keeps_handler_settings() const override { return true; }
     // What an apply left for later: entries held after a configuration or
     // transient fault, to be retried after a backoff.
     struct Held {

@@ -31,6 +31,10 @@ bool is_already_published_error(std::string_view reply_error);
 // views point into "event".
 void append_entry_fields(std::vector<std::string_view>& out, const Event& event);
 
+// The bytes of an event's stream entry: its id and its fields' names and
+// values, as append_entry_fields() gives them.
+std::size_t entry_bytes(const Event& event);
+
 // The argv of a plain XADD of an event with its position as id (explicit
 // ids only), trimmed to about "maxlen" entries unless it is empty: the
 // same entry as the append script writes. Replaces the content of argv;

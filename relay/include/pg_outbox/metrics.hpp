@@ -48,6 +48,9 @@ public:
     std::atomic<double> pg_rtt_seconds{0};
     std::atomic<double> redis_rtt_seconds{0};
     std::atomic<bool> leader{false};
+    // Redis refused even a single entry for want of memory (OOM); cleared
+    // by the next write Redis takes, and when the relay stops leading.
+    std::atomic<bool> redis_oom{false};
 
     // consume
     std::atomic<std::uint64_t> events_applied{0};

@@ -101,6 +101,13 @@ public:
     // (0 on timeout), all of them consumed.
     int wait_for_notification(std::chrono::milliseconds timeout);
 
+    // Pins the session settings that decide how values are written as
+    // text (client_encoding UTF8, DateStyle ISO, TimeZone UTC,
+    // IntervalStyle postgres, extra_float_digits 3, bytea_output hex), so
+    // that nothing the relay reads depends on the server's, database's or
+    // role's settings. With keep_handler_settings, client_encoding only.
+    void pin_settings(bool keep_handler_settings = false);
+
     bool ok() const { return PQstatus(conn_.get()) == CONNECTION_OK; }
     // True when the server is a standby (pg_is_in_recovery()).
     bool in_recovery();

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <map>
 #include <optional>
+#include <span>
 #include <utility>
 #include <string>
 #include <vector>
@@ -50,10 +51,15 @@ private:
         std::vector<std::string> keys;
         std::vector<std::vector<const Event*>> events;
     };
-    Shares split(const std::vector<Event>& batch) const;
-    // Publishes a batch; returns the last position per stream. Throws
-    // RedisError after reading every reply when any entry failed.
+    Shares split(std::span<const Event> events) const;
+    // Publishes a batch in feed order, in parts of at most --batch-bytes
+    // (at least one event each); returns the last position per stream.
+    // A part Redis refuses for want of memory (OOM) is written again in
+    // halves, down to one event, before the batch fails. Throws RedisError
+    // after reading every reply when an entry failed.
     std::map<std::string, std::string> publish(const std::vector<Event>& batch);
+    // Writes one part of a batch: the transaction, or the append script.
+    std::map<std::string, std::string> write_part(std::span<const Event> events);
     // How write_transaction() ended.
     enum class Transaction { written, declined, aborted };
     // The fast path: plain XADDs in MULTI/EXEC, once WATCH and a look at
@@ -108,6 +114,9 @@ private:
     // Redis refused MULTI (an ACL, a proxy): the script only, until the
     // next connection checks again.
     bool transactions_refused_ = false;
+    // At most this many events per part while Redis is short of memory
+    // (0: no limit); halved on OOM, doubled after each part written.
+    std::size_t oom_limit_ = 0;
     // Last position published to each stream, as far as this relay knows.
     std::map<std::string, Position> known_;
     // Per stream, the highest position counted as already published.

@@ -42,6 +42,10 @@ protected:
 
     // One unit of work: a batch, or a wait when there is none.
     virtual void turn() = 0;
+    // True when the session runs the user's SQL (a consume handler), which
+    // may depend on the role's DateStyle, TimeZone, ...: those stay, and
+    // only client_encoding is pinned (see PgConnection::pin_settings).
+    virtual bool keeps_handler_settings() const { return false; }
     // Called after a new connection to PostgreSQL or Redis.
     virtual void on_pg_connected() {}
     virtual void on_redis_connected() {}
