@@ -634,6 +634,23 @@ LANGUAGE C STABLE PARALLEL RESTRICTED;
 COMMENT ON FUNCTION @extschema@.inbox_consumer_check(text) IS
 	'pg_outbox: errors (42501) unless the consumer is registered and the current role may act for it';
 
+CREATE OR REPLACE FUNCTION outbox.consumer_owner_check(owner regrole)
+RETURNS void
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	IF owner IS NULL THEN
+		RAISE EXCEPTION 'owner must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF NOT EXISTS (SELECT 1 FROM pg_roles r WHERE r.oid = owner) THEN
+		RAISE EXCEPTION 'role with OID % does not exist', owner::oid USING ERRCODE = 'undefined_object';
+	END IF;
+END
+$$;
+
+COMMENT ON FUNCTION outbox.consumer_owner_check(regrole) IS 'pg_outbox: errors when a consumer''s owner role is NULL or does not exist';
+
 CREATE OR REPLACE FUNCTION @extschema@.inbox_consumer_create(consumer text, owner regrole)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
@@ -641,12 +658,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
 	PERFORM outbox.consumer_name_check(consumer);
-	IF owner IS NULL THEN
-		RAISE EXCEPTION 'owner must not be null' USING ERRCODE = 'null_value_not_allowed';
-	END IF;
-	IF NOT EXISTS (SELECT 1 FROM pg_roles r WHERE r.oid = owner) THEN
-		RAISE EXCEPTION 'role with OID % does not exist', owner::oid USING ERRCODE = 'undefined_object';
-	END IF;
+	PERFORM outbox.consumer_owner_check(owner);
 	INSERT INTO outbox.consumers (name, owner) VALUES (consumer, owner) ON CONFLICT ON CONSTRAINT consumers_pkey DO NOTHING;
 	IF NOT FOUND THEN
 		RAISE EXCEPTION 'consumer "%" already exists', consumer
@@ -667,12 +679,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
 	PERFORM outbox.consumer_name_check(consumer);
-	IF owner IS NULL THEN
-		RAISE EXCEPTION 'owner must not be null' USING ERRCODE = 'null_value_not_allowed';
-	END IF;
-	IF NOT EXISTS (SELECT 1 FROM pg_roles r WHERE r.oid = owner) THEN
-		RAISE EXCEPTION 'role with OID % does not exist', owner::oid USING ERRCODE = 'undefined_object';
-	END IF;
+	PERFORM outbox.consumer_owner_check(owner);
 	UPDATE outbox.consumers c SET owner = inbox_consumer_set_owner.owner WHERE c.name = consumer;
 	IF NOT FOUND THEN
 		RAISE EXCEPTION 'consumer "%" does not exist', consumer USING ERRCODE = 'undefined_object';
