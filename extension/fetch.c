@@ -546,6 +546,7 @@ static void
 OutboxReadArgs(HeapTuple row, TupleDesc desc, FetchArgs *a)
 {
 	bool		isnull;
+	int			column;
 	Datum		topics;
 
 	a->commit = strcmp(TextDatumGetCString(OutboxArg(row, desc, "ordering", &isnull)), "commit") == 0;
@@ -568,8 +569,8 @@ OutboxReadArgs(HeapTuple row, TupleDesc desc, FetchArgs *a)
 	a->cursor_seq = DatumGetInt64(OutboxArg(row, desc, "cursor_seq", &isnull));
 	a->limit = DatumGetInt32(OutboxArg(row, desc, "row_limit", &isnull));
 	/* No epoch before 0.2.0's SQL (a new library before ALTER EXTENSION UPDATE). */
-	a->epoch = SPI_fnumber(desc, "epoch") > 0 ?
-		(uint64) DatumGetInt64(OutboxArg(row, desc, "epoch", &isnull)) : 0;
+	column = SPI_fnumber(desc, "epoch");
+	a->epoch = column > 0 ? (uint64) DatumGetInt64(SPI_getbinval(row, desc, column, &isnull)) : 0;
 	a->below = U64FromFullTransactionId(DatumGetFullTransactionId(OutboxArg(row, desc, "below", &isnull)));
 	if (isnull)
 		elog(ERROR, "outbox.fetch_args() returned no transaction id bound");

@@ -219,15 +219,13 @@ OutboxWorkerSignals(void)
 }
 
 /*
- * Waits on the latch until "timeout" ms have passed or something woke it;
- * reloads the settings on SIGHUP. True when the timeout passed.
+ * The launcher waits on its latch until "timeout" ms have passed or
+ * something woke it, and reloads its settings on SIGHUP.
  */
-static bool
-OutboxWorkerWait(long timeout, const char *who)
+static void
+OutboxLauncherWait(long timeout)
 {
-	int			rc;
-
-	rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, timeout, PG_WAIT_EXTENSION);
+	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, timeout, PG_WAIT_EXTENSION);
 	ResetLatch(MyLatch);
 	CHECK_FOR_INTERRUPTS();
 	if (ConfigReloadPending)
@@ -235,10 +233,9 @@ OutboxWorkerWait(long timeout, const char *who)
 		ConfigReloadPending = false;
 		ProcessConfigFile(PGC_SIGHUP);
 		ereport(LOG,
-				(errmsg("pg_outbox %s reloaded its settings, running every %d ms",
-						who, pg_outbox_maintenance_interval)));
+				(errmsg("pg_outbox launcher reloaded its settings, running every %d ms",
+						pg_outbox_maintenance_interval)));
 	}
-	return (rc & WL_TIMEOUT) != 0;
 }
 
 /* Whether the launcher recently found the database without the extension. */
@@ -432,8 +429,7 @@ OutboxLauncherMain(Datum main_arg)
 		 * Until the next round, or earlier: a run that ended (its worker
 		 * reports to this process), an install that committed, SIGHUP.
 		 */
-		(void) OutboxWorkerWait(Max(1, TimestampDifferenceMilliseconds(GetCurrentTimestamp(), next_round)),
-								"launcher");
+		OutboxLauncherWait(Max(1, TimestampDifferenceMilliseconds(GetCurrentTimestamp(), next_round)));
 	}
 
 	SpinLockAcquire(&Launcher->mutex);
