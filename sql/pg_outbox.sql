@@ -1026,23 +1026,30 @@ AS $$
 DECLARE
 	g outbox.groups;
 	local_major numeric;
-	published numeric;
+	published record;
 	new_epoch numeric;
 	new_position text;
 BEGIN
 	g := outbox.get_group(group_name, true);
-	-- The highest transaction id or ticket (with the epoch) published.
-	SELECT max(m) INTO published
-	  FROM (SELECT split_part(g.cursor, '-', 1)::numeric AS m
+	-- The highest position (with the epoch) published: the cursor, or
+	-- the last one recorded for a stream.
+	SELECT x.major, x.seq INTO published
+	  FROM (SELECT split_part(g.cursor, '-', 1)::numeric AS major, split_part(g.cursor, '-', 2)::numeric AS seq
 			UNION ALL
-			SELECT split_part(s.value, '-', 1)::numeric FROM jsonb_each_text(g.streams) s
-			 WHERE s.value ~ '^[0-9]{1,20}-[0-9]{1,19}$') x;
+			SELECT split_part(s.value, '-', 1)::numeric, split_part(s.value, '-', 2)::numeric
+			  FROM jsonb_each_text(g.streams) s
+			 WHERE s.value ~ '^[0-9]{1,20}-[0-9]{1,19}$') x
+	 ORDER BY x.major DESC, x.seq DESC
+	 LIMIT 1;
 	IF g.ordering = 'commit' THEN
 		local_major := outbox.commit_horizon() + 1;
 	ELSE
 		local_major := outbox.horizon()::text::numeric;
 	END IF;
-	new_epoch := greatest(g.epoch, published + 1 - local_major);
+	-- The events after the new cursor "<local_major + epoch>-0" are at
+	-- "<local_major + epoch>-1" and beyond: above "<major>-0" from the same
+	-- major on, above "<major>-<seq>" from the next one.
+	new_epoch := greatest(g.epoch, published.major - local_major + CASE WHEN published.seq = 0 THEN 0 ELSE 1 END);
 	IF new_epoch + local_major > 18446744073709551615 OR new_epoch > 9223372036854775807 THEN
 		RAISE EXCEPTION 'cannot re-anchor group "%": its positions would leave the range of stream ids', group_name
 			USING ERRCODE = 'program_limit_exceeded',

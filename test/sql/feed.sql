@@ -137,6 +137,10 @@ SELECT count(*) FROM outbox_fetch('all');
 -- stream are above this server's), the epoch lifts every position above
 -- them; positions given back are the group's own, and older ones refused.
 SELECT outbox_reanchor('all') = outbox.horizon() || '-0' AS at_horizon, epoch FROM outbox.groups WHERE name = 'all';
+-- Nor right after a rewind to 'now' (the cursor is at the horizon, and
+-- nothing at or after it was published).
+SELECT outbox_rewind('all', 'now') IS NOT NULL AS rewound;
+SELECT outbox_reanchor('all') IS NOT NULL AS reanchored, epoch FROM outbox.groups WHERE name = 'all';
 SELECT outbox_emit('orders', 're-1', '{}') IS NOT NULL AS emitted;
 UPDATE outbox.groups SET streams = '{"outbox:orders": "900000000-7", "bad": "x"}' WHERE name = 'all';
 SELECT outbox_reanchor('all') = '900000001-0' AS lifted;
