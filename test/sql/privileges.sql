@@ -41,7 +41,11 @@ INSERT INTO calls VALUES
     (14, $$UPDATE outbox.groups SET cursor_seq = 0$$),
     (15, $$SELECT outbox.lead(1)$$),
     (16, $$SELECT outbox_lead('priv')$$),
-    (17, $$SELECT outbox_resign('priv')$$);
+    (17, $$SELECT outbox_resign('priv')$$),
+    (18, $$SELECT outbox_reanchor('priv') IS NOT NULL$$),
+    (19, $$SELECT count(*) >= 0 FROM outbox.horizon_holders_all()$$),
+    (20, $$SELECT outbox.note_generation(1, 1)$$),
+    (21, $$SELECT outbox.set_member('outbox.event'::regclass, false)$$);
 
 SET ROLE regress_outbox_nobody;
 SELECT n, pg_temp.try(q) FROM calls ORDER BY n;
