@@ -23,7 +23,7 @@ DATA = $(wildcard sql/$(EXTENSION)--*--*.sql) $(wildcard sql/released/$(EXTENSIO
 
 REGRESS = install emit emit_errors emit_drivers groups feed privileges explain inbox inbox_entries inbox_consumers maintain drop
 REGRESS_OPTS = --inputdir=test --outputdir=test --load-extension=$(EXTENSION)
-ISOLATION = xid_order abort_savepoint open_tx prepared two_relays inbox_race inbox_isolation maintain_concurrent rewind_leader holders_privacy
+ISOLATION = xid_order abort_savepoint open_tx prepared two_relays inbox_race inbox_isolation maintain_concurrent rewind_leader holders_privacy lease
 ISOLATION_OPTS = --inputdir=test --outputdir=test/isolation --load-extension=$(EXTENSION)
 
 # Tests that need pg_outbox in shared_preload_libraries (the commit order):

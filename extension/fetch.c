@@ -697,6 +697,11 @@ outbox_fetch(PG_FUNCTION_ARGS)
 					 errdetail("While it waits, the statement's snapshot holds back the cleanup horizon of VACUUM."),
 					 errhint("Call outbox_fetch() again to wait longer.")));
 		wait_ms = wait->time / 1000;
+		/*
+		 * A leader renews its lease when it fetches: it wakes in time to do
+		 * so, at most a third of the lease after the last renewal.
+		 */
+		wait_ms = Min(wait_ms, pg_outbox_lease_ms / 3);
 	}
 
 	if (SPI_connect() != SPI_OK_CONNECT)
@@ -716,7 +721,13 @@ outbox_fetch(PG_FUNCTION_ARGS)
 		{
 			bool		sleeping = false;
 
-			while (OutboxReadBatch(args, nulls, &out) && out.count == 0)
+			/*
+			 * A read that wrote (took the lead, or renewed the lease) has a
+			 * transaction id, which would hold back the very horizon the
+			 * wait is for: it returns, and the next call waits.
+			 */
+			while (OutboxReadBatch(args, nulls, &out) && out.count == 0 &&
+				   !FullTransactionIdIsValid(GetTopFullTransactionIdIfAny()))
 			{
 				long		left;
 

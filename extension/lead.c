@@ -1,27 +1,37 @@
 /*-------------------------------------------------------------------------
  *
  * lead.c
- *	  Group leadership: which session may publish a group's feed.
+ *	  Group leadership: which session may publish a group's feed, and for
+ *	  how long without showing progress.
  *
- * A relay leads a group by holding a session-level advisory lock keyed by
- * the group's id. A session lock is held without a transaction, so the
- * leader keeps no transaction id open across its round trips to the broker
- * (an open transaction id would hold back every group's horizon), and the
- * lock goes away with the leader's connection, so a standby takes over as
- * soon as the leader dies.
+ * A group's leader is written in its row of outbox.groups: the backend's
+ * pid and start time (a pid alone may be reused by a later backend) and a
+ * lease, renewed by the leader's fetches and advances. The SQL side
+ * (outbox.lead() and friends) decides; this file gives it what only C can
+ * see:
  *
- * The lock's classid is a constant of pg_outbox and its objsubid is 3, a
- * value the SQL advisory lock functions never use, so these locks cannot
- * collide with an application's own advisory locks. In pg_locks they show
- * as locktype 'advisory', classid outbox.lock_class(), objid the group id.
+ * - outbox.session_started(): this backend's start time, which with its
+ *   pid names the session for as long as it lives.
+ * - outbox.session_alive(pid, started): whether that session still runs.
+ *   A standby takes over at once from a leader whose session ended, and
+ *   otherwise only once the lease has run out. A session that is alive
+ *   but makes no progress (its relay stopped, paused, or stuck in a
+ *   broker call) keeps its backend, and with it everything a session lock
+ *   would keep; the lease is what lets it go.
+ * - pg_outbox.lease: how long a lease lasts, set by each leader for
+ *   itself; outbox.lease() reads it.
+ * - the leadership this session noted, per group, with the generation it
+ *   saw (below).
  *
- * A leader also notes the generation of each group it leads: every
- * outbox_rewind() bumps it. A leader reads ahead of its cursor (the "after"
- * position of outbox_fetch) and advances to positions it published, so a
- * cursor moved under it would be overwritten by its next advance, or its
- * next advance refused. When the generation it noted differs from the
- * group's, its fetch or advance is refused once (SQLSTATE OB002) and it
- * starts again from the cursor where the rewind put it.
+ * Every change of leader and every outbox_rewind() bumps the group's
+ * generation. A leader notes the generation when it takes the lead. When
+ * its next fetch or advance sees another one while it still leads, the
+ * cursor was moved under it: that call is refused once (SQLSTATE OB002)
+ * and it starts again from the cursor. When it no longer leads, its
+ * leadership passed to another session (its lease ran out): its next call
+ * is refused with SQLSTATE OB003 and it stands by. Its broker writes from
+ * before are harmless: each entry's id is its position in the feed, and
+ * the broker refuses an id at or below a stream's last one.
  *
  *-------------------------------------------------------------------------
  */
@@ -30,21 +40,38 @@
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "storage/lock.h"
+#include "storage/procarray.h"
+#include "utils/backend_status.h"
+#include "utils/guc.h"
 #include "utils/hsearch.h"
+#include "utils/timestamp.h"
 
 #include "pg_outbox.h"
 
-/* "obox" */
+/* "obox": the classid of pg_outbox's advisory locks */
 #define OUTBOX_LOCK_CLASS	0x6F626F78
+
+/* The objsubid of the leadership locks of version 0.1.0 (below). */
 #define OUTBOX_LOCK_SUBID	3
 
+/* pg_outbox.lease, in milliseconds */
+#define OUTBOX_DEFAULT_LEASE_MS		15000
+#define OUTBOX_MIN_LEASE_MS			100
+#define OUTBOX_MAX_LEASE_MS			3600000
+
+int			pg_outbox_lease_ms = OUTBOX_DEFAULT_LEASE_MS;
+
+PG_FUNCTION_INFO_V1(outbox_lock_class);
+PG_FUNCTION_INFO_V1(outbox_note_generation);
+PG_FUNCTION_INFO_V1(outbox_forget_leadership);
+PG_FUNCTION_INFO_V1(outbox_session_started);
+PG_FUNCTION_INFO_V1(outbox_session_alive);
+PG_FUNCTION_INFO_V1(outbox_lease);
 PG_FUNCTION_INFO_V1(outbox_lead);
 PG_FUNCTION_INFO_V1(outbox_is_leader);
 PG_FUNCTION_INFO_V1(outbox_resign);
-PG_FUNCTION_INFO_V1(outbox_lock_class);
-PG_FUNCTION_INFO_V1(outbox_note_generation);
 
-/* The generation this session noted for a group it leads. */
+/* A group this session took the lead of, with the generation it saw. */
 typedef struct OutboxNotedGeneration
 {
 	int32		group_id;		/* hash key */
@@ -53,65 +80,24 @@ typedef struct OutboxNotedGeneration
 
 static HTAB *NotedGenerations = NULL;
 
-/* Forgets the generation noted for a group (leadership taken or given up). */
-static void
-OutboxForgetGeneration(int32 group_id)
+/* Registers pg_outbox.lease; called by _PG_init. */
+void
+OutboxLeadInit(void)
 {
-	if (NotedGenerations != NULL)
-		(void) hash_search(NotedGenerations, &group_id, HASH_REMOVE, NULL);
+	DefineCustomIntVariable("pg_outbox.lease",
+							"How long this session's leadership of a group lasts without a fetch or advance.",
+							"A standby takes a group over once its leader's lease has run out, or at once when "
+							"the leader's session ended. Each leader sets it for itself.",
+							&pg_outbox_lease_ms,
+							OUTBOX_DEFAULT_LEASE_MS,
+							OUTBOX_MIN_LEASE_MS,
+							OUTBOX_MAX_LEASE_MS,
+							PGC_USERSET,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
 }
 
-/* Fills the lock tag of a group's leadership. */
-static void
-OutboxLeaderTag(LOCKTAG *tag, int32 group_id)
-{
-	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, OUTBOX_LOCK_CLASS,
-						 (uint32) group_id, OUTBOX_LOCK_SUBID);
-}
-
-/* Takes the group's leadership for this session if free; true when held. */
-Datum
-outbox_lead(PG_FUNCTION_ARGS)
-{
-	LOCKTAG		tag;
-
-	OutboxLeaderTag(&tag, PG_GETARG_INT32(0));
-	if (LockHeldByMe(&tag, ExclusiveLock))
-		PG_RETURN_BOOL(true);
-	if (LockAcquire(&tag, ExclusiveLock, true, true) == LOCKACQUIRE_NOT_AVAIL)
-		PG_RETURN_BOOL(false);
-	OutboxForgetGeneration(PG_GETARG_INT32(0));
-	PG_RETURN_BOOL(true);
-}
-
-/* True when this session leads the group. */
-Datum
-outbox_is_leader(PG_FUNCTION_ARGS)
-{
-	LOCKTAG		tag;
-
-	OutboxLeaderTag(&tag, PG_GETARG_INT32(0));
-	PG_RETURN_BOOL(LockHeldByMe(&tag, ExclusiveLock));
-}
-
-/* Gives up the group's leadership; true when this session held it. */
-Datum
-outbox_resign(PG_FUNCTION_ARGS)
-{
-	LOCKTAG		tag;
-	bool		held = false;
-
-	OutboxLeaderTag(&tag, PG_GETARG_INT32(0));
-	while (LockHeldByMe(&tag, ExclusiveLock))
-	{
-		LockRelease(&tag, ExclusiveLock, true);
-		held = true;
-	}
-	OutboxForgetGeneration(PG_GETARG_INT32(0));
-	PG_RETURN_BOOL(held);
-}
-
-/* The classid of leadership locks, for finding them in pg_locks. */
+/* The classid of pg_outbox's advisory locks, for finding them in pg_locks. */
 Datum
 outbox_lock_class(PG_FUNCTION_ARGS)
 {
@@ -121,7 +107,7 @@ outbox_lock_class(PG_FUNCTION_ARGS)
 /*
  * outbox.note_generation(group_id, generation): notes the group's
  * generation for this session and returns the one noted before (the given
- * one the first time after taking the leadership).
+ * one the first time after taking the lead).
  */
 Datum
 outbox_note_generation(PG_FUNCTION_ARGS)
@@ -145,4 +131,118 @@ outbox_note_generation(PG_FUNCTION_ARGS)
 	before = found ? entry->generation : generation;
 	entry->generation = generation;
 	PG_RETURN_INT64(before);
+}
+
+/*
+ * outbox.forget_leadership(group_id): forgets what this session noted of
+ * the group; true when it had taken the lead of it. Not transactional: a
+ * leadership lost stays lost even when the call that found out fails.
+ */
+Datum
+outbox_forget_leadership(PG_FUNCTION_ARGS)
+{
+	int32		group_id = PG_GETARG_INT32(0);
+	bool		found = false;
+
+	if (NotedGenerations != NULL)
+		(void) hash_search(NotedGenerations, &group_id, HASH_REMOVE, &found);
+	PG_RETURN_BOOL(found);
+}
+
+/* outbox.session_started(): when this backend started. */
+Datum
+outbox_session_started(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_TIMESTAMPTZ(MyStartTimestamp);
+}
+
+/*
+ * outbox.session_alive(pid, started): true while the backend with this pid
+ * that started then runs, in any database. A pid without a backend is a
+ * session that ended; one whose backend started at another time was
+ * reused.
+ */
+Datum
+outbox_session_alive(PG_FUNCTION_ARGS)
+{
+	int			pid = PG_GETARG_INT32(0);
+	TimestampTz started = PG_GETARG_TIMESTAMPTZ(1);
+	int			n;
+	int			i;
+
+	if (pid == MyProcPid)
+		PG_RETURN_BOOL(started == MyStartTimestamp);
+	if (BackendPidGetProc(pid) == NULL)
+		PG_RETURN_BOOL(false);
+	/* The backend status array; read once per transaction. */
+	n = pgstat_fetch_stat_numbackends();
+	for (i = 1; i <= n; i++)
+	{
+		LocalPgBackendStatus *local = pgstat_fetch_stat_local_beentry(i);
+
+		if (local != NULL && local->backendStatus.st_procpid == pid)
+			PG_RETURN_BOOL(local->backendStatus.st_proc_start_timestamp == started);
+	}
+	PG_RETURN_BOOL(false);
+}
+
+/* outbox.lease(): pg_outbox.lease as an interval. */
+Datum
+outbox_lease(PG_FUNCTION_ARGS)
+{
+	Interval   *lease = palloc0(sizeof(Interval));
+
+	lease->time = (int64) pg_outbox_lease_ms * INT64CONST(1000);
+	PG_RETURN_INTERVAL_P(lease);
+}
+
+/*
+ * Leadership as version 0.1.0 of the SQL objects declares it: a
+ * session-level advisory lock per group, without a lease. A database
+ * keeps these definitions until ALTER EXTENSION pg_outbox UPDATE, and they
+ * keep working with this library until then.
+ */
+static void
+OutboxLeaderTag(LOCKTAG *tag, int32 group_id)
+{
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, OUTBOX_LOCK_CLASS,
+						 (uint32) group_id, OUTBOX_LOCK_SUBID);
+}
+
+/* 0.1.0 outbox.lead(group_id): takes the group's lock if free. */
+Datum
+outbox_lead(PG_FUNCTION_ARGS)
+{
+	LOCKTAG		tag;
+
+	OutboxLeaderTag(&tag, PG_GETARG_INT32(0));
+	if (LockHeldByMe(&tag, ExclusiveLock))
+		PG_RETURN_BOOL(true);
+	PG_RETURN_BOOL(LockAcquire(&tag, ExclusiveLock, true, true) != LOCKACQUIRE_NOT_AVAIL);
+}
+
+/* 0.1.0 outbox.is_leader(group_id). */
+Datum
+outbox_is_leader(PG_FUNCTION_ARGS)
+{
+	LOCKTAG		tag;
+
+	OutboxLeaderTag(&tag, PG_GETARG_INT32(0));
+	PG_RETURN_BOOL(LockHeldByMe(&tag, ExclusiveLock));
+}
+
+/* 0.1.0 outbox.resign(group_id). */
+Datum
+outbox_resign(PG_FUNCTION_ARGS)
+{
+	LOCKTAG		tag;
+	bool		held = false;
+
+	OutboxLeaderTag(&tag, PG_GETARG_INT32(0));
+	while (LockHeldByMe(&tag, ExclusiveLock))
+	{
+		LockRelease(&tag, ExclusiveLock, true);
+		held = true;
+	}
+	PG_RETURN_BOOL(held);
 }

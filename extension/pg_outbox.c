@@ -96,6 +96,7 @@ _PG_init(void)
 
 	OutboxWorkerInit();
 	OutboxCommitInit();
+	OutboxLeadInit();
 	MarkGUCPrefixReserved("pg_outbox");
 
 	OutboxEmitInit();

@@ -73,6 +73,10 @@ extern void OutboxCommitPreCommit(FullTransactionId fxid);
 extern void OutboxCommitEnd(bool committed);
 extern void OutboxCommitPrePrepare(void);
 
+/* lead.c */
+extern int	pg_outbox_lease_ms;
+extern void OutboxLeadInit(void);
+
 /* wakeup.c */
 extern void OutboxWakeupInit(void);
 extern bool OutboxShouldNotify(void);

@@ -9,13 +9,18 @@
 --
 
 -- Settings: a restored row replaces the defaults (config_replace below).
--- Groups: the generation (bumped by rewinds) and the epoch of positions
--- (outbox_reanchor); the cursor's text adds the epoch.
+-- Groups: the generation (bumped by rewinds and changes of leader), the
+-- leader and its lease (leadership was a session advisory lock), and the
+-- epoch of positions (outbox_reanchor); the cursor's text adds the epoch.
 ALTER TABLE outbox.groups DROP COLUMN cursor;
 ALTER TABLE outbox.groups
 	ADD COLUMN epoch bigint NOT NULL DEFAULT 0,
 	ADD COLUMN cursor text GENERATED ALWAYS AS ((coalesce(cursor_txid::text::numeric, cursor_ticket) + epoch) || '-' || cursor_seq) STORED,
 	ADD COLUMN generation bigint NOT NULL DEFAULT 1,
+	ADD COLUMN leader_pid integer,
+	ADD COLUMN leader_started timestamptz,
+	ADD COLUMN lease_renewed timestamptz,
+	ADD COLUMN lease_until timestamptz,
 	ADD CONSTRAINT groups_epoch_check CHECK (epoch >= 0);
 
 -- Maintenance: the last event retention removed (rewinds before it warn).
@@ -49,6 +54,8 @@ ON CONFLICT DO NOTHING;
 
 -- Functions whose result or arguments changed.
 DROP FUNCTION outbox.fetch_args(text, integer, text);
+DROP VIEW outbox.group_stats;
+DROP FUNCTION @extschema@.outbox_group_stats(text);
 DROP FUNCTION @extschema@.inbox_consume(text, text, text[], text[], text[], text[], text[]);
 
 --
@@ -152,7 +159,15 @@ COMMENT ON COLUMN outbox.groups.cursor IS 'the cursor as a position: "<txid>-<se
 
 COMMENT ON COLUMN outbox.groups.epoch IS 'added to the transaction id or ticket of the group''s positions (stream entry ids); set by outbox_reanchor() so that ids keep increasing in another cluster';
 
-COMMENT ON COLUMN outbox.groups.generation IS 'bumped by every outbox_rewind(): a leader that read ahead of a moved cursor starts again from it';
+COMMENT ON COLUMN outbox.groups.generation IS 'fencing generation, bumped by every change of leader and every outbox_rewind(): a leader that sees another one stops or starts again from the cursor';
+
+COMMENT ON COLUMN outbox.groups.leader_pid IS 'backend pid of the session that leads the group (with leader_started), or null';
+
+COMMENT ON COLUMN outbox.groups.leader_started IS 'start time of the leading backend: with leader_pid, names the session';
+
+COMMENT ON COLUMN outbox.groups.lease_renewed IS 'when the leader last renewed its lease (by fetching or advancing)';
+
+COMMENT ON COLUMN outbox.groups.lease_until IS 'until when the leader holds the group without renewing; a standby may take it over after';
 
 CREATE OR REPLACE FUNCTION outbox.note_generation(group_id integer, generation bigint)
 RETURNS bigint
@@ -176,6 +191,129 @@ $$;
 
 COMMENT ON FUNCTION outbox.raise_rewound(outbox.groups) IS
 	'pg_outbox: raises OB002 for a leader whose group''s cursor was moved under it';
+
+COMMENT ON FUNCTION outbox.lock_class() IS 'pg_outbox: classid of pg_outbox''s advisory locks (pg_locks.classid)';
+
+CREATE OR REPLACE FUNCTION outbox.session_started()
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'outbox_session_started'
+LANGUAGE C STABLE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION outbox.session_started() IS 'pg_outbox: when this backend started; with its pid, names the session';
+
+CREATE OR REPLACE FUNCTION outbox.session_alive(pid integer, started timestamptz)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'outbox_session_alive'
+LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION outbox.session_alive(integer, timestamptz) IS
+	'pg_outbox: true while the backend with this pid that started then runs';
+
+CREATE OR REPLACE FUNCTION outbox.lease()
+RETURNS interval
+AS 'MODULE_PATHNAME', 'outbox_lease'
+LANGUAGE C STABLE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION outbox.lease() IS 'pg_outbox: this session''s lease of a group''s leadership (pg_outbox.lease)';
+
+CREATE OR REPLACE FUNCTION outbox.forget_leadership(group_id integer)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'outbox_forget_leadership'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION outbox.forget_leadership(integer) IS
+	'pg_outbox: forgets that this session took the lead of a group; true when it had';
+
+CREATE OR REPLACE FUNCTION outbox.raise_lost(g outbox.groups)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $$
+BEGIN
+	RAISE EXCEPTION 'this session no longer leads group "%"', g.name
+		USING ERRCODE = 'OB003',
+			  DETAIL = format('Its lease ran out and another session took the group over (generation %s).', g.generation),
+			  HINT = 'Stand by: what this session published is harmless, and the new leader publishes from the cursor.';
+END
+$$;
+
+COMMENT ON FUNCTION outbox.raise_lost(outbox.groups) IS
+	'pg_outbox: raises OB003 for a session whose leadership of a group passed to another';
+
+CREATE OR REPLACE FUNCTION outbox.lead(group_id integer)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
+AS $$
+DECLARE
+	g outbox.groups;
+	me timestamptz := outbox.session_started();
+	gen bigint;
+BEGIN
+	SELECT * INTO g FROM outbox.groups WHERE id = group_id;
+	IF NOT FOUND THEN
+		RETURN false;
+	END IF;
+	IF g.leader_pid = pg_catalog.pg_backend_pid() AND g.leader_started = me THEN
+		IF g.lease_renewed > pg_catalog.clock_timestamp() - outbox.lease() / 3 THEN
+			RETURN true;
+		END IF;
+		UPDATE outbox.groups
+		   SET lease_renewed = pg_catalog.clock_timestamp(), lease_until = pg_catalog.clock_timestamp() + outbox.lease()
+		 WHERE id = group_id AND leader_pid = pg_catalog.pg_backend_pid() AND leader_started = me;
+		IF FOUND THEN
+			RETURN true;
+		END IF;
+		SELECT * INTO g FROM outbox.groups WHERE id = group_id;
+	END IF;
+	IF outbox.forget_leadership(group_id) THEN
+		PERFORM outbox.raise_lost(g);
+	END IF;
+	IF g.leader_pid IS NOT NULL AND g.lease_until > pg_catalog.clock_timestamp()
+	   AND outbox.session_alive(g.leader_pid, g.leader_started) THEN
+		RETURN false;
+	END IF;
+	UPDATE outbox.groups
+	   SET leader_pid = pg_catalog.pg_backend_pid(), leader_started = me,
+		   lease_renewed = pg_catalog.clock_timestamp(), lease_until = pg_catalog.clock_timestamp() + outbox.lease(),
+		   generation = generation + 1
+	 WHERE id = group_id
+	   AND leader_pid IS NOT DISTINCT FROM g.leader_pid AND leader_started IS NOT DISTINCT FROM g.leader_started
+	   AND lease_until IS NOT DISTINCT FROM g.lease_until
+	RETURNING generation INTO gen;
+	IF NOT FOUND THEN
+		RETURN false;
+	END IF;
+	PERFORM outbox.note_generation(group_id, gen);
+	RETURN true;
+END
+$$;
+
+COMMENT ON FUNCTION outbox.lead(integer) IS
+	'pg_outbox: takes (when free, its leader gone or its lease run out) or keeps the leadership of a group for this session; true when it leads';
+
+CREATE OR REPLACE FUNCTION outbox.is_leader(group_id integer)
+RETURNS boolean
+LANGUAGE sql VOLATILE STRICT PARALLEL UNSAFE
+AS $$
+	SELECT coalesce((SELECT leader_pid = pg_catalog.pg_backend_pid() AND leader_started = outbox.session_started()
+					   FROM outbox.groups WHERE id = group_id), false)
+$$;
+
+COMMENT ON FUNCTION outbox.is_leader(integer) IS 'pg_outbox: true when this session leads the group';
+
+CREATE OR REPLACE FUNCTION outbox.resign(group_id integer)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
+AS $$
+BEGIN
+	PERFORM outbox.forget_leadership(group_id);
+	UPDATE outbox.groups
+	   SET leader_pid = NULL, leader_started = NULL, lease_renewed = NULL, lease_until = NULL
+	 WHERE id = group_id AND leader_pid = pg_catalog.pg_backend_pid() AND leader_started = outbox.session_started();
+	RETURN FOUND;
+END
+$$;
+
+COMMENT ON FUNCTION outbox.resign(integer) IS 'pg_outbox: gives up the leadership of a group; true when this session held it';
 
 CREATE OR REPLACE FUNCTION outbox.parse_position(pos text, OUT txid xid8, OUT seq bigint)
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
@@ -244,8 +382,14 @@ BEGIN
 				  DETAIL = 'batch_size must be between 1 and 100000.';
 	END IF;
 	g := outbox.get_group(group_name);
-	IF NOT outbox.lead(g.id) THEN
-		RETURN;
+	-- The leader goes on while its lease is fresh; anyone else, and the
+	-- leader when its lease is due, asks outbox.lead().
+	IF g.leader_pid IS DISTINCT FROM pg_backend_pid() OR g.leader_started IS DISTINCT FROM outbox.session_started()
+	   OR g.lease_renewed <= clock_timestamp() - outbox.lease() / 3 THEN
+		IF NOT outbox.lead(g.id) THEN
+			RETURN;
+		END IF;
+		g := outbox.get_group(group_name);
 	END IF;
 	IF outbox.note_generation(g.id, g.generation) <> g.generation THEN
 		PERFORM outbox.raise_rewound(g);
@@ -330,9 +474,13 @@ BEGIN
 	g := outbox.get_group(group_name, true);
 	lpos := outbox.unshift_position(pos, g.epoch);
 	SELECT * INTO p FROM outbox.parse_position(lpos);
-	IF NOT outbox.is_leader(g.id) THEN
+	-- The row is locked: its leader is the leader until this transaction ends.
+	IF g.leader_pid IS DISTINCT FROM pg_backend_pid() OR g.leader_started IS DISTINCT FROM outbox.session_started() THEN
+		IF outbox.forget_leadership(g.id) THEN
+			PERFORM outbox.raise_lost(g);
+		END IF;
 		RAISE EXCEPTION 'this session does not lead group "%"', group_name
-			USING ERRCODE = 'object_not_in_prerequisite_state',
+			USING ERRCODE = 'OB003',
 				  HINT = 'Only the session that fetched the batch with outbox_fetch() may advance the cursor.';
 	END IF;
 	IF outbox.note_generation(g.id, g.generation) <> g.generation THEN
@@ -385,6 +533,7 @@ BEGIN
 	END IF;
 	UPDATE outbox.groups
 	   SET cursor_txid = new_txid, cursor_ticket = new_ticket, cursor_seq = p.seq, advanced_at = now(),
+		   lease_renewed = clock_timestamp(), lease_until = clock_timestamp() + outbox.lease(),
 		   streams = CASE WHEN outbox_advance.streams IS NULL THEN groups.streams
 						  ELSE groups.streams || outbox_advance.streams END
 	 WHERE id = g.id;
@@ -1346,11 +1495,11 @@ $$;
 COMMENT ON FUNCTION @extschema@.outbox_horizon_holders() IS
 	'pg_outbox: backends and prepared transactions holding a transaction id, oldest first; the oldest holds the feed horizon back';
 
-CREATE OR REPLACE FUNCTION @extschema@.outbox_group_stats(for_group text DEFAULT NULL)
+CREATE FUNCTION @extschema@.outbox_group_stats(for_group text DEFAULT NULL)
 RETURNS TABLE (group_name text, topics text[], cursor_position text, leader_pid integer,
 			   waiting bigint, oldest_waiting_age interval, advanced_at timestamptz,
 			   horizon xid8, held_by_pid integer, held_by_gid text, held_for interval, stale boolean,
-			   ordering text, commit_horizon bigint)
+			   ordering text, commit_horizon bigint, lease_age interval, generation bigint)
 LANGUAGE sql VOLATILE PARALLEL SAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 -- The estimates of the per-group backlog are high enough to trigger JIT
@@ -1362,15 +1511,14 @@ AS $$
 						 AND outbox.commit_order_available()
 					THEN outbox.commit_horizon() END AS h)
 	SELECT g.name, g.topics, g.cursor,
-		   (SELECT l.pid FROM pg_locks l
-			 WHERE l.locktype = 'advisory' AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-			   AND l.classid = outbox.lock_class() AND l.objid = g.id AND l.objsubid = 3 AND l.granted
-			 LIMIT 1),
+		   CASE WHEN lh.alive THEN g.leader_pid END,
 		   w.n, now() - w.oldest, g.advanced_at,
 		   CASE WHEN g.ordering = 'xid8' THEN outbox.horizon() END, hh.pid, hh.gid, hh.held_for, g.stale,
-		   g.ordering, CASE WHEN g.ordering = 'commit' THEN ch.h END
+		   g.ordering, CASE WHEN g.ordering = 'commit' THEN ch.h END,
+		   CASE WHEN lh.alive THEN greatest(clock_timestamp() - g.lease_renewed, interval '0') END, g.generation
 	  FROM outbox.groups g
 	 CROSS JOIN ch
+	 CROSS JOIN LATERAL (SELECT coalesce(outbox.session_alive(g.leader_pid, g.leader_started), false) AS alive) lh
 	 CROSS JOIN LATERAL (
 		SELECT count(*) AS n, min(e.created_at) AS oldest
 		  FROM (SELECT b.created_at FROM outbox.backlog(g.cursor_txid, g.cursor_seq, g.topics) b
@@ -1386,7 +1534,10 @@ AS $$
 $$;
 
 COMMENT ON FUNCTION @extschema@.outbox_group_stats(text) IS
-	'pg_outbox: per group (or for one): cursor, leader, events waiting, age of the oldest, last advance, and who holds the horizon';
+	'pg_outbox: per group (or for one): cursor, leader and its lease, events waiting, age of the oldest, last advance, and who holds the horizon';
+
+CREATE VIEW outbox.group_stats AS SELECT * FROM @extschema@.outbox_group_stats();
+COMMENT ON VIEW outbox.group_stats IS 'pg_outbox: per-group statistics (see outbox_group_stats())';
 
 REVOKE ALL ON ALL TABLES IN SCHEMA outbox FROM PUBLIC;
 
