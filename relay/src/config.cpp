@@ -203,9 +203,16 @@ std::chrono::milliseconds parse_duration(const std::string& text) {
     if (ec != std::errc{} || ptr == text.data() || value < 0)
         throw ConfigError("\"" + text + "\" is not a duration (for example 250ms, 2s, 1m)");
     const std::string unit(ptr, text.data() + text.size());
-    if (unit.empty() || unit == "ms") return std::chrono::milliseconds(value);
-    if (unit == "s") return std::chrono::seconds(value);
-    if (unit == "m" || unit == "min") return std::chrono::minutes(value);
+    // A week is far beyond any sensible setting, and far from overflowing.
+    constexpr std::int64_t kWeekMs = std::int64_t{7} * 24 * 3600 * 1000;
+    std::int64_t scale = 0;
+    if (unit.empty() || unit == "ms") scale = 1;
+    else if (unit == "s") scale = 1000;
+    else if (unit == "m" || unit == "min") scale = 60000;
+    if (scale != 0) {
+        if (value > kWeekMs / scale) throw ConfigError("\"" + text + "\" is too long (at most a week)");
+        return std::chrono::milliseconds(value * scale);
+    }
     throw ConfigError("\"" + text + "\" has an unknown unit (use ms, s or m)");
 }
 
@@ -230,7 +237,7 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
     Config c;
     std::string redis = "127.0.0.1:6379";
     std::string poll = "500ms", retry_min = "100ms", retry_max = "10s", redis_timeout = "10s", stats = "10s";
-    std::string id_mode = "position", log_format = "text", maintain = "60s", stuck_after = "60s";
+    std::string id_mode = "position", log_format = "text", maintain = "60s", stuck_after = "60s", lease = "15s";
     std::string metrics_address;
 
     CLI::App app{"pg_outbox_relay: publishes pg_outbox feeds to Redis Streams", "pg_outbox_relay"};
@@ -323,6 +330,11 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
                         "/health answers 503 when the leader has had events waiting this long without publishing "
                         "any (a batch Redis keeps refusing); 0: never")
         ->envname("PG_OUTBOX_STUCK_AFTER")
+        ->capture_default_str();
+    publish->add_option("--lease", lease,
+                        "how long the leadership lasts without progress: a standby takes the group over from a "
+                        "leader that has not fetched or advanced for this long (at least 1s and 3x --poll-interval)")
+        ->envname("PG_OUTBOX_LEASE")
         ->capture_default_str();
 
     std::string block = "1s", min_idle = "30s", claim_interval = "5s";
@@ -427,6 +439,11 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
         c.stats_interval = duration("--stats-interval", stats, std::chrono::milliseconds(100));
         c.maintain_interval = duration("--maintain-interval", maintain, std::chrono::milliseconds(0));
         c.stuck_after = duration("--stuck-after", stuck_after, std::chrono::milliseconds(0));
+        c.lease = duration("--lease", lease, std::chrono::milliseconds(1000));
+        if (c.lease > std::chrono::hours(1)) throw ConfigError("--lease: at most 1h");
+        if (c.lease < 3 * c.poll_interval)
+            throw ConfigError("--lease: must be at least 3 times --poll-interval, so that an idle leader renews it "
+                              "in time");
         c.id_mode = id_mode == "redis" ? IdMode::redis_generated : IdMode::explicit_position;
         c.log_format = log_format == "json" ? LogFormat::json : LogFormat::text;
         if (publish->parsed()) c.mode = Config::Mode::publish;

@@ -54,9 +54,13 @@ struct GroupRewound {
     std::string message;
 };
 
-// Turns the server's refusal after a rewind into GroupRewound.
-[[noreturn]] void rethrow_rewound(const PgError& e) {
+// Turns the server's refusals of a leader's fetch or advance into
+// GroupRewound (OB002) and LostLeadership (OB003); rethrows the rest.
+[[noreturn]] void rethrow_refusal(const PgError& e) {
     if (e.sqlstate() == "OB002" && !e.connection_lost()) throw GroupRewound{e.what()};
+    // The leadership passed to another session (this relay's lease ran
+    // out while it made no progress): stand by.
+    if (e.sqlstate() == "OB003" && !e.connection_lost()) throw LostLeadership{};
     throw e;
 }
 
@@ -113,6 +117,10 @@ constexpr const char* kAdvanceStatement = "pg_outbox_advance";
 constexpr const char* kWaitingStatement = "pg_outbox_relay_waiting";
 
 void Publisher::on_pg_connected() {
+    // The lease of this session's leadership (outbox.lead renews it with
+    // each fetch and advance).
+    pg_->exec("SELECT pg_catalog.set_config('pg_outbox.lease', $1, false)",
+              {std::to_string(config_.lease.count()) + "ms"});
     if (config_.listen) pg_->listen("pg_outbox");
     // With pg_outbox preloaded (outbox_relay_waiting() says notifications
     // are sent on demand), the server can sleep in outbox_fetch() instead.
@@ -177,8 +185,14 @@ void Publisher::on_redis_fault() {
 }
 
 bool Publisher::take_leadership() {
-    auto r = pg_->exec(kLeadSql, {config_.group});
-    const bool leads = r.get(0, 0) == "t";
+    bool leads = false;
+    try {
+        leads = pg_->exec(kLeadSql, {config_.group}).get(0, 0) == "t";
+    } catch (const PgError& e) {
+        // Refused once (OB003) when the leadership this session held passed
+        // to another meanwhile; the next call looks again.
+        if (e.sqlstate() != "OB003" || e.connection_lost()) throw;
+    }
     if (leads && !metrics_.leader.exchange(true)) {
         metrics_.caught_up();
         spdlog::info("leading group \"{}\"", config_.group);
@@ -249,7 +263,7 @@ std::vector<Event> Publisher::receive_fetch() {
         try {
             return pg_->receive();
         } catch (const PgError& e) {
-            rethrow_rewound(e);
+            rethrow_refusal(e);
         }
     }();
     if (!fetch_waits_) metrics_.pg_rtt_seconds = seconds_since(fetch_sent_);
@@ -657,8 +671,7 @@ void Publisher::receive_advance() {
         pg_->receive();
     } catch (const PgError& e) {
         unadvanced_.reset();
-        if (e.sqlstate() == "55000" && !e.connection_lost()) throw LostLeadership{};
-        rethrow_rewound(e);
+        rethrow_refusal(e);
     }
     unadvanced_.reset();
 }

@@ -352,6 +352,25 @@ TEST(CommandLine, BadSettingsExitNonZero) {
     EXPECT_FALSE(parse({"publish", "--group", "g", "--batch-size", "0"}).config);
 }
 
+// The lease: at least a second and three poll intervals (an idle leader
+// renews it at each fetch), at most an hour; durations never overflow.
+TEST(CommandLine, LeaseBounds) {
+    auto r = parse({"publish", "--group", "g"});
+    ASSERT_TRUE(r.config);
+    EXPECT_EQ(r.config->lease, 15s);
+    r = parse({"publish", "--group", "g", "--lease", "1s", "--poll-interval", "300ms"});
+    ASSERT_TRUE(r.config);
+    EXPECT_EQ(r.config->lease, 1s);
+    EXPECT_EQ(parse({"publish", "--group", "g", "--lease", "999ms"}).exit_code, 2);
+    EXPECT_EQ(parse({"publish", "--group", "g", "--lease", "0"}).exit_code, 2);
+    EXPECT_EQ(parse({"publish", "--group", "g", "--lease", "1s", "--poll-interval", "400ms"}).exit_code, 2);
+    EXPECT_EQ(parse({"publish", "--group", "g", "--lease", "61m"}).exit_code, 2);
+    EXPECT_EQ(parse({"publish", "--group", "g", "--lease", "-1s"}).exit_code, 2);
+    EXPECT_EQ(parse({"publish", "--group", "g", "--lease", "9223372036854775807m"}).exit_code, 2);
+    EXPECT_EQ(parse({"publish", "--group", "g", "--poll-interval", "153722867280912930m"}).exit_code, 2);
+    EXPECT_EQ(parse({"publish", "--group", "g", "--lease", "15 s"}).exit_code, 2);
+}
+
 TEST(CommandLine, HelpExitsZero) {
     auto r = parse({"--help"});
     EXPECT_FALSE(r.config);

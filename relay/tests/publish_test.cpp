@@ -15,6 +15,7 @@
 #include <httplib.h>
 
 #include "fixture.hpp"
+#include "pg_outbox/event.hpp"
 #include "pg_outbox/position.hpp"
 
 using namespace pg_outbox;
@@ -727,6 +728,130 @@ TEST_F(PublishTest, RewindWhileLeadingTakesEffect) {
     EXPECT_TRUE(eventually([&] { return cursor() == last; }, 10s)) << relay.log();
     EXPECT_NE(relay.log().find("publishing from the moved cursor"), std::string::npos);
     expect_prefixes_up_to_the_cursor();
+}
+
+// A leader that stops making progress (SIGSTOP: a paused VM or container
+// keeps its connection, and the kernel answers TCP keepalives for it)
+// loses the group once its lease has run out: the standby publishes what
+// is written meanwhile while the leader is still stopped. When the old
+// leader continues, its next call is refused (fenced off by the new
+// generation) and it stands by; whatever it was writing when it stopped
+// neither duplicates nor reorders anything.
+TEST_F(PublishTest, HungLeaderLosesItsLeaseToTheStandby) {
+    constexpr auto kLease = 2s;
+    const std::vector<std::string> flags{"--lease", "2s", "--batch-size", "20"};
+    std::atomic<bool> done{false};
+    auto w = writer(done);
+    struct Stop {
+        std::atomic<bool>& done;
+        std::thread& w;
+        ~Stop() {
+            done = true;
+            if (w.joinable()) w.join();
+        }
+    } stop{done, w};
+    auto& first = start_relay(flags);
+    ASSERT_TRUE(eventually([&] { return first.log().find("leading group") != std::string::npos; }, 10s));
+    auto& second = start_relay(flags);
+    ASSERT_TRUE(eventually([&] { return second.log().find("standing by") != std::string::npos; }, 10s));
+    std::string generation_before;
+    {
+        auto pg = connect();
+        generation_before = query_column(pg, "SELECT generation FROM outbox_group_stats('g')")[0];
+    }
+    std::this_thread::sleep_for(500ms);
+    first.signal(SIGSTOP);
+    const auto stopped = std::chrono::steady_clock::now();
+    const auto at_stop = committed_count();
+    // Three leases later the old leader is still stopped; by then the
+    // standby leads and has published what was committed when it stopped.
+    const bool took_over = eventually(
+        [&] { return second.log().find("leading group") != std::string::npos && published_count() >= at_stop; },
+        3 * kLease, 20ms);
+    const auto takeover = std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped).count();
+    RecordProperty("takeover_seconds", std::to_string(takeover));
+    std::this_thread::sleep_until(stopped + 3 * kLease);
+    {
+        auto pg = connect();
+        const auto row = pg.exec("SELECT leader_pid IS NOT NULL, generation FROM outbox_group_stats('g')");
+        EXPECT_EQ(row.get(0, 0), "t");
+        EXPECT_GT(std::stoll(std::string(row.get(0, 1))), std::stoll(generation_before)) << "no new generation";
+    }
+    first.signal(SIGCONT);
+    ASSERT_TRUE(took_over) << "the standby did not take over while the leader was stopped\n" << second.log();
+    ASSERT_TRUE(eventually(
+        [&] { return first.log().find("is led by another session now; standing by") != std::string::npos; }, 10s))
+        << first.log();
+    done = true;
+    w.join();
+    ASSERT_TRUE(wait_all_published()) << second.log();
+    std::this_thread::sleep_for(300ms);
+    EXPECT_TRUE(first.running());
+    EXPECT_TRUE(second.running());
+    expect_exactly_once_in_order();
+}
+
+// A leader with nothing to publish keeps its group: it renews its lease
+// while it waits, however short the lease, and the standby never leads.
+TEST_F(PublishTest, IdleLeaderKeepsItsLease) {
+    auto& first = start_relay({"--lease", "1s", "--poll-interval", "300ms"});
+    ASSERT_TRUE(eventually([&] { return first.log().find("leading group") != std::string::npos; }, 10s));
+    auto& second = start_relay({"--lease", "1s", "--poll-interval", "300ms"});
+    std::this_thread::sleep_for(5s);
+    EXPECT_EQ(second.log().find("leading group"), std::string::npos) << second.log();
+    emit(20);
+    ASSERT_TRUE(wait_all_published());
+    EXPECT_EQ(second.log().find("leading group"), std::string::npos) << second.log();
+    expect_exactly_once_in_order();
+}
+
+// What a fenced-off leader writes late is harmless: entry ids are feed
+// positions, and the append script writes an entry only above the
+// stream's last id, skipping one that is there with the same event id.
+// Both leaders write the same batch of one stream, the old one stopping
+// halfway at different points, in every interleaving of their halves: the
+// stream ends up with each entry once, in order.
+TEST_F(PublishTest, LateWritesOfAFencedLeaderAreHarmless) {
+    std::vector<Event> batch(10);
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+        batch[i].position = "1000-" + std::to_string(i + 1);
+        batch[i].event_id = "00000000-0000-7000-8000-00000000000" + std::to_string(i);
+        batch[i].topic = "orders";
+        batch[i].payload = "{\"n\": " + std::to_string(i) + "}";
+        batch[i].created_at = "2026-12-01T00:00:00.000000Z";
+    }
+    auto redis = redis_->connect();
+    const auto loaded = redis.command({"SCRIPT", "LOAD", kAppendScript});
+    ASSERT_EQ(loaded->type, REDIS_REPLY_STRING);
+    const std::string sha(loaded->str, loaded->len);
+    // Writes events [from, to) of the batch; returns {written, already}.
+    auto write = [&](const std::string& key, std::size_t from, std::size_t to) {
+        std::vector<const Event*> events;
+        for (std::size_t i = from; i < to; ++i) events.push_back(&batch[i]);
+        std::vector<std::string> counts;
+        auto r = redis.command(append_script_argv(sha, key, events, IdMode::explicit_position, "0", "", counts));
+        EXPECT_EQ(r->type, REDIS_REPLY_ARRAY);
+        EXPECT_EQ(r->elements, 2u) << "the script refused the write";
+        return std::pair<long long, long long>{r->element[0]->integer, r->element[1]->integer};
+    };
+    int round = 0;
+    for (std::size_t half = 0; half <= batch.size(); half += 3) {
+        for (std::size_t new_first = 0; new_first <= batch.size(); new_first += 5) {
+            const std::string key = "fenced:" + std::to_string(round++);
+            write(key, 0, half);               // the old leader, before it stopped
+            write(key, 0, new_first);          // the new leader's first part
+            write(key, half, batch.size());    // the old leader, late: the rest of its batch
+            const auto last = write(key, 0, batch.size());  // the new leader, all of it
+            EXPECT_EQ(last.first, 0) << key;
+            EXPECT_EQ(last.second, static_cast<long long>(batch.size())) << key;
+            const auto entries = read_stream(redis, key);
+            ASSERT_EQ(entries.size(), batch.size()) << key;
+            for (std::size_t i = 0; i < batch.size(); ++i) {
+                EXPECT_EQ(entries[i].id, batch[i].position) << key;
+                EXPECT_EQ(entries[i].fields.at("event_id"), batch[i].event_id) << key;
+            }
+        }
+    }
 }
 
 // The relay role's own DateStyle, TimeZone, client_encoding, ... change

@@ -75,6 +75,10 @@ struct Config {
     // /health fails when the leader has had events waiting this long
     // without publishing any; 0: never.
     std::chrono::milliseconds stuck_after{60000};
+    // How long the leadership lasts without a fetch or advance: a standby
+    // takes the group over from a leader that stopped making progress
+    // (pg_outbox.lease for this relay's session).
+    std::chrono::milliseconds lease{15000};
 
     // Consume mode.
     std::string consumer;              // the inbox identity
