@@ -6,9 +6,10 @@
 # commits and bulk emits), two relays publish one group, two consume
 # workers apply the streams through the inbox into a projection. Faults
 # come at random moments: relays and workers killed and restarted, the
-# active relay stopped and continued, Redis killed and restarted from its
-# AOF, Redis unreachable, PostgreSQL restarted, a stream trimmed below
-# entries nobody read, maintenance runs. Then everything is brought back,
+# active relay stopped and continued, the leading relay hung for three
+# leases (the standby takes over; the old leader is fenced off), Redis
+# killed and restarted from its AOF, Redis unreachable, PostgreSQL
+# restarted, a stream trimmed below entries nobody read, maintenance runs. Then everything is brought back,
 # drained, and the history (what committed, what is in the streams, what
 # was applied, what was dead-lettered) goes to pg_outbox_check.
 #
@@ -84,7 +85,7 @@ start() { # name: (re)starts a relay or a worker
 	relay*)
 		"$RELAY" publish --pg "host=127.0.0.1 port=$PG_PORT dbname=soak user=postgres" \
 			--redis "127.0.0.1:$REDIS_PORT" --group soak --poll-interval 200ms --retry-max 1s \
-			--stats-interval 1s --maintain-interval 3s >>"$WORK/$name.log" 2>&1 &
+			--stats-interval 1s --maintain-interval 3s --lease 1s >>"$WORK/$name.log" 2>&1 &
 		;;
 	worker*)
 		"$RELAY" consume --pg "host=127.0.0.1 port=$PG_PORT dbname=sink user=postgres" \
@@ -132,9 +133,22 @@ writers() {
 writers &
 WRITERS_PID=$!
 
+# The relay that leads, by the last leadership line of its log.
+leading_relay() {
+	local n
+	for n in relay1 relay2; do
+		if grep -E 'leading group|standing by|lost the leadership' "$WORK/$n.log" 2>/dev/null | tail -n 1 |
+				grep -q 'leading group'; then
+			echo "$n"
+			return
+		fi
+	done
+	echo relay1
+}
+
 # The faults, one every 1 to 4 seconds, in a random order.
 fault() {
-	local f=$((RANDOM % 8))
+	local f=$((RANDOM % 9))
 	case $f in
 	0) local n="relay$((1 + RANDOM % 2))"; echo "kill -9 $n"; kill -KILL "${PIDS[$n]}" 2>/dev/null || true; sleep 0.3; start "$n" ;;
 	1) local n="worker$((1 + RANDOM % 2))"; echo "kill -9 $n"; kill -KILL "${PIDS[$n]}" 2>/dev/null || true; sleep 0.3; start "$n" ;;
@@ -146,6 +160,8 @@ fault() {
 	6) echo "trim outbox:t1 below unread entries"; kill -STOP "${PIDS[worker1]}" "${PIDS[worker2]}"; sleep 1.5
 	   redis xtrim outbox:t1 MAXLEN 3 >/dev/null || true; kill -CONT "${PIDS[worker1]}" "${PIDS[worker2]}" ;;
 	7) echo "maintenance"; db soak -c "SELECT count(*) FROM outbox_maintain()" >/dev/null 2>&1 || true ;;
+	8) local n; n=$(leading_relay); echo "hung leader: stop the leading relay for 3 leases"
+	   kill -STOP "${PIDS[$n]}"; sleep 3; kill -CONT "${PIDS[$n]}" ;;
 	esac
 }
 faults() {
