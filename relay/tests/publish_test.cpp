@@ -109,6 +109,16 @@ protected:
         return name + "{mode=\"publish\",group=\"g\"" + extra + "}";
     }
 
+    // Stops a writer() thread when a test ends, also by a failed assertion.
+    struct WriterStop {
+        std::atomic<bool>& done;
+        std::thread& w;
+        ~WriterStop() {
+            done = true;
+            if (w.joinable()) w.join();
+        }
+    };
+
     // Emits transactions of 5 events on rotating topics until "done", at
     // most one every 5 ms, so that the relay keeps up.
     std::thread writer(std::atomic<bool>& done) {
@@ -683,14 +693,7 @@ TEST_F(PublishTest, RewindWhileLeadingTakesEffect) {
     httplib::Client client("127.0.0.1", port);
     std::atomic<bool> done{false};
     auto w = writer(done);
-    struct Stop {
-        std::atomic<bool>& done;
-        std::thread& w;
-        ~Stop() {
-            done = true;
-            if (w.joinable()) w.join();
-        }
-    } stop{done, w};
+    WriterStop stop{done, w};
     ASSERT_TRUE(eventually([&] { return published_count() >= 300; }, 30s)) << relay.log();
     const auto before = published_count();
     {
@@ -742,14 +745,7 @@ TEST_F(PublishTest, HungLeaderLosesItsLeaseToTheStandby) {
     const std::vector<std::string> flags{"--lease", "2s", "--batch-size", "20"};
     std::atomic<bool> done{false};
     auto w = writer(done);
-    struct Stop {
-        std::atomic<bool>& done;
-        std::thread& w;
-        ~Stop() {
-            done = true;
-            if (w.joinable()) w.join();
-        }
-    } stop{done, w};
+    WriterStop stop{done, w};
     auto& first = start_relay(flags);
     ASSERT_TRUE(eventually([&] { return first.log().find("leading group") != std::string::npos; }, 10s));
     auto& second = start_relay(flags);
