@@ -92,6 +92,8 @@ SELECT outbox_group_drop('c_head'), outbox_group_drop('c_head_u');
 -- snapshot, and it returns at once.
 SELECT outbox_group_create('c_wait', ordering => 'commit');
 SELECT outbox_group_create('c_wait_x', ordering => 'xid8');
+-- (A fetch that takes the leadership writes, and so does not wait: lead first.)
+SELECT outbox_lead('c_wait');
 SELECT clock_timestamp() AS t0 \gset
 SELECT count(*) FROM outbox_fetch('c_wait', 10, NULL, '200 ms');
 SELECT clock_timestamp() - :'t0' >= '150 ms' AS waited;

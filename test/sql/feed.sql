@@ -224,6 +224,8 @@ SELECT pg_temp.try($$SELECT * FROM outbox_fetch('all', 1, NULL, '2 hours')$$);
 SELECT pg_temp.try($$SELECT * FROM outbox_fetch('all', 1, NULL, '10.001 s')$$);
 SELECT pg_temp.try($$SELECT * FROM outbox_fetch('all', 1, NULL, '1 day')$$);
 SELECT outbox_group_create('no_wait', start_at => 'now', ordering => 'xid8');
+-- (A fetch that takes the leadership writes, and so does not wait: lead first.)
+SELECT outbox_lead('no_wait');
 SELECT clock_timestamp() AS t0 \gset
 SELECT count(*) FROM outbox_fetch('no_wait', 10, NULL, '3 s');
 -- (Preloaded, as on a server set up as the README recommends, it waits.)
