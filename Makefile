@@ -7,6 +7,7 @@ EXTVERSION = $(shell sed -n "s/^default_version[[:space:]]*=[[:space:]]*'\([^']*
 MODULE_big = pg_outbox
 OBJS = \
 	extension/pg_outbox.o \
+	extension/tables.o \
 	extension/emit.o \
 	extension/fetch.o \
 	extension/commit.o \

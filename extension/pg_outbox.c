@@ -7,9 +7,7 @@
  */
 #include "postgres.h"
 
-#include "catalog/namespace.h"
 #include "fmgr.h"
-#include "utils/lsyscache.h"
 #include "utils/datetime.h"
 #include "utils/guc.h"
 
@@ -100,22 +98,4 @@ _PG_init(void)
 
 	OutboxEmitInit();
 	OutboxWakeupInit();
-}
-
-/*
- * A relation of pg_outbox's schema, by name; an error says the extension is
- * not installed in this database when it is missing.
- */
-Oid
-OutboxRelid(const char *name)
-{
-	Oid			nspid = get_namespace_oid(OUTBOX_SCHEMA, true);
-	Oid			relid = OidIsValid(nspid) ? get_relname_relid(name, nspid) : InvalidOid;
-
-	if (!OidIsValid(relid))
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("pg_outbox is not installed in this database"),
-				 errhint("Run CREATE EXTENSION pg_outbox.")));
-	return relid;
 }

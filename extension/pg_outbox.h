@@ -11,6 +11,8 @@
 #include "access/transam.h"
 #include "utils/relcache.h"
 
+#include "tables.h"
+
 /* Limits of an event's identity fields, in bytes. */
 #define OUTBOX_MAX_TOPIC_LEN	255
 #define OUTBOX_MAX_KEY_LEN		1024
@@ -23,43 +25,15 @@
 /* Channel that relays LISTEN on; one notification per committing transaction. */
 #define OUTBOX_NOTIFY_CHANNEL	"pg_outbox"
 
-/* Schema of the extension's storage. */
-#define OUTBOX_SCHEMA			"outbox"
-
 /* pg_outbox.maintenance_interval, in milliseconds */
 #define OUTBOX_DEFAULT_MAINTENANCE_INTERVAL	(60 * 1000)
 #define OUTBOX_MIN_MAINTENANCE_INTERVAL		100
 #define OUTBOX_MAX_MAINTENANCE_INTERVAL		(24 * 60 * 60 * 1000)
 
-/* Columns of outbox.event, in order (0-based). */
-enum
-{
-	EVENT_TXID,
-	EVENT_SEQ,
-	EVENT_EVENT_ID,
-	EVENT_TOPIC,
-	EVENT_KEY,
-	EVENT_PAYLOAD,
-	EVENT_HEADERS,
-	EVENT_CREATED_AT,
-	EVENT_NATTS
-};
-
-/* Columns of outbox.commit_log, in order (0-based). */
-enum
-{
-	MARKER_TXID,
-	MARKER_TICKET,
-	MARKER_NATTS
-};
-
 /* GUCs */
 extern int	pg_outbox_max_payload_size;
 extern bool pg_outbox_notify;
 extern int	pg_outbox_maintenance_interval;
-
-/* pg_outbox.c */
-extern Oid	OutboxRelid(const char *name);
 
 /* emit.c */
 extern void OutboxEmitInit(void);
