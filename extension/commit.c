@@ -38,8 +38,8 @@
  * PREPARE TRANSACTION cannot take a ticket (COMMIT PREPARED runs no
  * callbacks of the prepared transaction), so an emitting transaction cannot
  * be prepared while a commit-ordered group exists, and creating such a
- * group waits for prepared emitting transactions to finish: both take an
- * advisory lock (objsubid 6) on the database.
+ * group waits for prepared emitting transactions to finish: both take the
+ * database's commit order lock (OUTBOX_LOCK_COMMIT_ORDER in locks.h).
  *
  * Without preloading there is no shared memory and no ticket: groups use
  * the xid8 order only.
@@ -74,6 +74,7 @@
 #include "utils/syscache.h"
 #include "utils/xid8.h"
 
+#include "locks.h"
 #include "pg_outbox.h"
 
 /* Databases that can use commit order at once. */
@@ -84,8 +85,6 @@
  * starts: more tickets than a failover to an asynchronous standby can lose.
  */
 #define OUTBOX_TICKET_EPOCH		((uint64) 1 << 20)
-
-#define OUTBOX_COMMIT_LOCK_SUBID	6
 
 typedef struct OutboxCommitDb
 {
@@ -467,7 +466,7 @@ OutboxCommitPrePrepare(void)
 
 	if (Shared == NULL)
 		return;
-	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, 0, 0, OUTBOX_COMMIT_LOCK_SUBID);
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, 0, 0, OUTBOX_LOCK_COMMIT_ORDER);
 	(void) LockAcquire(&tag, ShareLock, false, false);
 	if (OutboxQueryOwned("SELECT count(*) FROM outbox.groups WHERE ordering = 'commit'") > 0)
 		ereport(ERROR,
@@ -486,7 +485,7 @@ outbox_commit_order_lock(PG_FUNCTION_ARGS)
 {
 	LOCKTAG		tag;
 
-	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, 0, 0, OUTBOX_COMMIT_LOCK_SUBID);
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, 0, 0, OUTBOX_LOCK_COMMIT_ORDER);
 	(void) LockAcquire(&tag, ExclusiveLock, false, false);
 	PG_RETURN_VOID();
 }
