@@ -9,6 +9,7 @@ OBJS = \
 	extension/pg_outbox.o \
 	extension/tables.o \
 	extension/emit.o \
+	extension/writer.o \
 	extension/fetch.o \
 	extension/commit.o \
 	extension/lead.o \

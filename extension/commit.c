@@ -48,15 +48,11 @@
  */
 #include "postgres.h"
 
-#include "access/table.h"
-#include "access/tableam.h"
-#include "access/tupconvert.h"
 #include "access/twophase.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_namespace.h"
 #include "commands/dbcommands.h"
-#include "executor/executor.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "miscadmin.h"
@@ -69,13 +65,13 @@
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
-#include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 #include "utils/xid8.h"
 
 #include "locks.h"
 #include "pg_outbox.h"
+#include "writer.h"
 
 /* Databases that can use commit order at once. */
 #define OUTBOX_COMMIT_DBS		256
@@ -357,43 +353,12 @@ OutboxCommitStart(int db)
 static void
 OutboxWriteMarker(FullTransactionId fxid, uint64 ticket)
 {
-	Relation	parent;
-	Relation	part;
-	TupleConversionMap *map;
-	EState	   *estate;
-	ResultRelInfo *rri;
-	TupleTableSlot *slot;
-	HeapTuple	tuple;
 	Datum		values[MARKER_NATTS];
 	bool		nulls[MARKER_NATTS] = {false, false};
 
-	parent = table_open(OutboxRelid("commit_log"), RowExclusiveLock);
-	if (RelationGetDescr(parent)->natts != MARKER_NATTS)
-		elog(ERROR, "outbox.commit_log has %d columns, expected %d", RelationGetDescr(parent)->natts, MARKER_NATTS);
-	part = OutboxOpenPartition(parent, FullTransactionIdGetDatum(fxid));
-	map = convert_tuples_by_name(RelationGetDescr(parent), RelationGetDescr(part));
-
-	estate = CreateExecutorState();
-	rri = makeNode(ResultRelInfo);
-	InitResultRelInfo(rri, part, 1, NULL, 0);
-	ExecOpenIndices(rri, false);
-	slot = MakeSingleTupleTableSlot(RelationGetDescr(part), &TTSOpsHeapTuple);
-
 	values[MARKER_TXID] = FullTransactionIdGetDatum(fxid);
 	values[MARKER_TICKET] = Int64GetDatum((int64) ticket);
-	tuple = heap_form_tuple(RelationGetDescr(parent), values, nulls);
-	if (map != NULL)
-		tuple = execute_attr_map_tuple(tuple, map);
-	ExecStoreHeapTuple(tuple, slot, true);
-	table_tuple_insert(part, slot, GetCurrentCommandId(true), 0, NULL);
-	if (rri->ri_NumIndices > 0)
-		list_free(ExecInsertIndexTuples(rri, slot, estate, false, false, NULL, NIL));
-
-	ExecDropSingleTupleTableSlot(slot);
-	ExecCloseIndices(rri);
-	FreeExecutorState(estate);
-	table_close(part, NoLock);
-	table_close(parent, NoLock);
+	OutboxWriteRow(OutboxRelid("commit_log"), MARKER_NATTS, fxid, values, nulls);
 }
 
 /*

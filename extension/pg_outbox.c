@@ -96,6 +96,7 @@ _PG_init(void)
 	OutboxCommitInit();
 	MarkGUCPrefixReserved("pg_outbox");
 
+	OutboxWriterInit();
 	OutboxEmitInit();
 	OutboxWakeupInit();
 }

@@ -12,6 +12,7 @@
 #include "utils/relcache.h"
 
 #include "tables.h"
+#include "writer.h"
 
 /* Limits of an event's identity fields, in bytes. */
 #define OUTBOX_MAX_TOPIC_LEN	255
@@ -37,8 +38,6 @@ extern int	pg_outbox_maintenance_interval;
 
 /* emit.c */
 extern void OutboxEmitInit(void);
-extern Oid	OutboxPartitionOf(Relation parent, Datum txid);
-extern Relation OutboxOpenPartition(Relation parent, Datum txid);
 
 /* commit.c */
 extern void OutboxCommitInit(void);
