@@ -16,6 +16,7 @@ OBJS = \
 	extension/locks.o \
 	extension/inbox.o \
 	extension/wakeup.o \
+	extension/xact.o \
 	extension/worker.o
 
 DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql

@@ -44,6 +44,11 @@
  * Without preloading there is no shared memory and no ticket: groups use
  * the xid8 order only.
  *
+ * Layering: xact.c calls this file at the end of a transaction that
+ * emitted, in its order of commit steps; this file writes the marker
+ * through writer.c and finds the schema through tables.c, and calls
+ * nothing that calls it.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -69,8 +74,9 @@
 #include "utils/syscache.h"
 #include "utils/xid8.h"
 
+#include "commit.h"
 #include "locks.h"
-#include "pg_outbox.h"
+#include "tables.h"
 #include "writer.h"
 
 /* Databases that can use commit order at once. */

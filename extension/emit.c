@@ -22,7 +22,6 @@
 
 #include "access/xact.h"
 #include "catalog/pg_type.h"
-#include "commands/async.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "tcop/utility.h"
@@ -36,6 +35,7 @@
 
 #include "pg_outbox.h"
 #include "writer.h"
+#include "xact.h"
 
 PG_FUNCTION_INFO_V1(outbox_emit);
 PG_FUNCTION_INFO_V1(outbox_emit_many);
@@ -43,65 +43,6 @@ PG_FUNCTION_INFO_V1(outbox_emit_many);
 /* Sequence numbers within the current top-level transaction. */
 static FullTransactionId SeqFxid = {0};
 static int64 SeqLast = 0;
-
-/* Whether the current top-level transaction emitted; see OutboxXactCallback. */
-static bool EmittedInXact = false;
-
-/*
- * Wakes relays once per committing transaction that emitted.
- *
- * When pg_outbox is preloaded, only when a relay waits for it (see
- * wakeup.c). The notification is queued at pre-commit rather than by
- * outbox_emit() itself: a transaction that queued a NOTIFY cannot be prepared, and
- * emitting transactions must support two-phase commit. Prepared
- * transactions therefore wake nobody when they commit; relays find their
- * events by polling. A savepoint that emitted and rolled back still counts:
- * one spurious wake-up costs a relay one empty fetch.
- */
-static void
-OutboxXactCallback(XactEvent event, void *arg)
-{
-	switch (event)
-	{
-		case XACT_EVENT_PRE_COMMIT:
-			OutboxEventWriterEnd(true);
-			if (EmittedInXact)
-			{
-				OutboxCommitPreCommit(GetTopFullTransactionId());
-				if (pg_outbox_notify && OutboxShouldNotify())
-					Async_Notify(OUTBOX_NOTIFY_CHANNEL, NULL);
-			}
-			break;
-		case XACT_EVENT_PRE_PREPARE:
-			OutboxEventWriterEnd(true);
-			if (EmittedInXact)
-				OutboxCommitPrePrepare();
-			break;
-		case XACT_EVENT_COMMIT:
-			OutboxCommitEnd(true);
-			if (EmittedInXact)
-				OutboxWakeSleepers();
-			EmittedInXact = false;
-			break;
-		case XACT_EVENT_PREPARE:
-			EmittedInXact = false;
-			break;
-		case XACT_EVENT_ABORT:
-			OutboxEventWriterEnd(false);
-			OutboxCommitEnd(false);
-			EmittedInXact = false;
-			break;
-		default:
-			break;
-	}
-}
-
-/* Registers the transaction callback; called once from _PG_init. */
-void
-OutboxEmitInit(void)
-{
-	RegisterXactCallback(OutboxXactCallback, NULL);
-}
 
 /* Refuses emission where no row can be written. */
 static void
@@ -299,7 +240,7 @@ outbox_emit(PG_FUNCTION_ARGS)
 	values[0][EVENT_CREATED_AT] = TimestampTzGetDatum(now);
 
 	OutboxWriteEvents(fxid, values[0], nulls[0], 1);
-	EmittedInXact = true;
+	OutboxXactEmitted();
 
 	PG_RETURN_UUID_P(event_id);
 }
@@ -468,7 +409,7 @@ outbox_emit_many(PG_FUNCTION_ARGS)
 	}
 
 	OutboxWriteEvents(fxid, values[0], nulls[0], n);
-	EmittedInXact = true;
+	OutboxXactEmitted();
 
 	for (i = 0; i < n; i++)
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc,

@@ -11,14 +11,17 @@
 #include "utils/datetime.h"
 #include "utils/guc.h"
 
+#include "commit.h"
 #include "pg_outbox.h"
+#include "wakeup.h"
+#include "writer.h"
+#include "xact.h"
 
 PG_MODULE_MAGIC;
 
 void		_PG_init(void);
 
 int			pg_outbox_max_payload_size = OUTBOX_DEFAULT_MAX_PAYLOAD_SIZE;
-bool		pg_outbox_notify = true;
 
 /* pg_outbox.today, read by outbox.inbox_today() in SQL */
 static char *pg_outbox_today = NULL;
@@ -74,15 +77,6 @@ _PG_init(void)
 							GUC_UNIT_BYTE,
 							NULL, NULL, NULL);
 
-	DefineCustomBoolVariable("pg_outbox.notify",
-							 "Wakes relays with NOTIFY when a transaction that emitted commits.",
-							 "One notification on channel \"" OUTBOX_NOTIFY_CHANNEL "\" per committing transaction. Relays fall back to polling without it.",
-							 &pg_outbox_notify,
-							 true,
-							 PGC_USERSET,
-							 0,
-							 NULL, NULL, NULL);
-
 	DefineCustomStringVariable("pg_outbox.today",
 							   "The day (UTC) inbox maintenance takes as today.",
 							   "For tests that run maintenance across days; empty: the real date.",
@@ -94,9 +88,10 @@ _PG_init(void)
 
 	OutboxWorkerInit();
 	OutboxCommitInit();
-	MarkGUCPrefixReserved("pg_outbox");
-
 	OutboxWriterInit();
-	OutboxEmitInit();
+	OutboxXactInit();
 	OutboxWakeupInit();
+
+	/* After every part defined its settings: their placeholders are adopted. */
+	MarkGUCPrefixReserved("pg_outbox");
 }

@@ -12,6 +12,7 @@
 #include "utils/relcache.h"
 
 #include "tables.h"
+#include "wakeup.h"
 #include "writer.h"
 
 /* Limits of an event's identity fields, in bytes. */
@@ -23,9 +24,6 @@
 #define OUTBOX_MIN_MAX_PAYLOAD_SIZE		1024
 #define OUTBOX_MAX_MAX_PAYLOAD_SIZE		(256 * 1024 * 1024)
 
-/* Channel that relays LISTEN on; one notification per committing transaction. */
-#define OUTBOX_NOTIFY_CHANNEL	"pg_outbox"
-
 /* pg_outbox.maintenance_interval, in milliseconds */
 #define OUTBOX_DEFAULT_MAINTENANCE_INTERVAL	(60 * 1000)
 #define OUTBOX_MIN_MAINTENANCE_INTERVAL		100
@@ -33,25 +31,7 @@
 
 /* GUCs */
 extern int	pg_outbox_max_payload_size;
-extern bool pg_outbox_notify;
 extern int	pg_outbox_maintenance_interval;
-
-/* emit.c */
-extern void OutboxEmitInit(void);
-
-/* commit.c */
-extern void OutboxCommitInit(void);
-extern bool OutboxCommitOrderAvailable(void);
-extern void OutboxCommitPreCommit(FullTransactionId fxid);
-extern void OutboxCommitEnd(bool committed);
-extern void OutboxCommitPrePrepare(void);
-
-/* wakeup.c */
-extern void OutboxWakeupInit(void);
-extern bool OutboxShouldNotify(void);
-extern bool OutboxSleepBegin(void);
-extern void OutboxSleepEnd(void);
-extern void OutboxWakeSleepers(void);
 
 /* worker.c */
 extern void OutboxWorkerInit(void);
