@@ -16,6 +16,14 @@
  * function, not INSERT on the table, so nobody can write a row with a
  * forged position.
  *
+ * This file keeps the SQL API and its argument checks: every argument is
+ * checked before anything is written. pg_outbox.max_payload_size is
+ * defined here because only these checks read it.
+ *
+ * Layering: emit.c calls writer.c to write the rows, xact.c to note that
+ * the transaction emitted (xact.c then runs the commit steps), and
+ * tables.c for the columns; nothing calls into it but fmgr and _PG_init.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -27,22 +35,52 @@
 #include "tcop/utility.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 #include "utils/xid8.h"
 
-#include "pg_outbox.h"
+#include "emit.h"
+#include "tables.h"
 #include "writer.h"
 #include "xact.h"
+
+/* Limits of an event's identity fields, in bytes. */
+#define OUTBOX_MAX_TOPIC_LEN	255
+#define OUTBOX_MAX_KEY_LEN		1024
+
+/* pg_outbox.max_payload_size, in bytes */
+#define OUTBOX_DEFAULT_MAX_PAYLOAD_SIZE (1024 * 1024)
+#define OUTBOX_MIN_MAX_PAYLOAD_SIZE		1024
+#define OUTBOX_MAX_MAX_PAYLOAD_SIZE		(256 * 1024 * 1024)
 
 PG_FUNCTION_INFO_V1(outbox_emit);
 PG_FUNCTION_INFO_V1(outbox_emit_many);
 
+/* pg_outbox.max_payload_size */
+static int	pg_outbox_max_payload_size = OUTBOX_DEFAULT_MAX_PAYLOAD_SIZE;
+
 /* Sequence numbers within the current top-level transaction. */
 static FullTransactionId SeqFxid = {0};
 static int64 SeqLast = 0;
+
+/* Defines pg_outbox.max_payload_size; called once from _PG_init. */
+void
+OutboxEmitInit(void)
+{
+	DefineCustomIntVariable("pg_outbox.max_payload_size",
+							"Largest event payload outbox_emit() accepts.",
+							"The size of the payload as stored (jsonb), in bytes.",
+							&pg_outbox_max_payload_size,
+							OUTBOX_DEFAULT_MAX_PAYLOAD_SIZE,
+							OUTBOX_MIN_MAX_PAYLOAD_SIZE,
+							OUTBOX_MAX_MAX_PAYLOAD_SIZE,
+							PGC_SUSET,
+							GUC_UNIT_BYTE,
+							NULL, NULL, NULL);
+}
 
 /* Refuses emission where no row can be written. */
 static void

@@ -1,39 +1,26 @@
 /*-------------------------------------------------------------------------
  *
  * pg_outbox.h
- *	  Shared declarations of the pg_outbox extension.
+ *	  What fetch.c and lead.c take from the other parts of pg_outbox.
+ *
+ * Each part declares what it offers in its own header (tables.h,
+ * writer.h, commit.h, wakeup.h, xact.h, locks.h, ...), and each file
+ * includes the headers of the parts it calls. fetch.c and lead.c still
+ * include this header instead: it gathers the part headers they use
+ * (fetch.c reads outbox.event and outbox.commit_log, routes to their
+ * partitions and sleeps for wakeups). Once they include those headers
+ * themselves, this header goes.
+ *
+ * It includes only part headers, none of which includes it, so it adds no
+ * cycle.
  *
  *-------------------------------------------------------------------------
  */
 #ifndef PG_OUTBOX_H
 #define PG_OUTBOX_H
 
-#include "access/transam.h"
-#include "utils/relcache.h"
-
 #include "tables.h"
 #include "wakeup.h"
 #include "writer.h"
-
-/* Limits of an event's identity fields, in bytes. */
-#define OUTBOX_MAX_TOPIC_LEN	255
-#define OUTBOX_MAX_KEY_LEN		1024
-
-/* pg_outbox.max_payload_size, in bytes */
-#define OUTBOX_DEFAULT_MAX_PAYLOAD_SIZE (1024 * 1024)
-#define OUTBOX_MIN_MAX_PAYLOAD_SIZE		1024
-#define OUTBOX_MAX_MAX_PAYLOAD_SIZE		(256 * 1024 * 1024)
-
-/* pg_outbox.maintenance_interval, in milliseconds */
-#define OUTBOX_DEFAULT_MAINTENANCE_INTERVAL	(60 * 1000)
-#define OUTBOX_MIN_MAINTENANCE_INTERVAL		100
-#define OUTBOX_MAX_MAINTENANCE_INTERVAL		(24 * 60 * 60 * 1000)
-
-/* GUCs */
-extern int	pg_outbox_max_payload_size;
-extern int	pg_outbox_maintenance_interval;
-
-/* worker.c */
-extern void OutboxWorkerInit(void);
 
 #endif							/* PG_OUTBOX_H */
