@@ -7,13 +7,16 @@ EXTVERSION = $(shell sed -n "s/^default_version[[:space:]]*=[[:space:]]*'\([^']*
 MODULE_big = pg_outbox
 OBJS = \
 	extension/pg_outbox.o \
+	extension/tables.o \
 	extension/emit.o \
+	extension/writer.o \
 	extension/fetch.o \
 	extension/commit.o \
 	extension/lead.o \
 	extension/locks.o \
 	extension/inbox.o \
 	extension/wakeup.o \
+	extension/xact.o \
 	extension/worker.o
 
 DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql

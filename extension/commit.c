@@ -38,25 +38,26 @@
  * PREPARE TRANSACTION cannot take a ticket (COMMIT PREPARED runs no
  * callbacks of the prepared transaction), so an emitting transaction cannot
  * be prepared while a commit-ordered group exists, and creating such a
- * group waits for prepared emitting transactions to finish: both take an
- * advisory lock (objsubid 6) on the database.
+ * group waits for prepared emitting transactions to finish: both take the
+ * database's commit order lock (OUTBOX_LOCK_COMMIT_ORDER in locks.h).
  *
  * Without preloading there is no shared memory and no ticket: groups use
  * the xid8 order only.
+ *
+ * Layering: xact.c calls this file at the end of a transaction that
+ * emitted, in its order of commit steps; this file writes the marker
+ * through writer.c and finds the schema through tables.c, and calls
+ * nothing that calls it.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
-#include "access/table.h"
-#include "access/tableam.h"
-#include "access/tupconvert.h"
 #include "access/twophase.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_namespace.h"
 #include "commands/dbcommands.h"
-#include "executor/executor.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "miscadmin.h"
@@ -69,12 +70,14 @@
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
-#include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 #include "utils/xid8.h"
 
-#include "pg_outbox.h"
+#include "commit.h"
+#include "locks.h"
+#include "tables.h"
+#include "writer.h"
 
 /* Databases that can use commit order at once. */
 #define OUTBOX_COMMIT_DBS		256
@@ -84,8 +87,6 @@
  * starts: more tickets than a failover to an asynchronous standby can lose.
  */
 #define OUTBOX_TICKET_EPOCH		((uint64) 1 << 20)
-
-#define OUTBOX_COMMIT_LOCK_SUBID	6
 
 typedef struct OutboxCommitDb
 {
@@ -358,43 +359,12 @@ OutboxCommitStart(int db)
 static void
 OutboxWriteMarker(FullTransactionId fxid, uint64 ticket)
 {
-	Relation	parent;
-	Relation	part;
-	TupleConversionMap *map;
-	EState	   *estate;
-	ResultRelInfo *rri;
-	TupleTableSlot *slot;
-	HeapTuple	tuple;
 	Datum		values[MARKER_NATTS];
 	bool		nulls[MARKER_NATTS] = {false, false};
 
-	parent = table_open(OutboxRelid("commit_log"), RowExclusiveLock);
-	if (RelationGetDescr(parent)->natts != MARKER_NATTS)
-		elog(ERROR, "outbox.commit_log has %d columns, expected %d", RelationGetDescr(parent)->natts, MARKER_NATTS);
-	part = OutboxOpenPartition(parent, FullTransactionIdGetDatum(fxid));
-	map = convert_tuples_by_name(RelationGetDescr(parent), RelationGetDescr(part));
-
-	estate = CreateExecutorState();
-	rri = makeNode(ResultRelInfo);
-	InitResultRelInfo(rri, part, 1, NULL, 0);
-	ExecOpenIndices(rri, false);
-	slot = MakeSingleTupleTableSlot(RelationGetDescr(part), &TTSOpsHeapTuple);
-
 	values[MARKER_TXID] = FullTransactionIdGetDatum(fxid);
 	values[MARKER_TICKET] = Int64GetDatum((int64) ticket);
-	tuple = heap_form_tuple(RelationGetDescr(parent), values, nulls);
-	if (map != NULL)
-		tuple = execute_attr_map_tuple(tuple, map);
-	ExecStoreHeapTuple(tuple, slot, true);
-	table_tuple_insert(part, slot, GetCurrentCommandId(true), 0, NULL);
-	if (rri->ri_NumIndices > 0)
-		list_free(ExecInsertIndexTuples(rri, slot, estate, false, false, NULL, NIL));
-
-	ExecDropSingleTupleTableSlot(slot);
-	ExecCloseIndices(rri);
-	FreeExecutorState(estate);
-	table_close(part, NoLock);
-	table_close(parent, NoLock);
+	OutboxWriteRow(OutboxRelid("commit_log"), MARKER_NATTS, fxid, values, nulls);
 }
 
 /*
@@ -467,7 +437,7 @@ OutboxCommitPrePrepare(void)
 
 	if (Shared == NULL)
 		return;
-	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, 0, 0, OUTBOX_COMMIT_LOCK_SUBID);
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, 0, 0, OUTBOX_LOCK_COMMIT_ORDER);
 	(void) LockAcquire(&tag, ShareLock, false, false);
 	if (OutboxQueryOwned("SELECT count(*) FROM outbox.groups WHERE ordering = 'commit'") > 0)
 		ereport(ERROR,
@@ -486,7 +456,7 @@ outbox_commit_order_lock(PG_FUNCTION_ARGS)
 {
 	LOCKTAG		tag;
 
-	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, 0, 0, OUTBOX_COMMIT_LOCK_SUBID);
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, 0, 0, OUTBOX_LOCK_COMMIT_ORDER);
 	(void) LockAcquire(&tag, ExclusiveLock, false, false);
 	PG_RETURN_VOID();
 }

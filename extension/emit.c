@@ -11,337 +11,75 @@
  * counter: a transaction runs in one backend, so it only has to grow within
  * one transaction id, and no shared sequence is touched on the hot path.
  *
- * Rows go straight into the partition that holds the transaction id, with
- * the heap and index access methods, the way COPY writes them: no query is
- * parsed, planned or executed per event, so emitting costs about what the
- * row itself costs. Callers need EXECUTE on the function, not INSERT on the
- * table, so nobody can write a row with a forged position. Rows written this
- * way fire no triggers; pg_outbox puts none on its table.
+ * Rows go straight into the partition that holds the transaction id,
+ * through writer.c, the way COPY writes them. Callers need EXECUTE on the
+ * function, not INSERT on the table, so nobody can write a row with a
+ * forged position.
+ *
+ * This file keeps the SQL API and its argument checks: every argument is
+ * checked before anything is written. pg_outbox.max_payload_size is
+ * defined here because only these checks read it.
+ *
+ * Layering: emit.c calls writer.c to write the rows, xact.c to note that
+ * the transaction emitted (xact.c then runs the commit steps), and
+ * tables.c for the columns; nothing calls into it but fmgr and _PG_init.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
-#include "access/table.h"
-#include "access/tableam.h"
-#include "access/tupconvert.h"
 #include "access/xact.h"
-#include "catalog/namespace.h"
-#include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
-#include "commands/async.h"
-#include "executor/executor.h"
 #include "funcapi.h"
 #include "miscadmin.h"
-#include "partitioning/partbounds.h"
-#include "partitioning/partdesc.h"
 #include "tcop/utility.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
-#include "utils/inval.h"
+#include "utils/guc.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
-#include "utils/partcache.h"
-#include "utils/rel.h"
-#include "utils/resowner.h"
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 #include "utils/xid8.h"
 
-#include "pg_outbox.h"
+#include "emit.h"
+#include "tables.h"
+#include "writer.h"
+#include "xact.h"
+
+/* Limits of an event's identity fields, in bytes. */
+#define OUTBOX_MAX_TOPIC_LEN	255
+#define OUTBOX_MAX_KEY_LEN		1024
+
+/* pg_outbox.max_payload_size, in bytes */
+#define OUTBOX_DEFAULT_MAX_PAYLOAD_SIZE (1024 * 1024)
+#define OUTBOX_MIN_MAX_PAYLOAD_SIZE		1024
+#define OUTBOX_MAX_MAX_PAYLOAD_SIZE		(256 * 1024 * 1024)
 
 PG_FUNCTION_INFO_V1(outbox_emit);
 PG_FUNCTION_INFO_V1(outbox_emit_many);
 
-/* outbox.event; InvalidOid until looked up or after invalidation. */
-static Oid	EventRelid = InvalidOid;
-
-/* Rows handed to the table access method at once by outbox_emit_many(). */
-#define OUTBOX_MULTI_INSERT_ROWS	1000
+/* pg_outbox.max_payload_size */
+static int	pg_outbox_max_payload_size = OUTBOX_DEFAULT_MAX_PAYLOAD_SIZE;
 
 /* Sequence numbers within the current top-level transaction. */
 static FullTransactionId SeqFxid = {0};
 static int64 SeqLast = 0;
 
-static void OutboxInsertStateEnd(bool close);
-
-/* Whether the current top-level transaction emitted; see OutboxXactCallback. */
-static bool EmittedInXact = false;
-
-/* Forgets the cached event table when its relcache entry is invalidated. */
-static void
-OutboxRelcacheCallback(Datum arg, Oid relid)
-{
-	if (relid == InvalidOid || relid == EventRelid)
-		EventRelid = InvalidOid;
-}
-
-/*
- * Wakes relays once per committing transaction that emitted.
- *
- * When pg_outbox is preloaded, only when a relay waits for it (see
- * wakeup.c). The notification is queued at pre-commit rather than by
- * outbox_emit() itself: a transaction that queued a NOTIFY cannot be prepared, and
- * emitting transactions must support two-phase commit. Prepared
- * transactions therefore wake nobody when they commit; relays find their
- * events by polling. A savepoint that emitted and rolled back still counts:
- * one spurious wake-up costs a relay one empty fetch.
- */
-static void
-OutboxXactCallback(XactEvent event, void *arg)
-{
-	switch (event)
-	{
-		case XACT_EVENT_PRE_COMMIT:
-			OutboxInsertStateEnd(true);
-			if (EmittedInXact)
-			{
-				OutboxCommitPreCommit(GetTopFullTransactionId());
-				if (pg_outbox_notify && OutboxShouldNotify())
-					Async_Notify(OUTBOX_NOTIFY_CHANNEL, NULL);
-			}
-			break;
-		case XACT_EVENT_PRE_PREPARE:
-			OutboxInsertStateEnd(true);
-			if (EmittedInXact)
-				OutboxCommitPrePrepare();
-			break;
-		case XACT_EVENT_COMMIT:
-			OutboxCommitEnd(true);
-			if (EmittedInXact)
-				OutboxWakeSleepers();
-			EmittedInXact = false;
-			break;
-		case XACT_EVENT_PREPARE:
-			EmittedInXact = false;
-			break;
-		case XACT_EVENT_ABORT:
-			OutboxInsertStateEnd(false);
-			OutboxCommitEnd(false);
-			EmittedInXact = false;
-			break;
-		default:
-			break;
-	}
-}
-
-/* Registers the callbacks; called once from _PG_init. */
+/* Defines pg_outbox.max_payload_size; called once from _PG_init. */
 void
 OutboxEmitInit(void)
 {
-	CacheRegisterRelcacheCallback(OutboxRelcacheCallback, (Datum) 0);
-	RegisterXactCallback(OutboxXactCallback, NULL);
-}
-
-/* Returns outbox.event's OID, looking it up only after invalidation. */
-static Oid
-OutboxEventRelid(void)
-{
-	if (!OidIsValid(EventRelid))
-		EventRelid = OutboxRelid("event");
-	return EventRelid;
-}
-
-/*
- * The partition of a table of pg_outbox partitioned by transaction id
- * (outbox.event, outbox.commit_log) that holds transaction "txid", the way
- * tuple routing finds it: the range partition whose bounds contain it, else
- * the default partition.
- */
-Oid
-OutboxPartitionOf(Relation parent, Datum txid)
-{
-	PartitionKey key = RelationGetPartitionKey(parent);
-	PartitionDesc desc = RelationGetPartitionDesc(parent, true);
-	PartitionBoundInfo bounds = desc->boundinfo;
-	int			index = -1;
-
-	if (bounds != NULL)
-	{
-		bool		equal;
-		int			offset;
-
-		offset = partition_range_datum_bsearch(key->partsupfunc, key->partcollation,
-											   bounds, 1, &txid, &equal);
-		index = bounds->indexes[offset + 1];
-		if (index < 0)
-			index = bounds->default_index;
-	}
-	if (index < 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_CHECK_VIOLATION),
-				 errmsg("no partition of \"outbox.%s\" holds transaction %llu",
-						RelationGetRelationName(parent), (unsigned long long) DatumGetUInt64(txid)),
-				 errhint("Create the default partition again: CREATE TABLE outbox.%s_default PARTITION OF outbox.%s DEFAULT.",
-						 RelationGetRelationName(parent), RelationGetRelationName(parent))));
-	return desc->oids[index];
-}
-
-/* Opens the partition that holds "txid" (see OutboxPartitionOf) to write into it. */
-Relation
-OutboxOpenPartition(Relation parent, Datum txid)
-{
-	Relation	part = table_open(OutboxPartitionOf(parent, txid), RowExclusiveLock);
-
-	if (part->rd_rel->relkind != RELKIND_RELATION)
-		ereport(ERROR,
-				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
-				 errmsg("partition \"%s\" of \"outbox.%s\" is not a plain table",
-						RelationGetRelationName(part), RelationGetRelationName(parent))));
-	return part;
-}
-
-/*
- * What inserting into the current transaction's partition needs, kept from
- * the first emit of a transaction to its end: the parent and the partition
- * (locked until then anyway), the partition's indexes, a slot and an
- * executor state. Setting these up costs about as much as writing a row,
- * so a transaction that emits many events sets them up once. They are
- * opened under the top-level transaction's resource owner and closed at
- * pre-commit or pre-prepare; an abort releases them with the resource
- * owner and the transaction's memory.
- */
-typedef struct OutboxInsertState
-{
-	FullTransactionId fxid;		/* whose partition; invalid when none */
-	Relation	parent;
-	Relation	part;
-	TupleConversionMap *map;	/* parent row to partition row, if they differ */
-	EState	   *estate;
-	ResultRelInfo *rri;
-	TupleTableSlot *slots[OUTBOX_MULTI_INSERT_ROWS];
-	int			nslots;			/* slots made so far */
-} OutboxInsertState;
-
-static OutboxInsertState InsertState;
-
-/* Opens what inserting rows of transaction "fxid" needs, once per transaction. */
-static OutboxInsertState *
-OutboxInsertStateFor(FullTransactionId fxid)
-{
-	OutboxInsertState *st = &InsertState;
-	ResourceOwner save_owner;
-	MemoryContext save_context;
-
-	if (FullTransactionIdIsValid(st->fxid) && FullTransactionIdEquals(st->fxid, fxid))
-		return st;
-
-	save_owner = CurrentResourceOwner;
-	save_context = MemoryContextSwitchTo(TopTransactionContext);
-	CurrentResourceOwner = TopTransactionResourceOwner;
-	st->parent = NULL;
-	st->part = NULL;
-	PG_TRY();
-	{
-		st->parent = table_open(OutboxEventRelid(), RowExclusiveLock);
-		if (RelationGetDescr(st->parent)->natts != EVENT_NATTS)
-			elog(ERROR, "outbox.event has %d columns, expected %d",
-				 RelationGetDescr(st->parent)->natts, EVENT_NATTS);
-		st->part = OutboxOpenPartition(st->parent, FullTransactionIdGetDatum(fxid));
-		st->map = convert_tuples_by_name(RelationGetDescr(st->parent), RelationGetDescr(st->part));
-		st->estate = CreateExecutorState();
-		st->rri = makeNode(ResultRelInfo);
-		InitResultRelInfo(st->rri, st->part, 1, NULL, 0);
-		ExecOpenIndices(st->rri, false);
-		st->nslots = 0;
-		st->fxid = fxid;
-	}
-	PG_CATCH();
-	{
-		/* A savepoint may catch the error: release what is open. */
-		if (st->part != NULL)
-			table_close(st->part, NoLock);
-		if (st->parent != NULL)
-			table_close(st->parent, NoLock);
-		CurrentResourceOwner = save_owner;
-		MemoryContextSwitchTo(save_context);
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
-	CurrentResourceOwner = save_owner;
-	MemoryContextSwitchTo(save_context);
-	return st;
-}
-
-/*
- * Closes what OutboxInsertStateFor opened; at pre-commit and pre-prepare.
- * After an abort only forgets it: the resource owner released it.
- */
-static void
-OutboxInsertStateEnd(bool close)
-{
-	OutboxInsertState *st = &InsertState;
-	ResourceOwner save_owner = CurrentResourceOwner;
-	int			i;
-
-	if (!FullTransactionIdIsValid(st->fxid))
-		return;
-	st->fxid = InvalidFullTransactionId;
-	if (!close)
-		return;
-	CurrentResourceOwner = TopTransactionResourceOwner;
-	for (i = 0; i < st->nslots; i++)
-		ExecDropSingleTupleTableSlot(st->slots[i]);
-	ExecCloseIndices(st->rri);
-	FreeExecutorState(st->estate);
-	table_close(st->part, NoLock);
-	table_close(st->parent, NoLock);
-	CurrentResourceOwner = save_owner;
-}
-
-/*
- * Inserts rows of one transaction into outbox.event: into the partition
- * that holds the transaction id, then into each of its indexes (unique
- * checks included).
- */
-static void
-OutboxInsertRows(FullTransactionId fxid, Datum (*values)[EVENT_NATTS], bool (*nulls)[EVENT_NATTS], int nrows)
-{
-	OutboxInsertState *st = OutboxInsertStateFor(fxid);
-	TupleDesc	parentdesc = RelationGetDescr(st->parent);
-	CommandId	cid = GetCurrentCommandId(true);
-	int			batch = Min(nrows, OUTBOX_MULTI_INSERT_ROWS);
-	int			done;
-	int			i;
-
-	while (st->nslots < batch)
-	{
-		/* A slot pins its descriptor: under the transaction's owner too. */
-		MemoryContext save_context = MemoryContextSwitchTo(TopTransactionContext);
-		ResourceOwner save_owner = CurrentResourceOwner;
-
-		CurrentResourceOwner = TopTransactionResourceOwner;
-		st->slots[st->nslots++] = MakeSingleTupleTableSlot(RelationGetDescr(st->part), &TTSOpsHeapTuple);
-		CurrentResourceOwner = save_owner;
-		MemoryContextSwitchTo(save_context);
-	}
-
-	for (done = 0; done < nrows; done += batch)
-	{
-		int			n = Min(batch, nrows - done);
-
-		for (i = 0; i < n; i++)
-		{
-			HeapTuple	tuple = heap_form_tuple(parentdesc, values[done + i], nulls[done + i]);
-
-			if (st->map != NULL)
-				tuple = execute_attr_map_tuple(tuple, st->map);
-			ExecStoreHeapTuple(tuple, st->slots[i], true);
-		}
-
-		if (n == 1)
-			table_tuple_insert(st->part, st->slots[0], cid, 0, NULL);
-		else
-			table_multi_insert(st->part, st->slots, n, cid, 0, NULL);
-
-		for (i = 0; i < n; i++)
-		{
-			if (st->rri->ri_NumIndices > 0)
-				list_free(ExecInsertIndexTuples(st->rri, st->slots[i], st->estate, false, false, NULL, NIL));
-			ResetPerTupleExprContext(st->estate);
-			ExecClearTuple(st->slots[i]);
-		}
-	}
+	DefineCustomIntVariable("pg_outbox.max_payload_size",
+							"Largest event payload outbox_emit() accepts.",
+							"The size of the payload as stored (jsonb), in bytes.",
+							&pg_outbox_max_payload_size,
+							OUTBOX_DEFAULT_MAX_PAYLOAD_SIZE,
+							OUTBOX_MIN_MAX_PAYLOAD_SIZE,
+							OUTBOX_MAX_MAX_PAYLOAD_SIZE,
+							PGC_SUSET,
+							GUC_UNIT_BYTE,
+							NULL, NULL, NULL);
 }
 
 /* Refuses emission where no row can be written. */
@@ -539,8 +277,8 @@ outbox_emit(PG_FUNCTION_ARGS)
 	values[0][EVENT_PAYLOAD] = PointerGetDatum(payload);
 	values[0][EVENT_CREATED_AT] = TimestampTzGetDatum(now);
 
-	OutboxInsertRows(fxid, values, nulls, 1);
-	EmittedInXact = true;
+	OutboxWriteEvents(fxid, values[0], nulls[0], 1);
+	OutboxXactEmitted();
 
 	PG_RETURN_UUID_P(event_id);
 }
@@ -708,8 +446,8 @@ outbox_emit_many(PG_FUNCTION_ARGS)
 		values[i][EVENT_SEQ] = Int64GetDatum(seq + i + 1);
 	}
 
-	OutboxInsertRows(fxid, values, nulls, n);
-	EmittedInXact = true;
+	OutboxWriteEvents(fxid, values[0], nulls[0], n);
+	OutboxXactEmitted();
 
 	for (i = 0; i < n; i++)
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc,

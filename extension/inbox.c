@@ -27,6 +27,12 @@
  * that the client retries and then sees the event as applied, instead of
  * a unique violation on the same day or a second apply on another day.
  *
+ * pg_outbox.today, the day inbox maintenance takes as today, is defined
+ * here with the inbox, whose SQL (outbox.inbox_today()) reads it.
+ *
+ * Layering: inbox.c calls only tables.c; nothing calls into it but fmgr
+ * and _PG_init.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -46,13 +52,16 @@
 #include "parser/parse_func.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/datetime.h"
 #include "utils/fmgroids.h"
+#include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 #include "utils/uuid.h"
 
-#include "pg_outbox.h"
+#include "inbox.h"
+#include "tables.h"
 
 /* Longest consumer name, in bytes. */
 #define OUTBOX_MAX_CONSUMER_LEN 255
@@ -67,6 +76,59 @@ PG_FUNCTION_INFO_V1(outbox_inbox_consumer_check);
 PG_FUNCTION_INFO_V1(outbox_consumer_name_check);
 PG_FUNCTION_INFO_V1(outbox_inbox_checked);
 PG_FUNCTION_INFO_V1(outbox_inbox_applied);
+
+/* pg_outbox.today, read by outbox.inbox_today() in SQL */
+static char *pg_outbox_today = NULL;
+
+/* pg_outbox.today is empty or a valid date written YYYY-MM-DD. */
+static bool
+OutboxCheckToday(char **newval, void **extra, GucSource source)
+{
+	const char *v = *newval;
+	int			i;
+	int			year,
+				month,
+				day,
+				y,
+				m,
+				d;
+
+	if (v == NULL || v[0] == '\0')
+		return true;
+	for (i = 0; i < 10; i++)
+		if (i == 4 || i == 7 ? v[i] != '-' : !isdigit((unsigned char) v[i]))
+			break;
+	if (i < 10 || v[10] != '\0')
+	{
+		GUC_check_errdetail("pg_outbox.today is a date written YYYY-MM-DD, or empty.");
+		return false;
+	}
+	year = atoi(v);
+	month = atoi(v + 5);
+	day = atoi(v + 8);
+	/* A day that does not exist comes back from the Julian day as another. */
+	j2date(date2j(year, month, day), &y, &m, &d);
+	if (month < 1 || month > 12 || day < 1 || y != year || m != month || d != day)
+	{
+		GUC_check_errdetail("%s is not a day of the calendar.", v);
+		return false;
+	}
+	return true;
+}
+
+/* Defines pg_outbox.today; called once from _PG_init. */
+void
+OutboxInboxInit(void)
+{
+	DefineCustomStringVariable("pg_outbox.today",
+							   "The day (UTC) inbox maintenance takes as today.",
+							   "For tests that run maintenance across days; empty: the real date.",
+							   &pg_outbox_today,
+							   "",
+							   PGC_SUSET,
+							   0,
+							   OutboxCheckToday, NULL, NULL);
+}
 
 /* The SQL body an entry point calls after its check. */
 typedef struct InboxBody

@@ -1,19 +1,17 @@
 /*-------------------------------------------------------------------------
  *
  * locks.c
- *	  Transaction-level advisory locks of pg_outbox.
+ *	  Transaction-level advisory locks of pg_outbox taken from SQL.
  *
- * Both use objsubids the SQL advisory lock functions never use, so they
- * cannot collide with an application's advisory locks.
+ * Their tags come from the table in locks.h, which every user of a
+ * pg_outbox lock includes; this file includes no other part of pg_outbox.
  *
  * The inbox lock serializes applies of one event by one consumer.
  * inbox_apply() must see an event applied by a concurrent transaction,
  * whichever partition of outbox.inbox holds it. It takes a
  * transaction-level advisory lock keyed by a hash of (consumer, event id)
  * before looking: a second apply of the same event waits until the first
- * commits (and then finds it) or rolls back (and then applies it). The
- * lock's objsubid is 4, a value the SQL advisory lock functions never use,
- * so it cannot collide with an application's advisory locks; a hash
+ * commits (and then finds it) or rolls back (and then applies it). A hash
  * collision only makes two applies wait for each other.
  *
  *-------------------------------------------------------------------------
@@ -24,10 +22,7 @@
 #include "miscadmin.h"
 #include "storage/lock.h"
 
-#include "pg_outbox.h"
-
-#define OUTBOX_INBOX_LOCK_SUBID	4
-#define OUTBOX_MAINTENANCE_LOCK_SUBID	5
+#include "locks.h"
 
 PG_FUNCTION_INFO_V1(outbox_inbox_lock);
 PG_FUNCTION_INFO_V1(outbox_try_maintenance_lock);
@@ -40,7 +35,7 @@ outbox_inbox_lock(PG_FUNCTION_ARGS)
 	LOCKTAG		tag;
 
 	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (key >> 32), (uint32) key,
-						 OUTBOX_INBOX_LOCK_SUBID);
+						 OUTBOX_LOCK_INBOX);
 	(void) LockAcquire(&tag, ExclusiveLock, false, false);
 	PG_RETURN_VOID();
 }
@@ -55,6 +50,6 @@ outbox_try_maintenance_lock(PG_FUNCTION_ARGS)
 {
 	LOCKTAG		tag;
 
-	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, 0, 0, OUTBOX_MAINTENANCE_LOCK_SUBID);
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, 0, 0, OUTBOX_LOCK_MAINTENANCE);
 	PG_RETURN_BOOL(LockAcquire(&tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL);
 }

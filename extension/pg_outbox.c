@@ -1,122 +1,58 @@
 /*-------------------------------------------------------------------------
  *
  * pg_outbox.c
- *	  Module entry point and settings of the pg_outbox extension.
+ *	  Module entry point of the pg_outbox extension.
+ *
+ * _PG_init only calls each part's init function; each part defines the
+ * settings it reads and installs its own hooks and callbacks.
+ *
+ * Layering: the top of the extension. This file includes the header of
+ * every part that has an init function, and nothing calls into it. Below
+ * it, the parts call each other without a cycle (a -> b: a calls b):
+ *
+ *	 emit.c   -> xact.c, writer.c, tables.c
+ *	 xact.c   -> commit.c, wakeup.c, writer.c
+ *	 commit.c -> writer.c, tables.c, locks.h
+ *	 fetch.c  -> writer.c, wakeup.c, tables.c, lead.c (through pg_outbox.h)
+ *	 inbox.c  -> tables.c
+ *	 worker.c -> wakeup.c
+ *	 locks.c  -> locks.h
+ *	 writer.c -> tables.c
+ *	 wakeup.c, tables.c, lead.c: no other part
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
-#include "catalog/namespace.h"
 #include "fmgr.h"
-#include "utils/lsyscache.h"
-#include "utils/datetime.h"
 #include "utils/guc.h"
 
-#include "pg_outbox.h"
+#include "commit.h"
+#include "emit.h"
+#include "inbox.h"
+#include "lead.h"
+#include "wakeup.h"
+#include "worker.h"
+#include "writer.h"
+#include "xact.h"
 
 PG_MODULE_MAGIC;
 
 void		_PG_init(void);
 
-int			pg_outbox_max_payload_size = OUTBOX_DEFAULT_MAX_PAYLOAD_SIZE;
-bool		pg_outbox_notify = true;
-
-/* pg_outbox.today, read by outbox.inbox_today() in SQL */
-static char *pg_outbox_today = NULL;
-
-/* pg_outbox.today is empty or a valid date written YYYY-MM-DD. */
-static bool
-OutboxCheckToday(char **newval, void **extra, GucSource source)
-{
-	const char *v = *newval;
-	int			i;
-	int			year,
-				month,
-				day,
-				y,
-				m,
-				d;
-
-	if (v == NULL || v[0] == '\0')
-		return true;
-	for (i = 0; i < 10; i++)
-		if (i == 4 || i == 7 ? v[i] != '-' : !isdigit((unsigned char) v[i]))
-			break;
-	if (i < 10 || v[10] != '\0')
-	{
-		GUC_check_errdetail("pg_outbox.today is a date written YYYY-MM-DD, or empty.");
-		return false;
-	}
-	year = atoi(v);
-	month = atoi(v + 5);
-	day = atoi(v + 8);
-	/* A day that does not exist comes back from the Julian day as another. */
-	j2date(date2j(year, month, day), &y, &m, &d);
-	if (month < 1 || month > 12 || day < 1 || y != year || m != month || d != day)
-	{
-		GUC_check_errdetail("%s is not a day of the calendar.", v);
-		return false;
-	}
-	return true;
-}
-
-/* Defines the settings and initialises each subsystem. */
+/* Initialises each part: its settings, hooks and callbacks. */
 void
 _PG_init(void)
 {
-	DefineCustomIntVariable("pg_outbox.max_payload_size",
-							"Largest event payload outbox_emit() accepts.",
-							"The size of the payload as stored (jsonb), in bytes.",
-							&pg_outbox_max_payload_size,
-							OUTBOX_DEFAULT_MAX_PAYLOAD_SIZE,
-							OUTBOX_MIN_MAX_PAYLOAD_SIZE,
-							OUTBOX_MAX_MAX_PAYLOAD_SIZE,
-							PGC_SUSET,
-							GUC_UNIT_BYTE,
-							NULL, NULL, NULL);
-
-	DefineCustomBoolVariable("pg_outbox.notify",
-							 "Wakes relays with NOTIFY when a transaction that emitted commits.",
-							 "One notification on channel \"" OUTBOX_NOTIFY_CHANNEL "\" per committing transaction. Relays fall back to polling without it.",
-							 &pg_outbox_notify,
-							 true,
-							 PGC_USERSET,
-							 0,
-							 NULL, NULL, NULL);
-
-	DefineCustomStringVariable("pg_outbox.today",
-							   "The day (UTC) inbox maintenance takes as today.",
-							   "For tests that run maintenance across days; empty: the real date.",
-							   &pg_outbox_today,
-							   "",
-							   PGC_SUSET,
-							   0,
-							   OutboxCheckToday, NULL, NULL);
-
+	OutboxEmitInit();
+	OutboxInboxInit();
 	OutboxWorkerInit();
 	OutboxCommitInit();
+	OutboxWriterInit();
+	OutboxXactInit();
 	OutboxLeadInit();
-	MarkGUCPrefixReserved("pg_outbox");
-
-	OutboxEmitInit();
 	OutboxWakeupInit();
-}
 
-/*
- * A relation of pg_outbox's schema, by name; an error says the extension is
- * not installed in this database when it is missing.
- */
-Oid
-OutboxRelid(const char *name)
-{
-	Oid			nspid = get_namespace_oid(OUTBOX_SCHEMA, true);
-	Oid			relid = OidIsValid(nspid) ? get_relname_relid(name, nspid) : InvalidOid;
-
-	if (!OidIsValid(relid))
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("pg_outbox is not installed in this database"),
-				 errhint("Run CREATE EXTENSION pg_outbox.")));
-	return relid;
+	/* After every part defined its settings: their placeholders are adopted. */
+	MarkGUCPrefixReserved("pg_outbox");
 }

@@ -1,90 +1,27 @@
 /*-------------------------------------------------------------------------
  *
  * pg_outbox.h
- *	  Shared declarations of the pg_outbox extension.
+ *	  What fetch.c and lead.c take from the other parts of pg_outbox.
+ *
+ * Each part declares what it offers in its own header (tables.h,
+ * writer.h, commit.h, wakeup.h, xact.h, locks.h, ...), and each file
+ * includes the headers of the parts it calls. fetch.c and lead.c still
+ * include this header instead: it gathers the part headers they use
+ * (fetch.c reads outbox.event and outbox.commit_log, routes to their
+ * partitions and sleeps for wakeups). Once they include those headers
+ * themselves, this header goes.
+ *
+ * It includes only part headers, none of which includes it, so it adds no
+ * cycle.
  *
  *-------------------------------------------------------------------------
  */
 #ifndef PG_OUTBOX_H
 #define PG_OUTBOX_H
 
-#include "access/transam.h"
-#include "utils/relcache.h"
-
-/* Limits of an event's identity fields, in bytes. */
-#define OUTBOX_MAX_TOPIC_LEN	255
-#define OUTBOX_MAX_KEY_LEN		1024
-
-/* pg_outbox.max_payload_size, in bytes */
-#define OUTBOX_DEFAULT_MAX_PAYLOAD_SIZE (1024 * 1024)
-#define OUTBOX_MIN_MAX_PAYLOAD_SIZE		1024
-#define OUTBOX_MAX_MAX_PAYLOAD_SIZE		(256 * 1024 * 1024)
-
-/* Channel that relays LISTEN on; one notification per committing transaction. */
-#define OUTBOX_NOTIFY_CHANNEL	"pg_outbox"
-
-/* Schema of the extension's storage. */
-#define OUTBOX_SCHEMA			"outbox"
-
-/* pg_outbox.maintenance_interval, in milliseconds */
-#define OUTBOX_DEFAULT_MAINTENANCE_INTERVAL	(60 * 1000)
-#define OUTBOX_MIN_MAINTENANCE_INTERVAL		100
-#define OUTBOX_MAX_MAINTENANCE_INTERVAL		(24 * 60 * 60 * 1000)
-
-/* Columns of outbox.event, in order (0-based). */
-enum
-{
-	EVENT_TXID,
-	EVENT_SEQ,
-	EVENT_EVENT_ID,
-	EVENT_TOPIC,
-	EVENT_KEY,
-	EVENT_PAYLOAD,
-	EVENT_HEADERS,
-	EVENT_CREATED_AT,
-	EVENT_NATTS
-};
-
-/* Columns of outbox.commit_log, in order (0-based). */
-enum
-{
-	MARKER_TXID,
-	MARKER_TICKET,
-	MARKER_NATTS
-};
-
-/* GUCs */
-extern int	pg_outbox_max_payload_size;
-extern bool pg_outbox_notify;
-extern int	pg_outbox_maintenance_interval;
-
-/* pg_outbox.c */
-extern Oid	OutboxRelid(const char *name);
-
-/* emit.c */
-extern void OutboxEmitInit(void);
-extern Oid	OutboxPartitionOf(Relation parent, Datum txid);
-extern Relation OutboxOpenPartition(Relation parent, Datum txid);
-
-/* commit.c */
-extern void OutboxCommitInit(void);
-extern bool OutboxCommitOrderAvailable(void);
-extern void OutboxCommitPreCommit(FullTransactionId fxid);
-extern void OutboxCommitEnd(bool committed);
-extern void OutboxCommitPrePrepare(void);
-
-/* lead.c */
-extern int	pg_outbox_lease_ms;
-extern void OutboxLeadInit(void);
-
-/* wakeup.c */
-extern void OutboxWakeupInit(void);
-extern bool OutboxShouldNotify(void);
-extern bool OutboxSleepBegin(void);
-extern void OutboxSleepEnd(void);
-extern void OutboxWakeSleepers(void);
-
-/* worker.c */
-extern void OutboxWorkerInit(void);
+#include "lead.h"
+#include "tables.h"
+#include "wakeup.h"
+#include "writer.h"
 
 #endif							/* PG_OUTBOX_H */

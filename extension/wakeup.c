@@ -32,6 +32,10 @@
  * the feed once more: either that read sees a commit, or the commit sees
  * the sleeper.
  *
+ * Layering: this file calls no other part of pg_outbox. xact.c asks it
+ * whether to notify and has it wake the sleepers, fetch.c sleeps through
+ * it, and worker.c wakes the sleepers after a maintenance run.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -44,8 +48,9 @@
 #include "storage/lwlock.h"
 #include "storage/proc.h"
 #include "storage/shmem.h"
+#include "utils/guc.h"
 
-#include "pg_outbox.h"
+#include "wakeup.h"
 
 /* Databases with a flag of their own; more share "always notify". */
 #define OUTBOX_WAKEUP_SLOTS 64
@@ -60,6 +65,9 @@ typedef struct OutboxWakeupSlot
 	/* process number + 1 of each backend sleeping in outbox_fetch(); 0: free */
 	pg_atomic_uint32 sleepers[OUTBOX_WAKEUP_SLEEPERS];
 } OutboxWakeupSlot;
+
+/* pg_outbox.notify: off, no transaction notifies */
+static bool pg_outbox_notify = true;
 
 static OutboxWakeupSlot *WakeupSlots = NULL;
 static OutboxWakeupSlot *MySlot = NULL;
@@ -114,10 +122,22 @@ OutboxWakeupShmemStartup(void)
 	LWLockRelease(AddinShmemInitLock);
 }
 
-/* Installs the shared memory hooks; called from _PG_init when preloading. */
+/*
+ * Defines pg_outbox.notify and, when preloading, installs the shared memory
+ * hooks; called from _PG_init.
+ */
 void
 OutboxWakeupInit(void)
 {
+	DefineCustomBoolVariable("pg_outbox.notify",
+							 "Wakes relays with NOTIFY when a transaction that emitted commits.",
+							 "One notification on channel \"" OUTBOX_NOTIFY_CHANNEL "\" per committing transaction. Relays fall back to polling without it.",
+							 &pg_outbox_notify,
+							 true,
+							 PGC_USERSET,
+							 0,
+							 NULL, NULL, NULL);
+
 	if (!process_shared_preload_libraries_in_progress)
 		return;
 	prev_shmem_request_hook = shmem_request_hook;
@@ -156,12 +176,19 @@ OutboxMySlot(void)
 	return MySlot;
 }
 
-/* Whether a transaction that emitted and commits now should notify. */
+/*
+ * Whether a transaction that emitted and commits now should notify: never
+ * with pg_outbox.notify off (and then the flag stays armed), else when the
+ * flag was armed or there is none.
+ */
 bool
 OutboxShouldNotify(void)
 {
-	OutboxWakeupSlot *slot = OutboxMySlot();
+	OutboxWakeupSlot *slot;
 
+	if (!pg_outbox_notify)
+		return false;
+	slot = OutboxMySlot();
 	return slot == NULL || pg_atomic_exchange_u32(&slot->armed, 0) != 0;
 }
 

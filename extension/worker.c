@@ -27,6 +27,10 @@
  * cleanly on SIGTERM. An error in a run is logged and the next round runs
  * again on time.
  *
+ * Layering: worker.c calls only wakeup.c (to wake sleeping fetches after a
+ * run); it runs outbox_maintain() through SQL, not through other parts.
+ * Nothing calls into it but the postmaster, fmgr and _PG_init.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -54,7 +58,13 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
-#include "pg_outbox.h"
+#include "wakeup.h"
+#include "worker.h"
+
+/* pg_outbox.maintenance_interval, in milliseconds */
+#define OUTBOX_DEFAULT_MAINTENANCE_INTERVAL	(60 * 1000)
+#define OUTBOX_MIN_MAINTENANCE_INTERVAL		100
+#define OUTBOX_MAX_MAINTENANCE_INTERVAL		(24 * 60 * 60 * 1000)
 
 /* Databases without the extension are looked at again every so many intervals. */
 #define OUTBOX_LAUNCHER_RECHECK		10
@@ -70,7 +80,8 @@ PGDLLEXPORT void OutboxMaintenanceWorkerMain(Datum main_arg);
 
 PG_FUNCTION_INFO_V1(outbox_maintenance_wake);
 
-int			pg_outbox_maintenance_interval = OUTBOX_DEFAULT_MAINTENANCE_INTERVAL;
+/* pg_outbox.maintenance_interval */
+static int	pg_outbox_maintenance_interval = OUTBOX_DEFAULT_MAINTENANCE_INTERVAL;
 
 /* pg_outbox.background_maintenance: off in a database, its runs do nothing. */
 static bool BackgroundMaintenance = true;

@@ -1,0 +1,23 @@
+/*-------------------------------------------------------------------------
+ *
+ * commit.h
+ *	  Commit tickets: the order in which emitting transactions commit.
+ *
+ * Called by xact.c at the end of a transaction that emitted, and by
+ * _PG_init. commit.c calls writer.c (for its marker) and tables.c, and
+ * includes no header of a part that calls it.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef OUTBOX_COMMIT_H
+#define OUTBOX_COMMIT_H
+
+#include "access/transam.h"
+
+extern void OutboxCommitInit(void);
+extern bool OutboxCommitOrderAvailable(void);
+extern void OutboxCommitPreCommit(FullTransactionId fxid);
+extern void OutboxCommitEnd(bool committed);
+extern void OutboxCommitPrePrepare(void);
+
+#endif							/* OUTBOX_COMMIT_H */
