@@ -11,6 +11,8 @@ OBJS = \
 	extension/emit.o \
 	extension/writer.o \
 	extension/fetch.o \
+	extension/feed.o \
+	extension/position.o \
 	extension/commit.o \
 	extension/lead.o \
 	extension/locks.o \

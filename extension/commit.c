@@ -473,8 +473,8 @@ outbox_commit_order_available(PG_FUNCTION_ARGS)
  * before taking the snapshot that reads the markers, that is, in an
  * earlier statement.
  */
-Datum
-outbox_commit_horizon(PG_FUNCTION_ARGS)
+int64
+OutboxCommitHorizon(void)
 {
 	uint64		horizon;
 	int			db;
@@ -494,5 +494,11 @@ outbox_commit_horizon(PG_FUNCTION_ARGS)
 			horizon = s->ticket - 1;
 	}
 	LWLockRelease(Shared->lock);
-	PG_RETURN_INT64((int64) horizon);
+	return (int64) horizon;
+}
+
+Datum
+outbox_commit_horizon(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_INT64(OutboxCommitHorizon());
 }

@@ -16,6 +16,8 @@
 
 extern void OutboxCommitInit(void);
 extern bool OutboxCommitOrderAvailable(void);
+/* Every ticket at or below it is final; 55000 when commit order is unavailable. */
+extern int64 OutboxCommitHorizon(void);
 extern void OutboxCommitPreCommit(FullTransactionId fxid);
 extern void OutboxCommitEnd(bool committed);
 extern void OutboxCommitPrePrepare(void);

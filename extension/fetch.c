@@ -3,35 +3,35 @@
  * fetch.c
  *	  outbox_fetch(): the next batch of a group's feed.
  *
- * outbox.fetch_args() (SQL) checks the arguments, takes the group's
- * leadership and says where the batch starts: after which position, below
- * which transaction id and, in commit order, up to which commit ticket.
- * This file reads the batch from there with the index access method, the
- * way emit.c writes events: no query is parsed or planned per batch.
+ * One call decides where the batch lies, reads it (feed.c) and, when it is
+ * empty, waits for a commit that emitted (wakeup.c). The decision is made
+ * here, in C, from the group's row:
  *
- * A relay that keeps up with a trickle of commits asks for a batch many
- * hundreds of times a second, and each batch then holds a few events.
- * Planning a batch query for each (a custom plan with the cursor as
- * constants, across the partitions) cost the server several times what
- * reading those events costs, and the relay's backend was the busiest
- * process of the machine. Reading by index is also O(batch) by
- * construction (I-10): no plan, generic or custom, can turn a batch into a
- * scan of the backlog.
+ * - the arguments: batch_size between 1 and 100000; "after", a position
+ *   (position.c) of the group's order, from which the batch starts instead
+ *   of the cursor when it is ahead (a relay fetches the next batch while
+ *   the broker still writes the previous one);
+ * - the group, read by its name's index;
+ * - the leadership: the leader whose lease is fresh goes on; anyone else,
+ *   and the leader whose lease is due, asks outbox.lead() (SQL, see
+ *   lead.c), which takes, keeps or refuses the group; nothing is read for
+ *   a session that does not lead;
+ * - the generation the leader noted: a cursor moved by outbox_rewind()
+ *   refuses the call once (OB002);
+ * - the horizons, read before the snapshot that reads the batch: the xid8
+ *   horizon (every transaction below it has ended), or the commit horizon
+ *   (every ticket up to it is final) and a transaction id above every
+ *   transaction with a ticket up to it; a cursor ahead of this server's
+ *   transaction ids or tickets (a restore elsewhere, a failover to an
+ *   older history) is refused (55000).
  *
- * What a batch holds is defined in SQL by outbox.backlog() and
- * outbox.commit_backlog(), which the statistics read too; the feed and
- * commit_order regression tests check that a batch is the head of that
- * backlog, in its order, in each case the scans below tell apart.
- *
- * xid8 order: the events after the cursor (txid, seq) and below the
- * horizon, read from the primary key index of each partition that may hold
- * them and merged in (txid, seq) order. Range partitions do not overlap;
- * the default partition (normally empty) may hold any transaction id.
- *
- * Commit order: the markers of outbox.commit_log after the cursor's ticket
- * and up to the commit horizon, read from the ticket index of each marker
- * partition and merged in ticket order; for each marker, the events of its
- * transaction in seq order, from the partition that holds that transaction.
+ * This used to be a PL/pgSQL function called through SPI for every batch;
+ * it took a third of the relay backend's time when the relay kept up. Its
+ * semantics are unchanged: outbox.backlog() and outbox.commit_backlog()
+ * remain the SQL specification of a batch, which the tests compare every
+ * batch with. A database whose SQL objects are still those of 0.1.0 (the
+ * library updated, ALTER EXTENSION UPDATE not yet run) has no lease in its
+ * groups: its batches are placed by its outbox.fetch_args() as before.
  *
  * The rows are handed to the caller in a tuplestore, and a batch of some
  * hundreds of kilobytes kept in the calling query's memory would go back to
@@ -45,22 +45,21 @@
  * until the calling query's memory goes away, which a callback on that
  * memory tells.
  *
+ * Layering: calls feed.c, position.c, lead.c, commit.c, wakeup.c and
+ * tables.c; nothing calls into it.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
-#include "access/attmap.h"
 #include "access/genam.h"
 #include "access/htup_details.h"
-#include "access/relscan.h"
 #include "access/skey.h"
 #include "access/stratnum.h"
 #include "access/table.h"
 #include "access/tableam.h"
+#include "access/transam.h"
 #include "access/xact.h"
-#include "catalog/index.h"
-#include "catalog/pg_am.h"
-#include "catalog/pg_index.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "executor/tuptable.h"
@@ -68,11 +67,9 @@
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/latch.h"
-#include "partitioning/partbounds.h"
-#include "partitioning/partdesc.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
-#include "utils/datetime.h"
+#include "utils/datum.h"
 #include "utils/fmgroids.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
@@ -81,7 +78,12 @@
 #include "utils/tuplestore.h"
 #include "utils/xid8.h"
 
-#include "pg_outbox.h"
+#include "commit.h"
+#include "feed.h"
+#include "lead.h"
+#include "position.h"
+#include "tables.h"
+#include "wakeup.h"
 
 /*
  * The longest wait for events, in microseconds. While it waits, the calling
@@ -94,9 +96,11 @@
 /* Memory kept between batches, at most. */
 #define OUTBOX_FETCH_KEEP_BYTES		(8 * 1024 * 1024)
 
-/* Columns of outbox_fetch()'s result: the position, then the event's. */
-#define FETCH_POS			0
-#define FETCH_NATTS			(1 + EVENT_NATTS)
+/* Largest batch_size. */
+#define OUTBOX_FETCH_MAX_BATCH		100000
+
+/* SQLSTATE of a leader's call after outbox_rewind() moved its cursor. */
+#define ERRCODE_OUTBOX_REWOUND		MAKE_SQLSTATE('O', 'B', '0', '0', '2')
 
 PG_FUNCTION_INFO_V1(outbox_fetch);
 
@@ -104,43 +108,40 @@ PG_FUNCTION_INFO_V1(outbox_fetch);
 static MemoryContext FetchContext = NULL;
 static int	FetchesInUse = 0;
 
-/* The call of outbox.fetch_args(), prepared once per session. */
+/* The calls of outbox.lead() and (0.1.0) outbox.fetch_args(), prepared once per session. */
+static SPIPlanPtr LeadPlan = NULL;
 static SPIPlanPtr FetchArgsPlan = NULL;
 
-/* Where a batch starts and ends: a row of outbox.fetch_args(). */
-typedef struct FetchArgs
+/* The columns of outbox.groups that a fetch reads. */
+typedef enum GroupColumn
 {
-	bool		commit;			/* commit order, else xid8 order */
-	uint64		cursor_txid;	/* xid8 order: after (cursor_txid, cursor_seq) */
-	int64		cursor_ticket;	/* commit order: after (cursor_ticket, cursor_seq) */
-	int64		cursor_seq;
-	int64		horizon;		/* commit order: tickets up to this one */
-	uint64		below;			/* transaction ids below this one */
-	int64		limit;			/* rows at most */
-	uint64		epoch;			/* added to the order part of positions */
-	int			ntopics;		/* -1: every topic */
-	text	  **topics;
-} FetchArgs;
+	GROUP_ID,
+	GROUP_NAME,
+	GROUP_TOPICS,
+	GROUP_ORDERING,
+	GROUP_CURSOR_TXID,
+	GROUP_CURSOR_TICKET,
+	GROUP_CURSOR_SEQ,
+	GROUP_EPOCH,
+	GROUP_CURSOR,
+	GROUP_GENERATION,
+	GROUP_LEADER_PID,
+	GROUP_LEADER_STARTED,
+	GROUP_LEASE_RENEWED,
+	GROUP_NCOLUMNS
+} GroupColumn;
 
-/* Rows of the batch, as they are read. */
-typedef struct FetchOut
-{
-	Tuplestorestate *store;
-	TupleDesc	desc;
-	int64		count;
-} FetchOut;
+static const char *const GroupColumnNames[GROUP_NCOLUMNS] = {
+	"id", "name", "topics", "ordering", "cursor_txid", "cursor_ticket", "cursor_seq",
+	"epoch", "cursor", "generation", "leader_pid", "leader_started", "lease_renewed"
+};
 
-/* A scan of one partition in the order of one of its btree indexes. */
-typedef struct PartScan
+/* A group's row, as a fetch reads it. */
+typedef struct GroupRow
 {
-	Oid			relid;
-	Relation	heap;
-	Relation	index;
-	IndexScanDesc scan;
-	TupleTableSlot *slot;
-	AttrMap    *map;			/* the parent's columns in the partition; NULL: same */
-	bool		valid;			/* the slot holds the scan's current row */
-} PartScan;
+	Datum		values[GROUP_NCOLUMNS];
+	bool		nulls[GROUP_NCOLUMNS];
+} GroupRow;
 
 /*
  * Called when the memory of a query that called outbox_fetch() goes away:
@@ -156,381 +157,321 @@ OutboxFetchDone(void *arg)
 		MemoryContextReset(FetchContext);
 }
 
-/* Reads a transaction id bound of a partition. */
-static inline uint64
-OutboxBound(Datum bound)
-{
-	return U64FromFullTransactionId(DatumGetFullTransactionId(bound));
-}
 
 /*
- * The partitions of "parent" (partitioned by range of transaction id) that
- * may hold transaction ids in [low, high): the range partitions in the
- * order of their bounds, then the default partition.
+ * The attribute numbers of the columns a fetch reads, in the table's
+ * descriptor (the order of columns differs between a fresh install and an
+ * updated one). False when the table has no lease columns: SQL objects of
+ * 0.1.0.
  */
-static List *
-OutboxPartitionsBetween(Relation parent, uint64 low, uint64 high)
-{
-	PartitionDesc desc = RelationGetPartitionDesc(parent, true);
-	PartitionBoundInfo b = desc->boundinfo;
-	List	   *oids = NIL;
-	int			i;
-
-	if (b == NULL)
-		return NIL;
-	if (b->strategy != PARTITION_STRATEGY_RANGE)
-		elog(ERROR, "\"%s.%s\" is not partitioned by range", OUTBOX_SCHEMA, RelationGetRelationName(parent));
-
-	/* Partition indexes[i] holds [datums[i - 1], datums[i]). */
-	for (i = 0; i <= b->ndatums; i++)
-	{
-		int			part = b->indexes[i];
-
-		if (part < 0)
-			continue;
-		if (i < b->ndatums && b->kind[i][0] == PARTITION_RANGE_DATUM_VALUE &&
-			OutboxBound(b->datums[i][0]) <= low)
-			continue;
-		if (i > 0 && b->kind[i - 1][0] == PARTITION_RANGE_DATUM_VALUE &&
-			OutboxBound(b->datums[i - 1][0]) >= high)
-			continue;
-		oids = lappend_oid(oids, desc->oids[part]);
-	}
-	if (b->default_index >= 0)
-		oids = lappend_oid(oids, desc->oids[b->default_index]);
-	return oids;
-}
-
-/* The partition's attribute number of a column of the parent (0-based). */
-static inline AttrNumber
-OutboxAttno(const PartScan *ps, int column)
-{
-	return ps->map != NULL ? ps->map->attnums[column] : column + 1;
-}
-
-/*
- * Opens the btree index of a partition whose leading key columns are the
- * parent's "columns" (0-based), in ascending order: the partition's copy of
- * the parent's index.
- */
-static Relation
-OutboxOpenIndex(const PartScan *ps, const int *columns, int ncolumns)
-{
-	List	   *indexes = RelationGetIndexList(ps->heap);
-	ListCell   *lc;
-
-	foreach(lc, indexes)
-	{
-		Relation	index = index_open(lfirst_oid(lc), AccessShareLock);
-		Form_pg_index form = index->rd_index;
-		bool		match;
-		int			k;
-
-		match = index->rd_rel->relam == BTREE_AM_OID && form->indisvalid &&
-			form->indnkeyatts >= ncolumns &&
-			heap_attisnull(index->rd_indextuple, Anum_pg_index_indpred, NULL);
-		for (k = 0; match && k < ncolumns; k++)
-			match = form->indkey.values[k] == OutboxAttno(ps, columns[k]) &&
-				(index->rd_indoption[k] & INDOPTION_DESC) == 0;
-		if (match)
-		{
-			list_free(indexes);
-			return index;
-		}
-		index_close(index, AccessShareLock);
-	}
-	ereport(ERROR,
-			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-			 errmsg("partition \"%s.%s\" has lost an index of pg_outbox",
-					OUTBOX_SCHEMA, RelationGetRelationName(ps->heap)),
-			 errhint("Reinstall the extension, or create the index of the partitioned table again.")));
-	pg_unreachable();
-}
-
-/*
- * Opens a scan of partition "relid" of "parent" in the order of its index
- * on "columns", with "nkeys" scan keys given at index_rescan().
- */
-static void
-OutboxPartScanOpen(PartScan *ps, Relation parent, Oid relid, const int *columns, int ncolumns,
-				   int nkeys, Snapshot snapshot)
-{
-	ps->relid = relid;
-	ps->heap = table_open(relid, AccessShareLock);
-	ps->map = build_attrmap_by_name_if_req(RelationGetDescr(ps->heap), RelationGetDescr(parent));
-	ps->index = OutboxOpenIndex(ps, columns, ncolumns);
-	ps->slot = table_slot_create(ps->heap, NULL);
-	ps->scan = index_beginscan(ps->heap, ps->index, snapshot, nkeys, 0);
-	ps->valid = false;
-}
-
-/* Moves to the scan's next row. */
-static inline bool
-OutboxPartScanNext(PartScan *ps)
-{
-	CHECK_FOR_INTERRUPTS();
-	ps->valid = index_getnext_slot(ps->scan, ForwardScanDirection, ps->slot);
-	return ps->valid;
-}
-
-static void
-OutboxPartScanClose(PartScan *ps)
-{
-	index_endscan(ps->scan);
-	ExecDropSingleTupleTableSlot(ps->slot);
-	index_close(ps->index, NoLock);
-	table_close(ps->heap, NoLock);
-	if (ps->map != NULL)
-		free_attrmap(ps->map);
-}
-
-/*
- * Opens a scan of each partition of "parent" in "parts", in the order of
- * its index on "columns", positioned on its first row after "keys".
- */
-static PartScan *
-OutboxPartScansOpen(Relation parent, List *parts, const int *columns, int ncolumns,
-					ScanKey keys, int nkeys, Snapshot snapshot)
-{
-	PartScan   *scans = palloc0(sizeof(PartScan) * Max(list_length(parts), 1));
-	int			i;
-
-	for (i = 0; i < list_length(parts); i++)
-	{
-		OutboxPartScanOpen(&scans[i], parent, list_nth_oid(parts, i), columns, ncolumns, nkeys, snapshot);
-		index_rescan(scans[i].scan, keys, nkeys, NULL, 0);
-		OutboxPartScanNext(&scans[i]);
-	}
-	return scans;
-}
-
-static void
-OutboxPartScansClose(PartScan *scans, int nscans)
-{
-	int			i;
-
-	for (i = 0; i < nscans; i++)
-		OutboxPartScanClose(&scans[i]);
-}
-
-/* A column of the parent (0-based) in the scan's current row. */
-static inline Datum
-OutboxColumn(PartScan *ps, int column, bool *isnull)
-{
-	return slot_getattr(ps->slot, OutboxAttno(ps, column), isnull);
-}
-
-static inline uint64
-OutboxTxid(PartScan *ps, int column)
-{
-	bool		isnull;
-
-	return U64FromFullTransactionId(DatumGetFullTransactionId(OutboxColumn(ps, column, &isnull)));
-}
-
-static inline int64
-OutboxInt8(PartScan *ps, int column)
-{
-	bool		isnull;
-
-	return DatumGetInt64(OutboxColumn(ps, column, &isnull));
-}
-
-/* Whether the batch takes events of this topic. */
 static bool
-OutboxTopicWanted(const FetchArgs *a, Datum topic)
+OutboxGroupColumns(TupleDesc desc, AttrNumber *attnos)
 {
-	text	   *t;
-	int			len;
+	int			c;
 	int			i;
 
-	if (a->ntopics < 0)
-		return true;
-	t = DatumGetTextPP(topic);
-	len = VARSIZE_ANY_EXHDR(t);
-	for (i = 0; i < a->ntopics; i++)
-		if (a->topics[i] != NULL && VARSIZE_ANY_EXHDR(a->topics[i]) == len &&
-			memcmp(VARDATA_ANY(a->topics[i]), VARDATA_ANY(t), len) == 0)
-			return true;
-	return false;
+	for (c = 0; c < GROUP_NCOLUMNS; c++)
+	{
+		attnos[c] = InvalidAttrNumber;
+		for (i = 0; i < desc->natts; i++)
+		{
+			Form_pg_attribute att = TupleDescAttr(desc, i);
+
+			if (!att->attisdropped && strcmp(NameStr(att->attname), GroupColumnNames[c]) == 0)
+			{
+				attnos[c] = att->attnum;
+				break;
+			}
+		}
+		if (attnos[c] == InvalidAttrNumber)
+			return false;
+	}
+	return true;
 }
 
 /*
- * Adds the event in the scan's current row to the batch, at position
- * "<order>-<seq>" (order: the transaction id, or the commit ticket), if the
- * batch takes its topic.
+ * Reads the group's row by its name's index, with a new snapshot (each
+ * read sees what committed, and this transaction's own changes, before
+ * it). False when there is no such group; also false, with *current set
+ * to false, when the SQL objects are those of 0.1.0. The values are copied
+ * into the current memory context.
  */
-static void
-OutboxPutEvent(FetchOut *out, const FetchArgs *a, PartScan *ps, uint64 order)
+static bool
+OutboxReadGroup(text *name, GroupRow *row, bool *current)
 {
-	Datum		values[FETCH_NATTS];
-	bool		nulls[FETCH_NATTS];
-	char		pos[64];
+	Relation	groups = table_open(OutboxRelid("groups"), AccessShareLock);
+	Relation	index = index_open(OutboxRelid("groups_name_key"), AccessShareLock);
+	AttrNumber	attnos[GROUP_NCOLUMNS];
+	TupleTableSlot *slot;
+	IndexScanDesc scan;
+	ScanKeyData key;
+	Snapshot	snapshot;
+	bool		found = false;
+	int			c;
+
+	*current = OutboxGroupColumns(RelationGetDescr(groups), attnos);
+	if (*current)
+	{
+		snapshot = RegisterSnapshot(GetTransactionSnapshot());
+		slot = table_slot_create(groups, NULL);
+		ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid,
+							   index->rd_indcollation[0], F_TEXTEQ, PointerGetDatum(name));
+		scan = index_beginscan(groups, index, snapshot, 1, 0);
+		index_rescan(scan, &key, 1, NULL, 0);
+		if (index_getnext_slot(scan, ForwardScanDirection, slot))
+		{
+			found = true;
+			slot_getallattrs(slot);
+			for (c = 0; c < GROUP_NCOLUMNS; c++)
+			{
+				Form_pg_attribute att = TupleDescAttr(RelationGetDescr(groups), attnos[c] - 1);
+
+				row->nulls[c] = slot->tts_isnull[attnos[c] - 1];
+				row->values[c] = row->nulls[c] ? (Datum) 0 :
+					datumCopy(slot->tts_values[attnos[c] - 1], att->attbyval, att->attlen);
+			}
+		}
+		index_endscan(scan);
+		ExecDropSingleTupleTableSlot(slot);
+		UnregisterSnapshot(snapshot);
+	}
+	index_close(index, AccessShareLock);
+	table_close(groups, AccessShareLock);
+	return found;
+}
+
+/* A transaction id of a snapshot as a full one, by the next full id. */
+static uint64
+OutboxFullXid(TransactionId xid)
+{
+	FullTransactionId next = ReadNextFullTransactionId();
+
+	/* xid is at most 2^31 behind the next id (see xid8funcs.c). */
+	return U64FromFullTransactionId(next) + (int64) (int32) (xid - XidFromFullTransactionId(next));
+}
+
+/* True when this session leads the group by its row, with a fresh lease. */
+static bool
+OutboxLeadsFreshly(const GroupRow *g)
+{
+	TimestampTz due;
+
+	if (g->nulls[GROUP_LEADER_PID] || g->nulls[GROUP_LEADER_STARTED] || g->nulls[GROUP_LEASE_RENEWED] ||
+		DatumGetInt32(g->values[GROUP_LEADER_PID]) != MyProcPid ||
+		DatumGetTimestampTz(g->values[GROUP_LEADER_STARTED]) != MyStartTimestamp)
+		return false;
+	/* Renewed at most every third of the lease (outbox.lead()). */
+	due = TimestampTzPlusMilliseconds(DatumGetTimestampTz(g->values[GROUP_LEASE_RENEWED]),
+									  pg_outbox_lease_ms / 3);
+	return GetCurrentTimestamp() < due;
+}
+
+/* outbox.lead(group_id): takes, keeps or refuses the group (SQL). */
+static bool
+OutboxLead(int32 group_id)
+{
+	Datum		arg = Int32GetDatum(group_id);
+	bool		isnull;
+	bool		leads;
+
+	if (LeadPlan == NULL)
+	{
+		Oid			argtype = INT4OID;
+		SPIPlanPtr	plan = SPI_prepare("SELECT outbox.lead($1)", 1, &argtype);
+
+		if (plan == NULL || SPI_keepplan(plan) != 0)
+			elog(ERROR, "pg_outbox: preparing the call of outbox.lead() failed: %s",
+				 SPI_result_code_string(SPI_result));
+		LeadPlan = plan;
+	}
+	if (SPI_execute_plan(LeadPlan, &arg, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "pg_outbox: outbox.lead() failed");
+	leads = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	/* What it wrote is seen by the next read of the row. */
+	CommandCounterIncrement();
+	return !isnull && leads;
+}
+
+/* The group's topics into the range; NULL: every topic. */
+static void
+OutboxRangeTopics(FeedRange *a, const GroupRow *g)
+{
+	Datum	   *elems;
+	bool	   *elem_nulls;
 	int			i;
 
-	values[1 + EVENT_TOPIC] = OutboxColumn(ps, EVENT_TOPIC, &nulls[1 + EVENT_TOPIC]);
-	if (!OutboxTopicWanted(a, values[1 + EVENT_TOPIC]))
+	a->ntopics = -1;
+	if (g->nulls[GROUP_TOPICS])
 		return;
-	for (i = 0; i < EVENT_NATTS; i++)
-		if (i != EVENT_TOPIC)
-			values[1 + i] = OutboxColumn(ps, i, &nulls[1 + i]);
-	if (order > PG_UINT64_MAX - a->epoch)
+	deconstruct_array(DatumGetArrayTypeP(g->values[GROUP_TOPICS]), TEXTOID, -1, false, TYPALIGN_INT,
+					  &elems, &elem_nulls, &a->ntopics);
+	a->topics = palloc(sizeof(text *) * Max(a->ntopics, 1));
+	for (i = 0; i < a->ntopics; i++)
+		a->topics[i] = elem_nulls[i] ? NULL : DatumGetTextPP(elems[i]);
+}
+
+/* The name of this transaction's isolation level, as SHOW says it, in capitals. */
+static const char *
+OutboxIsolationName(void)
+{
+	switch (XactIsoLevel)
+	{
+		case XACT_READ_UNCOMMITTED:
+			return "READ UNCOMMITTED";
+		case XACT_REPEATABLE_READ:
+			return "REPEATABLE READ";
+		case XACT_SERIALIZABLE:
+			return "SERIALIZABLE";
+		default:
+			return "READ COMMITTED";
+	}
+}
+
+/*
+ * Where the group's next batch lies, into "a": false when another session
+ * leads the group (the batch is then empty). *current is false when the
+ * SQL objects are those of 0.1.0: nothing was decided.
+ */
+static bool
+OutboxPlaceBatch(Datum *args, char *nulls, FeedRange *a, bool *current)
+{
+	text	   *name;
+	char	   *group_name;
+	const char *after = NULL;
+	int32		batch_size;
+	GroupRow	g;
+	uint64		order;
+	int64		seq;
+	Snapshot	snapshot;
+
+	if (nulls[1] == 'n')
 		ereport(ERROR,
-				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("position of event beyond the range of stream ids"),
-				 errdetail("Transaction id or ticket " UINT64_FORMAT " plus the group's epoch " UINT64_FORMAT " is above 2^64 - 1.",
-						   order, a->epoch)));
-	snprintf(pos, sizeof(pos), UINT64_FORMAT "-" INT64_FORMAT, order + a->epoch,
-			 DatumGetInt64(values[1 + EVENT_SEQ]));
-	values[FETCH_POS] = CStringGetTextDatum(pos);
-	nulls[FETCH_POS] = false;
-	tuplestore_putvalues(out->store, out->desc, values, nulls);
-	pfree(DatumGetPointer(values[FETCH_POS]));
-	out->count++;
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("batch_size must not be null")));
+	batch_size = DatumGetInt32(args[1]);
+	if (batch_size < 1 || batch_size > OUTBOX_FETCH_MAX_BATCH)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("batch_size %d is out of range", batch_size),
+				 errdetail("batch_size must be between 1 and %d.", OUTBOX_FETCH_MAX_BATCH)));
+	if (nulls[0] == 'n')
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("group name must not be null")));
+	name = DatumGetTextPP(args[0]);
+	group_name = text_to_cstring(name);
+	if (!OutboxReadGroup(name, &g, current))
+	{
+		if (!*current)
+			return false;
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("group \"%s\" does not exist", group_name),
+				 errhint("Create it with outbox_group_create().")));
+	}
+
+	/* The leader goes on while its lease is fresh; anyone else asks. */
+	if (!OutboxLeadsFreshly(&g))
+	{
+		if (!OutboxLead(DatumGetInt32(g.values[GROUP_ID])))
+			return false;
+		if (!OutboxReadGroup(name, &g, current))
+			elog(ERROR, "pg_outbox: group \"%s\" went away while this session took the lead", group_name);
+	}
+	if (OutboxNoteGeneration(DatumGetInt32(g.values[GROUP_ID]), DatumGetInt64(g.values[GROUP_GENERATION])) !=
+		DatumGetInt64(g.values[GROUP_GENERATION]))
+		ereport(ERROR,
+				(errcode(ERRCODE_OUTBOX_REWOUND),
+				 errmsg("cursor of group \"%s\" was moved by outbox_rewind() while this session led it", group_name),
+				 errdetail("The cursor is at %s now.", TextDatumGetCString(g.values[GROUP_CURSOR])),
+				 errhint("Fetch again without \"after\": the next batch starts at the moved cursor.")));
+
+	memset(a, 0, sizeof(*a));
+	a->limit = batch_size;
+	a->epoch = (uint64) DatumGetInt64(g.values[GROUP_EPOCH]);
+	a->cursor_seq = DatumGetInt64(g.values[GROUP_CURSOR_SEQ]);
+	a->commit = strcmp(TextDatumGetCString(g.values[GROUP_ORDERING]), "commit") == 0;
+	OutboxRangeTopics(a, &g);
+	if (nulls[2] != 'n')
+		after = OutboxUnshiftPosition(TextDatumGetCString(args[2]), a->epoch);
+
+	if (a->commit)
+	{
+		if (XactIsoLevel != XACT_READ_COMMITTED)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
+					 errmsg("a commit-ordered group is read at READ COMMITTED only"),
+					 errdetail("This transaction is %s: its snapshot may predate the commit horizon, and events would be skipped.",
+							   OutboxIsolationName())));
+		a->cursor_ticket = DatumGetInt64(g.values[GROUP_CURSOR_TICKET]);
+		a->horizon = OutboxCommitHorizon();
+		/*
+		 * No ticket above the horizon's next one has been issued yet: a
+		 * cursor there was not reached by publishing. Reading on would skip
+		 * every ticket up to it, issued later, for good.
+		 */
+		if (a->cursor_ticket > a->horizon + 1)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("cursor of group \"%s\" is ahead of this server's commit tickets", group_name),
+					 errdetail("The cursor is at ticket " INT64_FORMAT ", the commit horizon is at " INT64_FORMAT ".",
+							   a->cursor_ticket, a->horizon),
+					 errhint("After a restore into another cluster or a failover, re-anchor the group with outbox_reanchor(%s).",
+							 quote_literal_cstr(group_name))));
+		/*
+		 * Every transaction with a ticket up to the horizon has ended, so its
+		 * id is below the next one, read after the horizon.
+		 */
+		snapshot = GetTransactionSnapshot();
+		a->below = OutboxFullXid(snapshot->xmax);
+		if (after != NULL)
+		{
+			OutboxParsePosition(after, true, &order, &seq);
+			if ((int64) order > a->cursor_ticket || ((int64) order == a->cursor_ticket && seq > a->cursor_seq))
+			{
+				a->cursor_ticket = (int64) order;
+				a->cursor_seq = seq;
+			}
+		}
+	}
+	else
+	{
+		uint64		next_xid;
+
+		a->cursor_txid = U64FromFullTransactionId(DatumGetFullTransactionId(g.values[GROUP_CURSOR_TXID]));
+		snapshot = GetTransactionSnapshot();
+		a->below = OutboxFullXid(snapshot->xmin);
+		next_xid = OutboxFullXid(snapshot->xmax);
+		if (a->cursor_txid > next_xid)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("cursor of group \"%s\" is ahead of this server's transaction ids", group_name),
+					 errdetail("The cursor is at transaction " UINT64_FORMAT ", the next transaction id is " UINT64_FORMAT ". This happens after a dump and restore into another cluster, or a failover to a server with an older history.",
+							   a->cursor_txid, next_xid),
+					 errhint("Re-anchor the group with outbox_reanchor(%s): it goes on from this server's horizon, with stream ids above those it published.",
+							 quote_literal_cstr(group_name))));
+		/*
+		 * A relay that fetches the next batch while the broker still writes
+		 * the previous one reads after that batch, not after the cursor.
+		 */
+		if (after != NULL)
+		{
+			OutboxParsePosition(after, false, &order, &seq);
+			if (order > a->cursor_txid || (order == a->cursor_txid && seq > a->cursor_seq))
+			{
+				a->cursor_txid = order;
+				a->cursor_seq = seq;
+			}
+		}
+	}
+	return true;
 }
 
 /*
- * xid8 order: events after (cursor_txid, cursor_seq) below "below", in
- * (txid, seq) order, merged across the partitions that may hold them.
+ * SQL objects of 0.1.0: outbox.fetch_args() says where the batch lies
+ * (and takes the leadership by its advisory lock).
  */
-static void
-OutboxReadFeed(const FetchArgs *a, FetchOut *out, Snapshot snapshot)
-{
-	static const int key_columns[] = {EVENT_TXID, EVENT_SEQ};
-	Relation	parent = table_open(OutboxRelid("event"), AccessShareLock);
-	List	   *parts = OutboxPartitionsBetween(parent, a->cursor_txid, a->below);
-	int			nparts = list_length(parts);
-	PartScan   *scans;
-	ScanKeyData keys[2];
-	ScanKeyData row[2];
-	int			i;
-
-	/* (txid, seq) > (cursor_txid, cursor_seq) AND txid < below */
-	ScanKeyEntryInitialize(&row[0], SK_ROW_MEMBER, 1, BTGreaterStrategyNumber, XID8OID, InvalidOid,
-						   F_XID8CMP, FullTransactionIdGetDatum(FullTransactionIdFromU64(a->cursor_txid)));
-	ScanKeyEntryInitialize(&row[1], SK_ROW_MEMBER | SK_ROW_END, 2, BTGreaterStrategyNumber, INT8OID,
-						   InvalidOid, F_BTINT8CMP, Int64GetDatum(a->cursor_seq));
-	ScanKeyEntryInitialize(&keys[0], SK_ROW_HEADER, 1, BTGreaterStrategyNumber, InvalidOid, InvalidOid,
-						   InvalidOid, PointerGetDatum(row));
-	ScanKeyInit(&keys[1], 1, BTLessStrategyNumber, F_XID8LT,
-				FullTransactionIdGetDatum(FullTransactionIdFromU64(a->below)));
-	scans = OutboxPartScansOpen(parent, parts, key_columns, 2, keys, 2, snapshot);
-
-	while (out->count < a->limit)
-	{
-		PartScan   *next = NULL;
-		uint64		next_txid = 0;
-		int64		next_seq = 0;
-
-		for (i = 0; i < nparts; i++)
-		{
-			uint64		txid;
-			int64		seq;
-
-			if (!scans[i].valid)
-				continue;
-			txid = OutboxTxid(&scans[i], EVENT_TXID);
-			seq = OutboxInt8(&scans[i], EVENT_SEQ);
-			if (next == NULL || txid < next_txid || (txid == next_txid && seq < next_seq))
-			{
-				next = &scans[i];
-				next_txid = txid;
-				next_seq = seq;
-			}
-		}
-		if (next == NULL)
-			break;
-		OutboxPutEvent(out, a, next, next_txid);
-		OutboxPartScanNext(next);
-	}
-
-	OutboxPartScansClose(scans, nparts);
-	table_close(parent, NoLock);
-}
-
-/*
- * Commit order: the events of the transactions whose tickets are after
- * cursor_ticket and at most the horizon, in (ticket, seq) order, after
- * cursor_seq in the cursor's own transaction.
- */
-static void
-OutboxReadCommitFeed(const FetchArgs *a, FetchOut *out, Snapshot snapshot)
-{
-	static const int ticket_column[] = {MARKER_TICKET};
-	static const int key_columns[] = {EVENT_TXID, EVENT_SEQ};
-	Relation	markers = table_open(OutboxRelid("commit_log"), AccessShareLock);
-	Relation	events = table_open(OutboxRelid("event"), AccessShareLock);
-	List	   *parts = OutboxPartitionsBetween(markers, 0, a->below);
-	int			nparts = list_length(parts);
-	PartScan   *scans;
-	List	   *event_scans = NIL;	/* of PartScan *, opened as needed */
-	ScanKeyData keys[2];
-	ListCell   *lc;
-	int			i;
-
-	/* ticket >= cursor_ticket AND ticket <= horizon */
-	ScanKeyInit(&keys[0], 1, BTGreaterEqualStrategyNumber, F_INT8GE, Int64GetDatum(a->cursor_ticket));
-	ScanKeyInit(&keys[1], 1, BTLessEqualStrategyNumber, F_INT8LE, Int64GetDatum(a->horizon));
-	scans = OutboxPartScansOpen(markers, parts, ticket_column, 1, keys, 2, snapshot);
-
-	while (out->count < a->limit)
-	{
-		PartScan   *marker = NULL;
-		PartScan   *ev = NULL;
-		int64		ticket = 0;
-		uint64		txid;
-		Oid			relid;
-
-		for (i = 0; i < nparts; i++)
-		{
-			int64		t;
-
-			if (!scans[i].valid)
-				continue;
-			t = OutboxInt8(&scans[i], MARKER_TICKET);
-			if (marker == NULL || t < ticket)
-			{
-				marker = &scans[i];
-				ticket = t;
-			}
-		}
-		if (marker == NULL)
-			break;
-		txid = OutboxTxid(marker, MARKER_TXID);
-		OutboxPartScanNext(marker);
-		if (txid >= a->below)
-			continue;
-
-		/* txid = the marker's AND seq > the cursor's in its own transaction */
-		relid = OutboxPartitionOf(events, FullTransactionIdGetDatum(FullTransactionIdFromU64(txid)));
-		foreach(lc, event_scans)
-		{
-			if (((PartScan *) lfirst(lc))->relid == relid)
-				ev = lfirst(lc);
-		}
-		if (ev == NULL)
-		{
-			ev = palloc0(sizeof(PartScan));
-			OutboxPartScanOpen(ev, events, relid, key_columns, 2, 2, snapshot);
-			event_scans = lappend(event_scans, ev);
-		}
-		ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_XID8EQ,
-					FullTransactionIdGetDatum(FullTransactionIdFromU64(txid)));
-		ScanKeyInit(&keys[1], 2, BTGreaterStrategyNumber, F_INT8GT,
-					Int64GetDatum(ticket == a->cursor_ticket ? a->cursor_seq : 0));
-		index_rescan(ev->scan, keys, 2, NULL, 0);
-		while (out->count < a->limit && OutboxPartScanNext(ev))
-			OutboxPutEvent(out, a, ev, (uint64) ticket);
-	}
-
-	foreach(lc, event_scans)
-		OutboxPartScanClose(lfirst(lc));
-	OutboxPartScansClose(scans, nparts);
-	table_close(events, NoLock);
-	table_close(markers, NoLock);
-}
-
-/* A column of outbox.fetch_args()'s row, by name. */
+/* A column of outbox.fetch_args()'s row (0.1.0), by name. */
 static Datum
 OutboxArg(HeapTuple row, TupleDesc desc, const char *name, bool *isnull)
 {
@@ -543,7 +484,7 @@ OutboxArg(HeapTuple row, TupleDesc desc, const char *name, bool *isnull)
 
 /* Reads outbox.fetch_args()'s row; topics are copied into the current memory. */
 static void
-OutboxReadArgs(HeapTuple row, TupleDesc desc, FetchArgs *a)
+OutboxReadArgs(HeapTuple row, TupleDesc desc, FeedRange *a)
 {
 	bool		isnull;
 	int			column;
@@ -591,15 +532,11 @@ OutboxReadArgs(HeapTuple row, TupleDesc desc, FetchArgs *a)
 	}
 }
 
-/*
- * Reads the group's next batch into "out" (outbox.fetch_args()'s arguments:
- * group name, batch size, after). False when another session leads.
- */
-static bool
-OutboxReadBatch(Datum *args, char *nulls, FetchOut *out)
-{
-	FetchArgs	a;
 
+/* Where the batch lies by outbox.fetch_args() (0.1.0); false when another session leads. */
+static bool
+OutboxPlaceBatchByArgs(Datum *args, char *nulls, FeedRange *a)
+{
 	if (FetchArgsPlan == NULL)
 	{
 		Oid			argtypes[3] = {TEXTOID, INT4OID, TEXTOID};
@@ -614,9 +551,26 @@ OutboxReadBatch(Datum *args, char *nulls, FetchOut *out)
 		elog(ERROR, "pg_outbox: outbox.fetch_args() failed");
 	if (SPI_processed != 1)
 		return false;
+	memset(a, 0, sizeof(*a));
+	OutboxReadArgs(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, a);
+	return true;
+}
 
-	memset(&a, 0, sizeof(a));
-	OutboxReadArgs(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, &a);
+/*
+ * Reads the group's next batch into "out" (outbox_fetch()'s arguments:
+ * group name, batch size, after). False when another session leads.
+ */
+static bool
+OutboxReadBatch(Datum *args, char *nulls, FeedBatch *out)
+{
+	FeedRange	a;
+	bool		current;
+
+	if (!OutboxPlaceBatch(args, nulls, &a, &current))
+	{
+		if (current || !OutboxPlaceBatchByArgs(args, nulls, &a))
+			return false;
+	}
 
 	/*
 	 * A snapshot taken after the horizons were read: at READ COMMITTED (the
@@ -644,7 +598,7 @@ outbox_fetch(PG_FUNCTION_ARGS)
 	Datum		args[3];
 	char		nulls[3];
 	TupleDesc	tupdesc;
-	FetchOut	out;
+	FeedBatch	out;
 	MemoryContext oldcontext;
 	MemoryContextCallback *done;
 	long		wait_ms = 0;
@@ -657,8 +611,8 @@ outbox_fetch(PG_FUNCTION_ARGS)
 				 errmsg("set-valued function called in context that cannot accept a set")));
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
-	if (tupdesc->natts != FETCH_NATTS)
-		elog(ERROR, "outbox_fetch() returns %d columns, expected %d", tupdesc->natts, FETCH_NATTS);
+	if (tupdesc->natts != FEED_NATTS)
+		elog(ERROR, "outbox_fetch() returns %d columns, expected %d", tupdesc->natts, FEED_NATTS);
 
 	if (FetchContext == NULL)
 		FetchContext = AllocSetContextCreate(TopMemoryContext, "pg_outbox fetch",

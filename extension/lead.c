@@ -46,13 +46,9 @@
 #include "utils/hsearch.h"
 #include "utils/timestamp.h"
 
-#include "pg_outbox.h"
+#include "lead.h"
+#include "locks.h"
 
-/* "obox": the classid of pg_outbox's advisory locks */
-#define OUTBOX_LOCK_CLASS	0x6F626F78
-
-/* The objsubid of the leadership locks of version 0.1.0 (below). */
-#define OUTBOX_LOCK_SUBID	3
 
 /* pg_outbox.lease, in milliseconds */
 #define OUTBOX_DEFAULT_LEASE_MS		15000
@@ -109,11 +105,9 @@ outbox_lock_class(PG_FUNCTION_ARGS)
  * generation for this session and returns the one noted before (the given
  * one the first time after taking the lead).
  */
-Datum
-outbox_note_generation(PG_FUNCTION_ARGS)
+int64
+OutboxNoteGeneration(int32 group_id, int64 generation)
 {
-	int32		group_id = PG_GETARG_INT32(0);
-	int64		generation = PG_GETARG_INT64(1);
 	OutboxNotedGeneration *entry;
 	bool		found;
 	int64		before;
@@ -130,7 +124,13 @@ outbox_note_generation(PG_FUNCTION_ARGS)
 	entry = hash_search(NotedGenerations, &group_id, HASH_ENTER, &found);
 	before = found ? entry->generation : generation;
 	entry->generation = generation;
-	PG_RETURN_INT64(before);
+	return before;
+}
+
+Datum
+outbox_note_generation(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_INT64(OutboxNoteGeneration(PG_GETARG_INT32(0), PG_GETARG_INT64(1)));
 }
 
 /*
@@ -206,7 +206,7 @@ static void
 OutboxLeaderTag(LOCKTAG *tag, int32 group_id)
 {
 	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, OUTBOX_LOCK_CLASS,
-						 (uint32) group_id, OUTBOX_LOCK_SUBID);
+						 (uint32) group_id, OUTBOX_LOCK_LEADER);
 }
 
 /* 0.1.0 outbox.lead(group_id): takes the group's lock if free. */

@@ -27,8 +27,10 @@
 typedef enum OutboxLockSubid
 {
 	/*
-	 * Group leadership (reserved): a session lock, classid OUTBOX_LOCK_CLASS,
-	 * objid the group id (lead.c). Not to be reused for another lock.
+	 * Group leadership as the SQL objects of version 0.1.0 take it: a
+	 * session lock, classid OUTBOX_LOCK_CLASS, objid the group id (lead.c,
+	 * until ALTER EXTENSION UPDATE). Leadership is a lease in the group's
+	 * row since 0.2.0. Not to be reused for another lock.
 	 */
 	OUTBOX_LOCK_LEADER = 3,
 

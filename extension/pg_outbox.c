@@ -13,12 +13,14 @@
  *	 emit.c   -> xact.c, writer.c, tables.c
  *	 xact.c   -> commit.c, wakeup.c, writer.c
  *	 commit.c -> writer.c, tables.c, locks.h
- *	 fetch.c  -> writer.c, wakeup.c, tables.c, lead.c (through pg_outbox.h)
+ *	 fetch.c  -> feed.c, position.c, lead.c, commit.c, wakeup.c, tables.c
+ *	 feed.c   -> writer.c, position.c, tables.c
  *	 inbox.c  -> tables.c
  *	 worker.c -> wakeup.c
  *	 locks.c  -> locks.h
+ *	 lead.c   -> locks.h
  *	 writer.c -> tables.c
- *	 wakeup.c, tables.c, lead.c: no other part
+ *	 wakeup.c, tables.c, position.c: no other part
  *
  *-------------------------------------------------------------------------
  */
