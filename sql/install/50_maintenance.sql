@@ -85,6 +85,18 @@ COMMENT ON FUNCTION outbox.try_maintenance_lock() IS 'pg_outbox: takes the maint
 -- lock does so with outbox.config.lock_timeout, in its own subtransaction:
 -- one that cannot get its lock is reported as deferred and retried on the
 -- next run, so emitters never wait on maintenance longer than that.
+--
+-- The steps, numbered the same in the body (each row it returns names the
+-- step's action):
+--   1. rows found in the default partitions get their partition ('moved');
+--   2. premake: partitions up to premake ahead of the current transaction
+--      id ('created');
+--   3. retention: partitions every live group has passed and older than
+--      the retention are dropped or detached (retire_mode);
+--   4. the inbox: daily partitions ahead, and inbox_retention;
+--   5. groups that lag more than max_group_lag are reported ('lagging').
+-- The comments stay outside the body: the body is what pg_proc stores, and
+-- the upgrade from 0.1.0 must make the same one.
 CREATE FUNCTION @extschema@.outbox_maintain()
 RETURNS TABLE (action text, object text, detail text)
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
