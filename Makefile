@@ -54,9 +54,14 @@ all:
 	@exit 1
 endif
 
-# The install script has one source; the versioned file is built from it.
-sql/$(EXTENSION)--$(EXTVERSION).sql: sql/$(EXTENSION).sql
-	cp $< $@
+# The install script is built from its parts in sql/install/, concatenated
+# in name order (00_schema_roles.sql first). The directory is a prerequisite
+# too, so that adding, removing or renaming a part rebuilds the script.
+SQL_PARTS = $(sort $(wildcard sql/install/*.sql))
+
+sql/$(EXTENSION)--$(EXTVERSION).sql: $(SQL_PARTS) sql/install
+	cat $(SQL_PARTS) > $@.tmp
+	mv $@.tmp $@
 
 .PHONY: test demo bench soak checkver installcheck-preload deb
 

@@ -1,0 +1,97 @@
+-- pg_outbox install script, part 00: schema, roles and settings.
+--
+-- The install script is assembled from the parts in sql/install/, which the
+-- Makefile concatenates in name order into sql/pg_outbox--<version>.sql.
+-- Each part may use what the parts before it define (a SQL-language
+-- function's tables and types, a view's functions), and ends with the
+-- privileges on its own objects: nothing for PUBLIC, then the grants to
+-- outbox_writer, outbox_relay, outbox_consumer and outbox_admin.
+--
+-- Layout: storage and internals live in schema "outbox"; the functions that
+-- applications and relays call live in the extension's schema (by default
+-- the first schema of search_path, usually "public"), so that
+-- outbox_emit() works with the default search_path.
+
+\echo Use "CREATE EXTENSION pg_outbox" to load this file. \quit
+
+CREATE SCHEMA outbox;
+COMMENT ON SCHEMA outbox IS 'pg_outbox storage and internals';
+REVOKE ALL ON SCHEMA outbox FROM PUBLIC;
+
+--
+-- Roles. Roles are cluster-wide: the first database to install the
+-- extension creates them, later ones reuse them. DROP EXTENSION leaves them.
+--
+DO $roles$
+DECLARE
+	r text;
+BEGIN
+	FOREACH r IN ARRAY ARRAY['outbox_writer', 'outbox_relay', 'outbox_consumer', 'outbox_admin']
+	LOOP
+		IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = r) THEN
+			EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', r);
+		END IF;
+	END LOOP;
+END
+$roles$;
+
+--
+-- Settings, one row. Registered for pg_dump.
+--
+CREATE TABLE outbox.config (
+	only_row boolean NOT NULL DEFAULT true,
+	partition_width bigint NOT NULL DEFAULT 10000000,
+	premake integer NOT NULL DEFAULT 4,
+	retention interval NOT NULL DEFAULT '3 days',
+	retire_mode text NOT NULL DEFAULT 'drop',
+	lock_timeout interval NOT NULL DEFAULT '200 milliseconds',
+	max_group_lag interval NOT NULL DEFAULT '1 day',
+	inbox_retention interval NOT NULL DEFAULT '7 days',
+	CONSTRAINT config_pkey PRIMARY KEY (only_row),
+	CONSTRAINT config_only_row CHECK (only_row),
+	CONSTRAINT config_partition_width_range CHECK (partition_width BETWEEN 100 AND 1000000000000),
+	CONSTRAINT config_premake_range CHECK (premake BETWEEN 1 AND 1000),
+	CONSTRAINT config_retention_check CHECK (retention >= interval '0'),
+	CONSTRAINT config_retire_mode_check CHECK (retire_mode IN ('drop', 'detach')),
+	CONSTRAINT config_lock_timeout_check CHECK (lock_timeout BETWEEN interval '1 millisecond' AND interval '1 minute'),
+	CONSTRAINT config_max_group_lag_check CHECK (max_group_lag > interval '0'),
+	CONSTRAINT config_inbox_retention_check CHECK (inbox_retention >= interval '1 day')
+);
+COMMENT ON TABLE outbox.config IS 'pg_outbox settings (one row)';
+COMMENT ON COLUMN outbox.config.partition_width IS 'transaction ids covered by one event partition';
+COMMENT ON COLUMN outbox.config.premake IS 'partitions kept ready ahead of the current transaction id';
+COMMENT ON COLUMN outbox.config.retention IS 'how long events are kept after every live group passed them';
+COMMENT ON COLUMN outbox.config.retire_mode IS 'drop: retired partitions are dropped; detach: kept as tables outside the feed';
+COMMENT ON COLUMN outbox.config.lock_timeout IS 'longest wait of maintenance DDL for a lock before it retries on a later run';
+COMMENT ON COLUMN outbox.config.max_group_lag IS 'a group whose oldest waiting event is older than this is reported as lagging';
+COMMENT ON COLUMN outbox.config.inbox_retention IS 'how long the inbox remembers applied events; must cover the broker''s retention and any replay window';
+INSERT INTO outbox.config DEFAULT VALUES;
+SELECT pg_catalog.pg_extension_config_dump('outbox.config', '');
+
+-- pg_dump copies the settings row; CREATE EXTENSION in the restored
+-- database has inserted the defaults already. The restored row replaces
+-- them (an insert replaces the row: there is only one).
+CREATE FUNCTION outbox.config_replace()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	DELETE FROM outbox.config;
+	RETURN NEW;
+END
+$$;
+COMMENT ON FUNCTION outbox.config_replace() IS 'pg_outbox: an inserted settings row replaces the existing one (restores)';
+CREATE TRIGGER config_replace BEFORE INSERT ON outbox.config
+	FOR EACH ROW EXECUTE FUNCTION outbox.config_replace();
+
+--
+-- Privileges: the settings are read and changed by outbox_admin only.
+--
+REVOKE ALL ON TABLE outbox.config FROM PUBLIC;
+REVOKE ALL ON FUNCTION
+	outbox.config_replace()
+FROM PUBLIC;
+
+GRANT USAGE ON SCHEMA outbox TO outbox_writer, outbox_relay, outbox_consumer, outbox_admin;
+GRANT SELECT, UPDATE ON outbox.config TO outbox_admin;

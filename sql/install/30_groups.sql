@@ -1,0 +1,351 @@
+-- pg_outbox install script, part 30: groups and their leadership.
+-- (assembled with the other parts of sql/install/; see 00_schema_roles.sql).
+
+--
+-- Groups: one cursor over the feed each. Only the cursor functions change
+-- a cursor.
+--
+CREATE TABLE outbox.groups (
+	id integer GENERATED ALWAYS AS IDENTITY,
+	name text NOT NULL,
+	topics text[],
+	ordering text NOT NULL DEFAULT 'xid8',
+	cursor_txid xid8,
+	cursor_ticket bigint,
+	cursor_seq bigint NOT NULL,
+	epoch bigint NOT NULL DEFAULT 0,
+	cursor text GENERATED ALWAYS AS ((coalesce(cursor_txid::text::numeric, cursor_ticket) + epoch) || '-' || cursor_seq) STORED,
+	created_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+	advanced_at timestamptz,
+	streams jsonb NOT NULL DEFAULT '{}',
+	stale boolean NOT NULL DEFAULT false,
+	generation bigint NOT NULL DEFAULT 1,
+	leader_pid integer,
+	leader_started timestamptz,
+	lease_renewed timestamptz,
+	lease_until timestamptz,
+	CONSTRAINT groups_pkey PRIMARY KEY (id),
+	CONSTRAINT groups_name_key UNIQUE (name),
+	CONSTRAINT groups_name_check CHECK (name ~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$'),
+	CONSTRAINT groups_topics_check CHECK (topics IS NULL OR pg_catalog.cardinality(topics) > 0),
+	CONSTRAINT groups_ordering_check CHECK (ordering IN ('xid8', 'commit')),
+	CONSTRAINT groups_epoch_check CHECK (epoch >= 0),
+	CONSTRAINT groups_cursor_check CHECK (CASE ordering WHEN 'xid8' THEN cursor_txid IS NOT NULL AND cursor_ticket IS NULL
+														 ELSE cursor_ticket IS NOT NULL AND cursor_txid IS NULL END)
+);
+COMMENT ON TABLE outbox.groups IS 'pg_outbox groups: one cursor over the feed each';
+COMMENT ON COLUMN outbox.groups.ordering IS 'xid8: feed order of transaction ids; commit: order in which the transactions committed (needs preloading)';
+COMMENT ON COLUMN outbox.groups.cursor IS 'the cursor as a position: "<txid>-<seq>" (xid8 order) or "<ticket>-<seq>" (commit order), plus the epoch';
+COMMENT ON COLUMN outbox.groups.epoch IS 'added to the transaction id or ticket of the group''s positions (stream entry ids); set by outbox_reanchor() so that ids keep increasing in another cluster';
+COMMENT ON COLUMN outbox.groups.stale IS 'a stale group no longer keeps events from retention (outbox_group_set_stale)';
+COMMENT ON COLUMN outbox.groups.generation IS 'fencing generation, bumped by every change of leader and every outbox_rewind(): a leader that sees another one stops or starts again from the cursor';
+COMMENT ON COLUMN outbox.groups.leader_pid IS 'backend pid of the session that leads the group (with leader_started), or null';
+COMMENT ON COLUMN outbox.groups.leader_started IS 'start time of the leading backend: with leader_pid, names the session';
+COMMENT ON COLUMN outbox.groups.lease_renewed IS 'when the leader last renewed its lease (by fetching or advancing)';
+COMMENT ON COLUMN outbox.groups.lease_until IS 'until when the leader holds the group without renewing; a standby may take it over after';
+COMMENT ON COLUMN outbox.groups.streams IS 'last position the group''s relay published to each stream, as reported to outbox_advance()';
+SELECT pg_catalog.pg_extension_config_dump('outbox.groups', '');
+
+--
+-- Leadership: the leading session is written in the group's row (pid and
+-- backend start), with a lease that its fetches and advances renew. A
+-- standby takes the group over when the leader's session ended, at once,
+-- or when its lease ran out: a relay that is stopped, paused or stuck
+-- keeps its connection, but not the group. See lead.c.
+--
+CREATE FUNCTION outbox.lock_class()
+RETURNS oid
+AS 'MODULE_PATHNAME', 'outbox_lock_class'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION outbox.lock_class() IS 'pg_outbox: classid of pg_outbox''s advisory locks (pg_locks.classid)';
+
+CREATE FUNCTION outbox.session_started()
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'outbox_session_started'
+LANGUAGE C STABLE PARALLEL RESTRICTED;
+COMMENT ON FUNCTION outbox.session_started() IS 'pg_outbox: when this backend started; with its pid, names the session';
+
+CREATE FUNCTION outbox.session_alive(pid integer, started timestamptz)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'outbox_session_alive'
+LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
+COMMENT ON FUNCTION outbox.session_alive(integer, timestamptz) IS
+	'pg_outbox: true while the backend with this pid that started then runs';
+
+CREATE FUNCTION outbox.lease()
+RETURNS interval
+AS 'MODULE_PATHNAME', 'outbox_lease'
+LANGUAGE C STABLE PARALLEL RESTRICTED;
+COMMENT ON FUNCTION outbox.lease() IS 'pg_outbox: this session''s lease of a group''s leadership (pg_outbox.lease)';
+
+CREATE FUNCTION outbox.forget_leadership(group_id integer)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'outbox_forget_leadership'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+COMMENT ON FUNCTION outbox.forget_leadership(integer) IS
+	'pg_outbox: forgets that this session took the lead of a group; true when it had';
+
+CREATE FUNCTION outbox.note_generation(group_id integer, generation bigint)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'outbox_note_generation'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+COMMENT ON FUNCTION outbox.note_generation(integer, bigint) IS
+	'pg_outbox: notes a led group''s generation for this session; returns the one noted before';
+
+-- Refuses a leader's fetch or advance once after its group's cursor was
+-- moved by outbox_rewind() (SQLSTATE OB002); its next fetch starts at the
+-- moved cursor. Called only when outbox.note_generation() saw a change.
+CREATE FUNCTION outbox.raise_rewound(g outbox.groups)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $$
+BEGIN
+	RAISE EXCEPTION 'cursor of group "%" was moved by outbox_rewind() while this session led it', g.name
+		USING ERRCODE = 'OB002',
+			  DETAIL = format('The cursor is at %s now.', g.cursor),
+			  HINT = 'Fetch again without "after": the next batch starts at the moved cursor.';
+END
+$$;
+COMMENT ON FUNCTION outbox.raise_rewound(outbox.groups) IS
+	'pg_outbox: raises OB002 for a leader whose group''s cursor was moved under it';
+
+-- Refuses the call of a session whose leadership of the group passed to
+-- another session (SQLSTATE OB003), once: the leadership noted for it is
+-- forgotten, and its next call stands by or takes the group back.
+CREATE FUNCTION outbox.raise_lost(g outbox.groups)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $$
+BEGIN
+	RAISE EXCEPTION 'this session no longer leads group "%"', g.name
+		USING ERRCODE = 'OB003',
+			  DETAIL = format('Its lease ran out and another session took the group over (generation %s).', g.generation),
+			  HINT = 'Stand by: what this session published is harmless, and the new leader publishes from the cursor.';
+END
+$$;
+COMMENT ON FUNCTION outbox.raise_lost(outbox.groups) IS
+	'pg_outbox: raises OB003 for a session whose leadership of a group passed to another';
+
+-- Takes or keeps the group's leadership for this session; true when it
+-- leads. The leader renews its lease (at most every third of it, so that
+-- most fetches write nothing). Another session takes the group over when
+-- no session leads it, when the leader's session ended, or when its lease
+-- ran out. The takeover compares and sets the leader and the lease in one
+-- update, so that of two standbys one wins and a lease renewed meanwhile
+-- is not taken; it bumps the generation (fencing). A session that led the
+-- group and finds another leading is refused once (OB003).
+CREATE FUNCTION outbox.lead(group_id integer)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
+AS $$
+DECLARE
+	g outbox.groups;
+	me timestamptz := outbox.session_started();
+	gen bigint;
+BEGIN
+	SELECT * INTO g FROM outbox.groups WHERE id = group_id;
+	IF NOT FOUND THEN
+		RETURN false;
+	END IF;
+	IF g.leader_pid = pg_catalog.pg_backend_pid() AND g.leader_started = me THEN
+		IF g.lease_renewed > pg_catalog.clock_timestamp() - outbox.lease() / 3 THEN
+			RETURN true;
+		END IF;
+		UPDATE outbox.groups
+		   SET lease_renewed = pg_catalog.clock_timestamp(), lease_until = pg_catalog.clock_timestamp() + outbox.lease()
+		 WHERE id = group_id AND leader_pid = pg_catalog.pg_backend_pid() AND leader_started = me;
+		IF FOUND THEN
+			RETURN true;
+		END IF;
+		SELECT * INTO g FROM outbox.groups WHERE id = group_id;
+	END IF;
+	IF outbox.forget_leadership(group_id) THEN
+		PERFORM outbox.raise_lost(g);
+	END IF;
+	IF g.leader_pid IS NOT NULL AND g.lease_until > pg_catalog.clock_timestamp()
+	   AND outbox.session_alive(g.leader_pid, g.leader_started) THEN
+		RETURN false;
+	END IF;
+	UPDATE outbox.groups
+	   SET leader_pid = pg_catalog.pg_backend_pid(), leader_started = me,
+		   lease_renewed = pg_catalog.clock_timestamp(), lease_until = pg_catalog.clock_timestamp() + outbox.lease(),
+		   generation = generation + 1
+	 WHERE id = group_id
+	   AND leader_pid IS NOT DISTINCT FROM g.leader_pid AND leader_started IS NOT DISTINCT FROM g.leader_started
+	   AND lease_until IS NOT DISTINCT FROM g.lease_until
+	RETURNING generation INTO gen;
+	IF NOT FOUND THEN
+		RETURN false;
+	END IF;
+	PERFORM outbox.note_generation(group_id, gen);
+	RETURN true;
+END
+$$;
+COMMENT ON FUNCTION outbox.lead(integer) IS
+	'pg_outbox: takes (when free, its leader gone or its lease run out) or keeps the leadership of a group for this session; true when it leads';
+
+CREATE FUNCTION outbox.is_leader(group_id integer)
+RETURNS boolean
+LANGUAGE sql VOLATILE STRICT PARALLEL UNSAFE
+AS $$
+	SELECT coalesce((SELECT leader_pid = pg_catalog.pg_backend_pid() AND leader_started = outbox.session_started()
+					   FROM outbox.groups WHERE id = group_id), false)
+$$;
+COMMENT ON FUNCTION outbox.is_leader(integer) IS 'pg_outbox: true when this session leads the group';
+
+CREATE FUNCTION outbox.resign(group_id integer)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
+AS $$
+BEGIN
+	PERFORM outbox.forget_leadership(group_id);
+	UPDATE outbox.groups
+	   SET leader_pid = NULL, leader_started = NULL, lease_renewed = NULL, lease_until = NULL
+	 WHERE id = group_id AND leader_pid = pg_catalog.pg_backend_pid() AND leader_started = outbox.session_started();
+	RETURN FOUND;
+END
+$$;
+COMMENT ON FUNCTION outbox.resign(integer) IS 'pg_outbox: gives up the leadership of a group; true when this session held it';
+
+-- Looks up a group by name, locking its row when asked; raises 42704 when
+-- it does not exist.
+CREATE FUNCTION outbox.get_group(group_name text, for_update boolean DEFAULT false)
+RETURNS outbox.groups
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $$
+DECLARE
+	g outbox.groups;
+BEGIN
+	IF group_name IS NULL THEN
+		RAISE EXCEPTION 'group name must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF for_update THEN
+		SELECT * INTO g FROM outbox.groups WHERE name = group_name FOR NO KEY UPDATE;
+	ELSE
+		SELECT * INTO g FROM outbox.groups WHERE name = group_name;
+	END IF;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'group "%" does not exist', group_name
+			USING ERRCODE = 'undefined_object',
+				  HINT = 'Create it with outbox_group_create().';
+	END IF;
+	RETURN g;
+END
+$$;
+COMMENT ON FUNCTION outbox.get_group(text, boolean) IS 'pg_outbox: a group by name, or error 42704';
+
+--
+-- Group management (admin).
+--
+CREATE FUNCTION @extschema@.outbox_group_create(group_name text, topics text[] DEFAULT NULL,
+												start_at text DEFAULT 'now', ordering text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	c_txid xid8;
+	c_ticket bigint;
+	ord text := coalesce(ordering, CASE WHEN outbox.commit_order_available() THEN 'commit' ELSE 'xid8' END);
+BEGIN
+	IF group_name IS NULL THEN
+		RAISE EXCEPTION 'group name must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF ord NOT IN ('xid8', 'commit') THEN
+		RAISE EXCEPTION 'invalid ordering "%"', ord
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Use ''commit'' (the order in which transactions committed) or ''xid8'' (the order of transaction ids).';
+	END IF;
+	IF ord = 'commit' THEN
+		-- Prepared transactions that emitted have no ticket: wait for them.
+		PERFORM outbox.commit_order_lock();
+	END IF;
+	IF group_name !~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$' THEN
+		RAISE EXCEPTION 'invalid group name "%"', group_name
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = 'A group name has 1 to 63 characters: letters, digits, "_", ".", ":" and "-", starting with a letter or digit.';
+	END IF;
+	IF topics IS NOT NULL AND (cardinality(topics) = 0 OR array_position(topics, NULL) IS NOT NULL
+							   OR array_position(topics, '') IS NOT NULL) THEN
+		RAISE EXCEPTION 'topics of group "%" must be NULL (all topics) or a non-empty array of non-empty topics', group_name
+			USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF start_at IS NULL THEN
+		RAISE EXCEPTION 'start_at must not be null' USING ERRCODE = 'null_value_not_allowed';
+	ELSIF start_at = 'now' THEN
+		-- Everything below the horizon is final now; events of transactions at
+		-- or above it, running or future, belong to the group.
+		IF ord = 'commit' THEN
+			c_ticket := outbox.commit_horizon() + 1;
+		ELSE
+			c_txid := outbox.horizon();
+		END IF;
+	ELSIF start_at = 'beginning' THEN
+		IF ord = 'commit' THEN
+			c_ticket := 0;
+		ELSE
+			c_txid := '0'::xid8;
+		END IF;
+	ELSE
+		RAISE EXCEPTION 'invalid start_at "%"', start_at
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Use ''now'' (events committed from now on) or ''beginning'' (every retained event).';
+	END IF;
+	BEGIN
+		INSERT INTO outbox.groups (name, topics, ordering, cursor_txid, cursor_ticket, cursor_seq)
+		VALUES (group_name, topics, ord, c_txid, c_ticket, 0);
+	EXCEPTION WHEN unique_violation THEN
+		RAISE EXCEPTION 'group "%" already exists', group_name USING ERRCODE = 'duplicate_object';
+	END;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.outbox_group_create(text, text[], text, text) IS
+	'pg_outbox: creates a group (a cursor over the feed), for all topics or some, starting now or at the beginning, in commit or xid8 order';
+
+CREATE FUNCTION @extschema@.outbox_group_drop(group_name text, if_exists boolean DEFAULT false)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	IF group_name IS NULL THEN
+		RAISE EXCEPTION 'group name must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	DELETE FROM outbox.groups WHERE name = group_name;
+	IF NOT FOUND THEN
+		IF coalesce(if_exists, false) THEN
+			RETURN false;
+		END IF;
+		RAISE EXCEPTION 'group "%" does not exist', group_name USING ERRCODE = 'undefined_object';
+	END IF;
+	RETURN true;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.outbox_group_drop(text, boolean) IS 'pg_outbox: drops a group and its cursor';
+
+--
+-- Privileges: relays read the groups; admins manage them.
+--
+REVOKE ALL ON TABLE outbox.groups FROM PUBLIC;
+REVOKE ALL ON FUNCTION
+	outbox.lock_class(),
+	outbox.session_started(),
+	outbox.session_alive(integer, timestamptz),
+	outbox.lease(),
+	outbox.forget_leadership(integer),
+	outbox.note_generation(integer, bigint),
+	outbox.raise_rewound(outbox.groups),
+	outbox.raise_lost(outbox.groups),
+	outbox.lead(integer),
+	outbox.is_leader(integer),
+	outbox.resign(integer),
+	outbox.get_group(text, boolean),
+	@extschema@.outbox_group_create(text, text[], text, text),
+	@extschema@.outbox_group_drop(text, boolean)
+FROM PUBLIC;
+
+GRANT SELECT ON outbox.groups TO outbox_relay, outbox_admin;
+GRANT EXECUTE ON FUNCTION
+	@extschema@.outbox_group_create(text, text[], text, text),
+	@extschema@.outbox_group_drop(text, boolean)
+TO outbox_admin;

@@ -1,0 +1,512 @@
+-- pg_outbox install script, part 35: the relay's calls (fetch, advance, rewind...).
+-- (assembled with the other parts of sql/install/; see 00_schema_roles.sql).
+
+--
+-- The relay's calls.
+--
+
+-- A group's backlog in the xid8 feed: the events after a cursor and below
+-- the horizon, of some topics or all (topics NULL). The one definition of
+-- what a group has still to publish; a plain SQL function, so that the
+-- planner inlines it into each query. "txid >= cursor_txid" lets it prune
+-- partitions behind the cursor; the row comparison keeps the scan an index
+-- range scan on (txid, seq). "below", when given, is a horizon read before
+-- the query's snapshot (any earlier horizon is a valid one): as a constant
+-- it also prunes the partitions beyond it while the query is planned.
+CREATE FUNCTION outbox.backlog(cursor_txid xid8, cursor_seq bigint, topics text[], below xid8 DEFAULT NULL)
+RETURNS SETOF outbox.event
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+	SELECT e.*
+	  FROM outbox.event e
+	 WHERE e.txid >= cursor_txid AND (e.txid, e.seq) > (cursor_txid, cursor_seq)
+	   AND e.txid < coalesce(below, outbox.horizon())
+	   AND (topics IS NULL OR e.topic = ANY (topics))
+$$;
+COMMENT ON FUNCTION outbox.backlog(xid8, bigint, text[], xid8) IS 'pg_outbox: the events after a cursor and below the horizon (or an earlier one), of some topics or all';
+
+-- A group's backlog in commit order: the events of the transactions whose
+-- commit tickets are after a cursor and at most a horizon (read with
+-- outbox.commit_horizon() before the snapshot this runs in), of some topics
+-- or all, in commit order. The one definition of what a commit-ordered
+-- group has still to publish; inlined into each query. "below", when
+-- given, is a transaction id above every transaction whose ticket is at or
+-- below the horizon (the next one, read after the horizon): as a constant
+-- it prunes the partitions beyond it, of markers and of events, while the
+-- query is planned.
+--
+-- Rows come out in (ticket, seq) order by construction, without a sort that
+-- would read a whole transaction per batch: markers are scanned in ticket
+-- order, and for each one the lateral subquery reads its transaction's
+-- events in seq order (a lateral reference allows only a nested loop, and
+-- OFFSET 0 keeps both subqueries and their orders intact). The explain
+-- test checks the plan.
+CREATE FUNCTION outbox.commit_backlog(cursor_ticket bigint, cursor_seq bigint, topics text[], horizon bigint,
+									  below xid8 DEFAULT NULL)
+RETURNS TABLE (ticket bigint, txid xid8, seq bigint, event_id uuid, topic text, key text,
+			   payload jsonb, headers jsonb, created_at timestamptz)
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+	SELECT m.ticket, e.txid, e.seq, e.event_id, e.topic, e.key, e.payload, e.headers, e.created_at
+	  FROM (SELECT c.ticket, c.txid
+			  FROM outbox.commit_log c
+			 WHERE c.ticket >= cursor_ticket AND c.ticket <= horizon
+			   AND (below IS NULL OR c.txid < below)
+			 ORDER BY c.ticket
+			OFFSET 0) m
+	 CROSS JOIN LATERAL (
+		SELECT v.*
+		  FROM outbox.event v
+		 WHERE v.txid = m.txid AND (below IS NULL OR v.txid < below)
+		   AND v.seq > CASE WHEN m.ticket = cursor_ticket THEN cursor_seq ELSE 0 END
+		   AND (topics IS NULL OR v.topic = ANY (topics))
+		 ORDER BY v.seq
+		OFFSET 0) e
+$$;
+COMMENT ON FUNCTION outbox.commit_backlog(bigint, bigint, text[], bigint, xid8) IS
+	'pg_outbox: the events after a commit-order cursor and up to a commit horizon, of some topics or all, in commit order';
+
+-- Reading the commit-ordered feed needs a snapshot taken after the
+-- horizon: READ COMMITTED, where each statement takes a new one.
+CREATE FUNCTION outbox.check_commit_read()
+RETURNS void
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	IF current_setting('transaction_isolation') <> 'read committed' THEN
+		RAISE EXCEPTION 'a commit-ordered group is read at READ COMMITTED only'
+			USING ERRCODE = 'invalid_transaction_state',
+				  DETAIL = format('This transaction is %s: its snapshot may predate the commit horizon, and events would be skipped.',
+								  upper(current_setting('transaction_isolation')));
+	END IF;
+END
+$$;
+COMMENT ON FUNCTION outbox.check_commit_read() IS 'pg_outbox: refuses to read the commit-ordered feed above READ COMMITTED';
+
+-- Where a group's next batch starts, for outbox_fetch(): checks the
+-- arguments, takes the group's leadership for this session when it is free
+-- (no row while another session leads), and returns the group's order and
+-- where its batch lies: after the cursor, or a later position given as
+-- "after", of the group's topics, in commit order up to the commit horizon,
+-- at most the batch size, of transactions below "below" (the xid8 horizon,
+-- or in commit order a transaction id above every transaction up to the
+-- commit horizon). Both horizons are read here, before the snapshot that
+-- reads the batch is taken.
+CREATE FUNCTION outbox.fetch_args(group_name text, batch_size integer, after text)
+RETURNS TABLE (ordering text, cursor_txid xid8, cursor_ticket bigint,
+			   cursor_seq bigint, topics text[], horizon bigint, row_limit integer, below xid8, epoch bigint)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $$
+DECLARE
+	g outbox.groups;
+	next_xid xid8;
+	a record;
+BEGIN
+	IF batch_size IS NULL THEN
+		RAISE EXCEPTION 'batch_size must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF batch_size < 1 OR batch_size > 100000 THEN
+		RAISE EXCEPTION 'batch_size % is out of range', batch_size
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = 'batch_size must be between 1 and 100000.';
+	END IF;
+	g := outbox.get_group(group_name);
+	-- The leader goes on while its lease is fresh; anyone else, and the
+	-- leader when its lease is due, asks outbox.lead().
+	IF g.leader_pid IS DISTINCT FROM pg_backend_pid() OR g.leader_started IS DISTINCT FROM outbox.session_started()
+	   OR g.lease_renewed <= clock_timestamp() - outbox.lease() / 3 THEN
+		IF NOT outbox.lead(g.id) THEN
+			RETURN;
+		END IF;
+		g := outbox.get_group(group_name);
+	END IF;
+	IF outbox.note_generation(g.id, g.generation) <> g.generation THEN
+		PERFORM outbox.raise_rewound(g);
+	END IF;
+	IF g.epoch > 0 THEN
+		after := outbox.unshift_position(after, g.epoch);
+	END IF;
+	IF g.ordering = 'commit' THEN
+		PERFORM outbox.check_commit_read();
+		horizon := outbox.commit_horizon();
+		-- No ticket above the horizon's next one has been issued yet: a
+		-- cursor there was not reached by publishing. Reading on would
+		-- skip every ticket up to it, issued later, for good.
+		IF g.cursor_ticket > horizon + 1 THEN
+			RAISE EXCEPTION 'cursor of group "%" is ahead of this server''s commit tickets', group_name
+				USING ERRCODE = 'object_not_in_prerequisite_state',
+					  DETAIL = format('The cursor is at ticket %s, the commit horizon is at %s.', g.cursor_ticket, horizon),
+					  HINT = format('After a restore into another cluster or a failover, re-anchor the group with outbox_reanchor(%L).',
+									group_name);
+		END IF;
+		-- Every transaction with a ticket up to the horizon has ended, so
+		-- its id is below the next one read after the horizon (each
+		-- expression of this volatile function sees a new snapshot).
+		below := pg_snapshot_xmax(pg_current_snapshot());
+		IF after IS NOT NULL THEN
+			SELECT * INTO a FROM outbox.parse_commit_position(after);
+			IF (a.ticket, a.seq) > (g.cursor_ticket, g.cursor_seq) THEN
+				g.cursor_ticket := a.ticket;
+				g.cursor_seq := a.seq;
+			END IF;
+		END IF;
+	ELSE
+		below := outbox.horizon();
+		next_xid := pg_snapshot_xmax(pg_current_snapshot());
+		IF g.cursor_txid > next_xid THEN
+			RAISE EXCEPTION 'cursor of group "%" is ahead of this server''s transaction ids', group_name
+				USING ERRCODE = 'object_not_in_prerequisite_state',
+					  DETAIL = format('The cursor is at transaction %s, the next transaction id is %s. This happens after a dump and restore into another cluster, or a failover to a server with an older history.',
+									  g.cursor_txid, next_xid),
+					  HINT = format('Re-anchor the group with outbox_reanchor(%L): it goes on from this server''s horizon, with stream ids above those it published.',
+									group_name);
+		END IF;
+		-- A relay that fetches the next batch while the broker still writes
+		-- the previous one reads after that batch, not after the cursor.
+		IF after IS NOT NULL THEN
+			SELECT * INTO a FROM outbox.parse_position(after);
+			IF (a.txid, a.seq) > (g.cursor_txid, g.cursor_seq) THEN
+				g.cursor_txid := a.txid;
+				g.cursor_seq := a.seq;
+			END IF;
+		END IF;
+	END IF;
+	ordering := g.ordering;
+	cursor_txid := g.cursor_txid;
+	cursor_ticket := g.cursor_ticket;
+	cursor_seq := g.cursor_seq;
+	topics := g.topics;
+	row_limit := batch_size;
+	epoch := g.epoch;
+	RETURN NEXT;
+END
+$$;
+COMMENT ON FUNCTION outbox.fetch_args(text, integer, text) IS
+	'pg_outbox: checks outbox_fetch()''s arguments, takes the leadership, and returns where the batch starts (no row while another session leads)';
+
+-- The next batch after the group's cursor. Takes the group's leadership for
+-- this session when it is free; returns nothing while another session leads.
+-- outbox.fetch_args() says where the batch lies; fetch.c reads it by index,
+-- without planning a query: the head of outbox.backlog() (xid8 order) or
+-- outbox.commit_backlog() (commit order), in feed order. A batch costs
+-- O(batch) at any backlog (I-10), and a relay that keeps up with a trickle
+-- of commits, fetching many small batches a second, does not pay for a
+-- plan each time. With "wait", an empty batch waits for a commit that
+-- emitted (pg_outbox preloaded, READ COMMITTED), up to that long.
+CREATE FUNCTION @extschema@.outbox_fetch(group_name text, batch_size integer DEFAULT 1000, after text DEFAULT NULL,
+										 wait interval DEFAULT NULL)
+RETURNS TABLE (pos text, txid xid8, seq bigint, event_id uuid, topic text, key text,
+			   payload jsonb, headers jsonb, created_at timestamptz)
+AS 'MODULE_PATHNAME', 'outbox_fetch'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER ROWS 1000
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.outbox_fetch(text, integer, text, interval) IS
+	'pg_outbox: the next batch of the group''s feed after its cursor (or after a later position); empty while another session leads the group';
+
+-- Moves the cursor forward to the last published position. Only the leader
+-- may; a position behind the cursor is refused (see outbox_rewind).
+CREATE FUNCTION @extschema@.outbox_advance(group_name text, pos text, streams jsonb DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	g outbox.groups;
+	p record;
+	bad record;
+	lpos text;
+	new_txid xid8;
+	new_ticket bigint;
+	behind boolean;
+	horizon bigint;
+BEGIN
+	g := outbox.get_group(group_name, true);
+	lpos := outbox.unshift_position(pos, g.epoch);
+	SELECT * INTO p FROM outbox.parse_position(lpos);
+	-- The row is locked: its leader is the leader until this transaction ends.
+	IF g.leader_pid IS DISTINCT FROM pg_backend_pid() OR g.leader_started IS DISTINCT FROM outbox.session_started() THEN
+		IF outbox.forget_leadership(g.id) THEN
+			PERFORM outbox.raise_lost(g);
+		END IF;
+		RAISE EXCEPTION 'this session does not lead group "%"', group_name
+			USING ERRCODE = 'OB003',
+				  HINT = 'Only the session that fetched the batch with outbox_fetch() may advance the cursor.';
+	END IF;
+	IF outbox.note_generation(g.id, g.generation) <> g.generation THEN
+		PERFORM outbox.raise_rewound(g);
+	END IF;
+	IF streams IS NOT NULL THEN
+		IF jsonb_typeof(streams) <> 'object' THEN
+			RAISE EXCEPTION 'streams must be a JSON object of stream names and positions'
+				USING ERRCODE = 'invalid_parameter_value';
+		END IF;
+		SELECT s.key, s.value INTO bad FROM jsonb_each(streams) s
+		 WHERE jsonb_typeof(s.value) <> 'string'
+			OR s.value #>> '{}' !~ '^[0-9]{1,20}-[0-9]{1,19}$'
+		 LIMIT 1;
+		IF FOUND THEN
+			RAISE EXCEPTION 'invalid position % for stream "%" in streams', bad.value, bad.key
+				USING ERRCODE = 'invalid_parameter_value',
+					  HINT = 'streams maps each stream name to the last position published there, as a string such as "1042-3".';
+		END IF;
+	END IF;
+	-- The position in the group's order: (ticket, seq) or (txid, seq).
+	IF g.ordering = 'commit' THEN
+		new_ticket := (outbox.parse_commit_position(lpos)).ticket;
+		behind := (new_ticket, p.seq) < (g.cursor_ticket, g.cursor_seq);
+	ELSE
+		new_txid := p.txid;
+		behind := (new_txid, p.seq) < (g.cursor_txid, g.cursor_seq);
+	END IF;
+	IF behind THEN
+		RAISE EXCEPTION 'position % is behind the cursor of group "%"', pos, group_name
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = format('The cursor is at %s.', g.cursor),
+				  HINT = 'Use outbox_rewind() to move a cursor backwards.';
+	END IF;
+	IF g.ordering = 'commit' THEN
+		horizon := outbox.commit_horizon();
+		IF new_ticket > horizon THEN
+			RAISE EXCEPTION 'position % is beyond the commit horizon', pos
+				USING ERRCODE = 'invalid_parameter_value',
+					  DETAIL = format('Commit tickets after %s may still be committing.', horizon);
+		END IF;
+	ELSIF new_txid >= outbox.horizon() THEN
+		RAISE EXCEPTION 'position % is beyond the feed horizon', pos
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = format('Transactions from %s on may still be running.', outbox.horizon());
+	END IF;
+	IF p.seq = g.cursor_seq AND new_txid IS NOT DISTINCT FROM g.cursor_txid
+	   AND new_ticket IS NOT DISTINCT FROM g.cursor_ticket AND streams IS NULL THEN
+		RETURN;
+	END IF;
+	UPDATE outbox.groups
+	   SET cursor_txid = new_txid, cursor_ticket = new_ticket, cursor_seq = p.seq, advanced_at = now(),
+		   lease_renewed = clock_timestamp(), lease_until = clock_timestamp() + outbox.lease(),
+		   streams = CASE WHEN outbox_advance.streams IS NULL THEN groups.streams
+						  ELSE groups.streams || outbox_advance.streams END
+	 WHERE id = g.id;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.outbox_advance(text, text, jsonb) IS
+	'pg_outbox: moves the group''s cursor forward to the last published position (leader only), recording the last position per stream';
+
+-- A relay is about to wait for a notification: the next commit that
+-- emitted sends one. True when notifications are sent on demand like this
+-- (pg_outbox is preloaded), false when every such commit notifies anyway.
+CREATE FUNCTION @extschema@.outbox_relay_waiting()
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'outbox_relay_waiting'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.outbox_relay_waiting() IS
+	'pg_outbox: a relay waits for a notification; the next committing transaction that emitted sends one';
+
+-- Takes the group's leadership for this session if it is free.
+CREATE FUNCTION @extschema@.outbox_lead(group_name text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	RETURN outbox.lead((outbox.get_group(group_name)).id);
+END
+$$;
+COMMENT ON FUNCTION @extschema@.outbox_lead(text) IS
+	'pg_outbox: takes the group''s leadership for this session if free; true when this session leads';
+
+-- Gives the group's leadership up, so that a standby takes over at once.
+CREATE FUNCTION @extschema@.outbox_resign(group_name text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	RETURN outbox.resign((outbox.get_group(group_name)).id);
+END
+$$;
+COMMENT ON FUNCTION @extschema@.outbox_resign(text) IS
+	'pg_outbox: gives up the group''s leadership; true when this session led it';
+
+-- Moves a cursor anywhere: to a position (replay, or recovery after the
+-- broker lost entries), to 'now' or to 'beginning'. A position ahead of
+-- the horizon is refused: transactions still running (or commits still in
+-- progress) would be skipped when they commit. Each rewind bumps the
+-- group's generation, so that a leader reading ahead of the old cursor
+-- starts again from the new one (outbox.raise_rewound). A position whose
+-- events retention already removed is accepted with a warning naming the
+-- oldest event still kept.
+CREATE FUNCTION @extschema@.outbox_rewind(group_name text, pos text)
+RETURNS text
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	g outbox.groups;
+	m outbox.maintenance;
+	new_txid xid8;
+	new_ticket bigint;
+	new_seq bigint := 0;
+	new_position text;
+	limit_txid xid8;
+	limit_ticket bigint;
+	oldest text;
+BEGIN
+	IF pos IS NULL THEN
+		RAISE EXCEPTION 'position must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	g := outbox.get_group(group_name, true);
+	IF g.ordering = 'commit' THEN
+		IF pos = 'now' THEN
+			new_ticket := outbox.commit_horizon() + 1;
+		ELSIF pos = 'beginning' THEN
+			new_ticket := 0;
+		ELSE
+			SELECT p.ticket, p.seq INTO new_ticket, new_seq
+			  FROM outbox.parse_commit_position(outbox.unshift_position(pos, g.epoch)) p;
+			limit_ticket := outbox.commit_horizon();
+			IF (new_ticket, new_seq) > (limit_ticket + 1, 0::bigint) THEN
+				RAISE EXCEPTION 'position % is ahead of the commit horizon of this server', pos
+					USING ERRCODE = 'object_not_in_prerequisite_state',
+						  DETAIL = format('Commit tickets after %s are not final or not issued yet: a cursor beyond them would skip their events for good.',
+										  limit_ticket),
+						  HINT = format('Rewind to a position up to "%s-0", or to ''now''.', limit_ticket + 1);
+			END IF;
+		END IF;
+	ELSIF pos = 'now' THEN
+		new_txid := outbox.horizon();
+	ELSIF pos = 'beginning' THEN
+		new_txid := '0'::xid8;
+	ELSE
+		SELECT p.txid, p.seq INTO new_txid, new_seq FROM outbox.parse_position(outbox.unshift_position(pos, g.epoch)) p;
+		limit_txid := outbox.horizon();
+		IF (new_txid, new_seq) > (limit_txid, 0::bigint) THEN
+			RAISE EXCEPTION 'position % is ahead of the feed horizon of this server', pos
+				USING ERRCODE = 'object_not_in_prerequisite_state',
+					  DETAIL = format('Transactions from %s on may still be running or are not started yet: a cursor beyond them would skip their events for good.',
+									  limit_txid),
+					  HINT = format('Rewind to a position up to "%s-0", or to ''now''.', limit_txid);
+		END IF;
+	END IF;
+	UPDATE outbox.groups
+	   SET cursor_txid = new_txid, cursor_ticket = new_ticket, cursor_seq = new_seq, advanced_at = now(),
+		   generation = generation + 1
+	 WHERE id = g.id
+	RETURNING cursor INTO new_position;
+	-- This session's own rewind (a relay recovering lost stream entries)
+	-- does not refuse its next fetch.
+	IF outbox.is_leader(g.id) THEN
+		PERFORM outbox.note_generation(g.id, g.generation + 1);
+	END IF;
+	SELECT * INTO m FROM outbox.maintenance;
+	IF (g.ordering = 'xid8' AND (new_txid, new_seq) < (m.retired_txid, m.retired_seq))
+	   OR (g.ordering = 'commit' AND m.retired_ticket > 0
+		   AND (new_ticket < m.retired_ticket OR (new_ticket = m.retired_ticket AND new_seq = 0))) THEN
+		IF g.ordering = 'xid8' THEN
+			SELECT e.txid || '-' || e.seq INTO oldest FROM outbox.event e ORDER BY e.txid, e.seq LIMIT 1;
+		ELSE
+			SELECT c.ticket || '-' || min(e.seq) INTO oldest
+			  FROM (SELECT l.txid, l.ticket FROM outbox.commit_log l ORDER BY l.ticket LIMIT 1) c
+			  JOIN outbox.event e ON e.txid = c.txid
+			 GROUP BY c.ticket;
+		END IF;
+		RAISE WARNING 'events before position % of group "%" were removed by retention', new_position, group_name
+			USING DETAIL = CASE WHEN oldest IS NULL THEN 'No event is retained.'
+								ELSE format('The oldest event still retained is at %s.', oldest) END,
+				  HINT = 'The group resumes with the oldest event still retained; the ones before it cannot be published again.';
+	END IF;
+	RAISE LOG 'pg_outbox: cursor of group "%" moved from % to %', group_name, g.cursor, new_position;
+	RETURN new_position;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.outbox_rewind(text, text) IS
+	'pg_outbox: moves the group''s cursor to a position, ''now'' or ''beginning''; returns the new position';
+
+-- Re-anchors a group on this server after a restore into another cluster
+-- or a failover to one with an older history: the cursor goes to this
+-- server's horizon ('now'), and the group's epoch rises so that its next
+-- positions, the ids of the stream entries it writes, are above every
+-- position it published before (its cursor and the last position per
+-- stream): the relay goes on appending to the same streams. Events that
+-- were waiting on the old server are not here to publish. Returns the new
+-- cursor.
+CREATE FUNCTION @extschema@.outbox_reanchor(group_name text)
+RETURNS text
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	g outbox.groups;
+	local_major numeric;
+	published record;
+	new_epoch numeric;
+	new_position text;
+BEGIN
+	g := outbox.get_group(group_name, true);
+	-- The highest position (with the epoch) published: the cursor, or
+	-- the last one recorded for a stream.
+	SELECT x.major, x.seq INTO published
+	  FROM (SELECT split_part(g.cursor, '-', 1)::numeric AS major, split_part(g.cursor, '-', 2)::numeric AS seq
+			UNION ALL
+			SELECT split_part(s.value, '-', 1)::numeric, split_part(s.value, '-', 2)::numeric
+			  FROM jsonb_each_text(g.streams) s
+			 WHERE s.value ~ '^[0-9]{1,20}-[0-9]{1,19}$') x
+	 ORDER BY x.major DESC, x.seq DESC
+	 LIMIT 1;
+	IF g.ordering = 'commit' THEN
+		local_major := outbox.commit_horizon() + 1;
+	ELSE
+		local_major := outbox.horizon()::text::numeric;
+	END IF;
+	-- The events after the new cursor "<local_major + epoch>-0" are at
+	-- "<local_major + epoch>-1" and beyond: above "<major>-0" from the same
+	-- major on, above "<major>-<seq>" from the next one.
+	new_epoch := greatest(g.epoch, published.major - local_major + CASE WHEN published.seq = 0 THEN 0 ELSE 1 END);
+	IF new_epoch + local_major > 18446744073709551615 OR new_epoch > 9223372036854775807 THEN
+		RAISE EXCEPTION 'cannot re-anchor group "%": its positions would leave the range of stream ids', group_name
+			USING ERRCODE = 'program_limit_exceeded',
+				  HINT = 'Publish to new streams with a new group instead.';
+	END IF;
+	UPDATE outbox.groups
+	   SET cursor_txid = CASE WHEN g.ordering = 'xid8' THEN local_major::text::xid8 END,
+		   cursor_ticket = CASE WHEN g.ordering = 'commit' THEN local_major::bigint END,
+		   cursor_seq = 0, epoch = new_epoch, advanced_at = now(), generation = generation + 1
+	 WHERE id = g.id
+	RETURNING cursor INTO new_position;
+	IF outbox.is_leader(g.id) THEN
+		PERFORM outbox.note_generation(g.id, g.generation + 1);
+	END IF;
+	RAISE LOG 'pg_outbox: group "%" re-anchored: cursor % (was %), epoch % (was %)',
+		group_name, new_position, g.cursor, new_epoch, g.epoch;
+	RETURN new_position;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.outbox_reanchor(text) IS
+	'pg_outbox: re-anchors a group on this server (after a restore or failover): cursor at the horizon, stream ids above all it published';
+
+--
+-- Privileges: relays (and admins) call these.
+--
+REVOKE ALL ON FUNCTION
+	outbox.backlog(xid8, bigint, text[], xid8),
+	outbox.commit_backlog(bigint, bigint, text[], bigint, xid8),
+	outbox.check_commit_read(),
+	outbox.fetch_args(text, integer, text),
+	@extschema@.outbox_fetch(text, integer, text, interval),
+	@extschema@.outbox_advance(text, text, jsonb),
+	@extschema@.outbox_relay_waiting(),
+	@extschema@.outbox_lead(text),
+	@extschema@.outbox_resign(text),
+	@extschema@.outbox_rewind(text, text),
+	@extschema@.outbox_reanchor(text)
+FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION
+	@extschema@.outbox_fetch(text, integer, text, interval),
+	@extschema@.outbox_advance(text, text, jsonb),
+	@extschema@.outbox_relay_waiting(),
+	@extschema@.outbox_lead(text),
+	@extschema@.outbox_resign(text),
+	@extschema@.outbox_rewind(text, text),
+	@extschema@.outbox_reanchor(text)
+TO outbox_relay, outbox_admin;

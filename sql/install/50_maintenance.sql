@@ -1,0 +1,366 @@
+-- pg_outbox install script, part 50: maintenance.
+-- (assembled with the other parts of sql/install/; see 00_schema_roles.sql).
+
+--
+-- Maintenance: partitions ahead of the transaction ids, rows out of the
+-- default partition, retention, lagging groups.
+--
+CREATE TABLE outbox.maintenance (
+	only_row boolean NOT NULL DEFAULT true,
+	last_started_at timestamptz,
+	last_finished_at timestamptz,
+	last_summary jsonb,
+	retired_ticket bigint NOT NULL DEFAULT 0,
+	retired_txid xid8 NOT NULL DEFAULT '0',
+	retired_seq bigint NOT NULL DEFAULT 0,
+	CONSTRAINT maintenance_pkey PRIMARY KEY (only_row),
+	CONSTRAINT maintenance_only_row CHECK (only_row)
+);
+COMMENT ON TABLE outbox.maintenance IS 'pg_outbox: when maintenance last ran, and what it did';
+COMMENT ON COLUMN outbox.maintenance.retired_txid IS 'with retired_seq: position of the last event retention removed';
+COMMENT ON COLUMN outbox.maintenance.retired_ticket IS 'highest commit ticket in a retired partition: tickets are never issued again at or below it';
+INSERT INTO outbox.maintenance DEFAULT VALUES;
+
+-- Why a partition may not be retired yet, or NULL when it may: it must be
+-- entirely below the horizon, behind every live group's cursor, and its
+-- last event (in feed order) older than the retention.
+CREATE FUNCTION outbox.retire_blocker(part regclass, lower xid8, upper xid8)
+RETURNS text
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+SET enable_sort = off
+AS $$
+DECLARE
+	g record;
+	holders text[] := '{}';
+	ahead boolean;
+	markers regclass;
+	last_ticket bigint;
+	newest timestamptz;
+	retention interval := (SELECT c.retention FROM outbox.config c);
+BEGIN
+	IF upper > outbox.horizon() THEN
+		RETURN 'current or future transactions';
+	END IF;
+	markers := to_regclass(format('outbox.%I', outbox.commit_partition_name(lower)));
+	IF markers IS NOT NULL THEN
+		EXECUTE format('SELECT max(ticket) FROM %s', markers) INTO last_ticket;
+	END IF;
+	FOR g IN SELECT * FROM outbox.groups WHERE NOT stale ORDER BY name LOOP
+		IF g.ordering = 'commit' THEN
+			-- Passed when nothing is left to publish up to the partition's
+			-- last commit.
+			ahead := last_ticket >= g.cursor_ticket
+					 AND EXISTS (SELECT 1 FROM outbox.commit_backlog(g.cursor_ticket, g.cursor_seq, NULL, last_ticket));
+		ELSIF g.cursor_txid < upper THEN
+			EXECUTE format('SELECT EXISTS (SELECT 1 FROM %s WHERE (txid, seq) > ($1, $2))', part)
+				INTO ahead USING g.cursor_txid, g.cursor_seq;
+		ELSE
+			ahead := false;
+		END IF;
+		IF ahead THEN
+			holders := holders || format('"%s"', g.name);
+		END IF;
+	END LOOP;
+	IF cardinality(holders) > 0 THEN
+		RETURN 'not yet passed by group ' || array_to_string(holders, ', ');
+	END IF;
+	EXECUTE format('SELECT created_at FROM %s ORDER BY txid DESC, seq DESC LIMIT 1', part) INTO newest;
+	IF newest >= now() - retention THEN
+		RETURN format('its last event is younger than the retention (%s)', retention);
+	END IF;
+	RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION outbox.retire_blocker(regclass, xid8, xid8) IS 'pg_outbox: why an event partition may not be retired yet, or NULL';
+
+CREATE FUNCTION outbox.try_maintenance_lock()
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'outbox_try_maintenance_lock'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+COMMENT ON FUNCTION outbox.try_maintenance_lock() IS 'pg_outbox: takes the maintenance lock for this transaction if free';
+
+-- Runs everything maintenance does, once; idempotent. When another run
+-- holds the maintenance lock it returns at once. Each step that takes a
+-- lock does so with outbox.config.lock_timeout, in its own subtransaction:
+-- one that cannot get its lock is reported as deferred and retried on the
+-- next run, so emitters never wait on maintenance longer than that.
+--
+-- The steps, numbered the same in the body (each row it returns names the
+-- step's action):
+--   1. rows found in the default partitions get their partition ('moved');
+--   2. premake: partitions up to premake ahead of the current transaction
+--      id ('created');
+--   3. retention: partitions every live group has passed and older than
+--      the retention are dropped or detached (retire_mode);
+--   4. the inbox: daily partitions ahead, and inbox_retention;
+--   5. groups that lag more than max_group_lag are reported ('lagging').
+-- The comments stay outside the body: the body is what pg_proc stores, and
+-- the upgrade from 0.1.0 must make the same one.
+CREATE FUNCTION @extschema@.outbox_maintain()
+RETURNS TABLE (action text, object text, detail text)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET lock_timeout = '200ms'
+SET enable_sort = off
+AS $$
+DECLARE
+	cfg outbox.config;
+	x numeric;
+	r record;
+	b record;
+	g record;
+	n bigint;
+	markers regclass;
+	last_event record;
+BEGIN
+	IF NOT outbox.try_maintenance_lock() THEN
+		action := 'skipped'; detail := 'another maintenance run is in progress';
+		RETURN NEXT;
+		RETURN;
+	END IF;
+	SELECT * INTO cfg FROM outbox.config;
+	PERFORM set_config('lock_timeout', (extract(epoch FROM cfg.lock_timeout) * 1000)::int || 'ms', true);
+	UPDATE outbox.maintenance SET last_started_at = clock_timestamp();
+
+	-- 1. Rows that landed in the default partition: give each range its
+	-- partition and move the rows there, a range per subtransaction.
+	FOR r IN SELECT DISTINCT f.lower, f.upper
+			   FROM (SELECT e.txid FROM outbox.event_default e
+					 UNION SELECT c.txid FROM outbox.commit_log_default c) d,
+					LATERAL outbox.free_range(d.txid) f
+			  WHERE f.lower IS NOT NULL
+			  ORDER BY 1
+			  LIMIT 16
+	LOOP
+		BEGIN
+			n := outbox.attach_range(r.lower, r.upper);
+			RAISE WARNING 'pg_outbox: % rows of outbox.event were in the default partition (and their commit markers); moved to %',
+				n, outbox.partition_name(r.lower)
+				USING HINT = 'Maintenance did not run often enough, or premake is too small for the transaction rate.';
+			action := 'moved'; object := 'outbox.' || outbox.partition_name(r.lower);
+			detail := format('%s rows out of the default partition, transactions %s to %s', n, r.lower, r.upper);
+			RETURN NEXT;
+		EXCEPTION WHEN lock_not_available OR check_violation OR duplicate_table THEN
+			action := 'deferred'; object := 'outbox.' || outbox.partition_name(r.lower);
+			detail := format('could not move rows out of the default partition: %s', sqlerrm);
+			RETURN NEXT;
+		END;
+	END LOOP;
+
+	-- 2. Premake: partitions from the current transaction id to the headroom.
+	x := pg_snapshot_xmax(pg_current_snapshot())::text::numeric;
+	FOR i IN 0 .. cfg.premake LOOP
+		SELECT * INTO r FROM outbox.free_range((x + i * cfg.partition_width)::text::xid8);
+		CONTINUE WHEN r.lower IS NULL;
+		BEGIN
+			n := outbox.attach_range(r.lower, r.upper);
+			action := 'created'; object := 'outbox.' || outbox.partition_name(r.lower);
+			detail := format('transactions %s to %s', r.lower, r.upper);
+			RETURN NEXT;
+		EXCEPTION WHEN lock_not_available OR check_violation OR duplicate_table THEN
+			action := 'deferred'; object := 'outbox.' || outbox.partition_name(r.lower);
+			detail := format('could not create the partition: %s', sqlerrm);
+			RETURN NEXT;
+		END;
+	END LOOP;
+
+	-- 3. Retention: a partition leaves when every live group has passed all
+	-- of it and its last event is older than the retention.
+	FOR b IN SELECT * FROM outbox.partition_bounds() p WHERE p.upper <= outbox.horizon() ORDER BY p.lower LOOP
+		CONTINUE WHEN outbox.retire_blocker(b.relid, b.lower, b.upper) IS NOT NULL;
+		BEGIN
+			-- Tickets of retired markers are never issued again (commit.c).
+			UPDATE outbox.maintenance m
+			   SET retired_ticket = greatest(m.retired_ticket,
+											 (SELECT max(c.ticket) FROM outbox.commit_log c
+											   WHERE c.txid >= b.lower AND c.txid < b.upper));
+			-- Rewinds before the last event removed warn (outbox_rewind).
+			EXECUTE format('SELECT txid, seq FROM %s ORDER BY txid DESC, seq DESC LIMIT 1', b.relid) INTO last_event;
+			IF last_event.txid IS NOT NULL THEN
+				UPDATE outbox.maintenance m SET retired_txid = last_event.txid, retired_seq = last_event.seq
+				 WHERE (last_event.txid, last_event.seq) > (m.retired_txid, m.retired_seq);
+			END IF;
+			EXECUTE format('ALTER TABLE outbox.event DETACH PARTITION %s', b.relid);
+			markers := to_regclass(format('outbox.%I', outbox.commit_partition_name(b.lower)));
+			IF markers IS NOT NULL THEN
+				EXECUTE format('ALTER TABLE outbox.commit_log DETACH PARTITION %s', markers);
+			END IF;
+			IF cfg.retire_mode = 'drop' THEN
+				PERFORM outbox.set_member(b.relid, false);
+				EXECUTE format('DROP TABLE %s', b.relid);
+				IF markers IS NOT NULL THEN
+					PERFORM outbox.set_member(markers, false);
+					EXECUTE format('DROP TABLE %s', markers);
+				END IF;
+				action := 'dropped';
+			ELSE
+				-- Kept for inspection, and dropped with the extension.
+				EXECUTE format('ALTER TABLE %s RENAME TO %I', b.relid, b.name || '_detached');
+				PERFORM outbox.set_member(format('outbox.%I', b.name || '_detached')::regclass, true);
+				IF markers IS NOT NULL THEN
+					EXECUTE format('ALTER TABLE %s RENAME TO %I', markers, outbox.commit_partition_name(b.lower) || '_detached');
+					PERFORM outbox.set_member(format('outbox.%I', outbox.commit_partition_name(b.lower) || '_detached')::regclass, true);
+				END IF;
+				action := 'detached';
+			END IF;
+			object := 'outbox.' || b.name;
+			detail := format('transactions %s to %s', b.lower, b.upper);
+			RETURN NEXT;
+		EXCEPTION WHEN lock_not_available THEN
+			action := 'deferred'; object := 'outbox.' || b.name;
+			detail := format('could not retire the partition: %s', sqlerrm);
+			RETURN NEXT;
+		END;
+	END LOOP;
+
+	-- 4. The inbox: partitions ahead, and retention.
+	BEGIN
+		n := outbox.inbox_premake_partitions();
+		IF n > 0 THEN
+			action := 'created'; object := 'outbox.inbox'; detail := format('%s partitions', n);
+			RETURN NEXT;
+		END IF;
+		n := outbox.inbox_retire_partitions();
+		IF n > 0 THEN
+			action := 'dropped'; object := 'outbox.inbox'; detail := format('%s partitions older than %s', n, (SELECT inbox_retention FROM outbox.config));
+			RETURN NEXT;
+		END IF;
+	EXCEPTION WHEN lock_not_available THEN
+		action := 'deferred'; object := 'outbox.inbox'; detail := sqlerrm;
+		RETURN NEXT;
+	END;
+
+	-- 5. Groups that lag: reported, never skipped.
+	FOR g IN SELECT s.group_name, s.oldest_waiting_age
+			   FROM @extschema@.outbox_group_stats() s
+			  WHERE NOT s.stale AND s.oldest_waiting_age > cfg.max_group_lag
+	LOOP
+		RAISE WARNING 'pg_outbox: group "%" lags: its oldest waiting event is % old', g.group_name, g.oldest_waiting_age
+			USING HINT = 'Its events are kept until it passes them. Start its relay, or mark it stale with outbox_group_set_stale() so that it stops keeping storage.';
+		action := 'lagging'; object := g.group_name; detail := format('oldest waiting event is %s old', g.oldest_waiting_age);
+		RETURN NEXT;
+	END LOOP;
+
+	UPDATE outbox.maintenance SET last_finished_at = clock_timestamp();
+END
+$$;
+COMMENT ON FUNCTION @extschema@.outbox_maintain() IS
+	'pg_outbox: premakes partitions, moves rows out of the default partition, retires old partitions, reports lagging groups; one run at a time';
+
+-- Drops the event partitions that hold no row, each locked first so that
+-- no row can arrive meanwhile; the next outbox_maintain() makes the ones
+-- needed again, at the current partition_width. After changing the width,
+-- this reshapes the partitions made ahead. Returns how many it dropped.
+CREATE FUNCTION @extschema@.outbox_drop_empty_partitions()
+RETURNS integer
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET lock_timeout = '5s'
+AS $$
+DECLARE
+	p record;
+	parts regclass[];
+	part regclass;
+	has_rows boolean;
+	found_rows boolean;
+	dropped integer := 0;
+BEGIN
+	FOR p IN SELECT * FROM outbox.partition_bounds() LOOP
+		-- The event partition and the commit marker partition of its range.
+		parts := ARRAY[p.relid];
+		IF to_regclass(format('outbox.%I', outbox.commit_partition_name(p.lower))) IS NOT NULL THEN
+			parts := parts || to_regclass(format('outbox.%I', outbox.commit_partition_name(p.lower)));
+		END IF;
+		has_rows := false;
+		FOREACH part IN ARRAY parts LOOP
+			EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', part);
+			EXECUTE format('SELECT EXISTS (SELECT 1 FROM %s)', part) INTO found_rows;
+			has_rows := has_rows OR found_rows;
+		END LOOP;
+		CONTINUE WHEN has_rows;
+		FOREACH part IN ARRAY parts LOOP
+			EXECUTE format('ALTER TABLE %s DETACH PARTITION %s',
+						   CASE WHEN part = p.relid THEN 'outbox.event' ELSE 'outbox.commit_log' END, part);
+			PERFORM outbox.set_member(part, false);
+			EXECUTE format('DROP TABLE %s', part);
+		END LOOP;
+		dropped := dropped + 1;
+	END LOOP;
+	RETURN dropped;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.outbox_drop_empty_partitions() IS
+	'pg_outbox: drops the empty event partitions, so that outbox_maintain() makes them again at the current partition_width';
+
+-- Marks a group stale (it stops keeping events from retention) or live.
+CREATE FUNCTION @extschema@.outbox_group_set_stale(group_name text, stale boolean DEFAULT true)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	IF stale IS NULL THEN
+		RAISE EXCEPTION 'stale must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	UPDATE outbox.groups SET stale = outbox_group_set_stale.stale WHERE id = (outbox.get_group(group_name)).id;
+	RAISE LOG 'pg_outbox: group "%" marked %', group_name, CASE WHEN stale THEN 'stale' ELSE 'live' END;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.outbox_group_set_stale(text, boolean) IS
+	'pg_outbox: marks a group stale (its cursor no longer keeps events from retention) or live again';
+
+-- The event partitions: bounds, size, and whether retention may retire
+-- them, or why not.
+CREATE FUNCTION @extschema@.outbox_partitions()
+RETURNS TABLE (partition_name name, lower xid8, upper xid8, rows_estimate bigint, total_bytes bigint,
+			   retirable boolean, reason text)
+LANGUAGE plpgsql STABLE PARALLEL SAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	b record;
+BEGIN
+	FOR b IN SELECT * FROM outbox.partition_bounds() LOOP
+		partition_name := b.name; lower := b.lower; upper := b.upper;
+		SELECT greatest(c.reltuples, 0)::bigint INTO rows_estimate FROM pg_class c WHERE c.oid = b.relid;
+		total_bytes := pg_total_relation_size(b.relid);
+		reason := outbox.retire_blocker(b.relid, b.lower, b.upper);
+		retirable := reason IS NULL;
+		RETURN NEXT;
+	END LOOP;
+	partition_name := 'event_default'; lower := NULL; upper := NULL;
+	SELECT count(*) INTO rows_estimate FROM outbox.event_default;
+	total_bytes := pg_total_relation_size('outbox.event_default');
+	retirable := false;
+	reason := CASE WHEN rows_estimate > 0 THEN 'holds rows beyond the premade partitions: run outbox_maintain()'
+				   ELSE 'the default partition catches rows beyond the premade partitions' END;
+	RETURN NEXT;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.outbox_partitions() IS
+	'pg_outbox: the event partitions with bounds, size, and whether retention may retire them or why not; the default partition''s exact row count';
+
+
+--
+-- Privileges: relays (and admins) run maintenance; admins reshape it.
+--
+REVOKE ALL ON TABLE outbox.maintenance FROM PUBLIC;
+REVOKE ALL ON FUNCTION
+	outbox.retire_blocker(regclass, xid8, xid8),
+	outbox.try_maintenance_lock(),
+	@extschema@.outbox_maintain(),
+	@extschema@.outbox_drop_empty_partitions(),
+	@extschema@.outbox_group_set_stale(text, boolean),
+	@extschema@.outbox_partitions()
+FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION
+	@extschema@.outbox_maintain(),
+	@extschema@.outbox_partitions()
+TO outbox_relay, outbox_admin;
+GRANT EXECUTE ON FUNCTION
+	@extschema@.outbox_group_set_stale(text, boolean),
+	@extschema@.outbox_drop_empty_partitions()
+TO outbox_admin;
+GRANT SELECT ON outbox.maintenance TO outbox_relay, outbox_admin;
