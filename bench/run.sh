@@ -3,7 +3,7 @@
 # run, on throwaway PostgreSQL and Redis servers on loopback. Prints a
 # markdown table and writes it to bench/results/. Asserts nothing.
 #
-#   BENCH_ONLY="emit drain latency coldstart consume catchup bloat"   workloads (default: all)
+#   BENCH_ONLY="fetch emit drain latency coldstart consume catchup bloat"   workloads (default: all)
 #   BENCH_ROUNDS=3                         interleaved rounds per workload
 #   BENCH_EVENTS=1000000                   events drained per round
 #   BENCH_EMIT_SECONDS=10 BENCH_BULK=200000 emit: pgbench duration per run; rows of a bulk emit
@@ -12,11 +12,12 @@
 #   BENCH_CONSUME=100000                   consume: entries applied per round
 #   BENCH_BACKLOGS="10000 1000000 5000000" catchup: backlogs behind the cursor
 #   BENCH_BLOAT=1000000                    bloat: events through emit, publish, retention
+#   BENCH_FETCH_SECONDS=5                  fetch: pgbench duration per call measured
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
-ONLY=${BENCH_ONLY:-emit drain latency coldstart consume catchup bloat}
+ONLY=${BENCH_ONLY:-fetch emit drain latency coldstart consume catchup bloat}
 ROUNDS=${BENCH_ROUNDS:-3}
 EVENTS=${BENCH_EVENTS:-1000000}
 BURST=${BENCH_BURST:-500000}
@@ -27,6 +28,7 @@ BACKLOGS=${BENCH_BACKLOGS:-10000 1000000 5000000}
 BLOAT=${BENCH_BLOAT:-1000000}
 EMIT_SECONDS=${BENCH_EMIT_SECONDS:-10}
 BULK=${BENCH_BULK:-200000}
+FETCH_SECONDS=${BENCH_FETCH_SECONDS:-5}
 
 ensure_packages postgresql-15-pgq3
 build_extension
@@ -100,6 +102,43 @@ row() { echo "| $* |" >>"$TABLE"; }
 
 # The payload of every workload: about 200 bytes of JSON.
 PAYLOAD='{"order_id": 1234567, "customer": "customer-000000001", "amount": 12345, "currency": "EUR", "status": "confirmed", "note": "lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod"}'
+
+if [[ " $ONLY " == *" fetch "* ]]; then
+	say "fetch: one call of outbox_fetch by the leader, empty and with a batch of 1000, vs SELECT 1"
+	psql_db postgres -c "CREATE DATABASE fetchbench"
+	psql_db fetchbench -c "CREATE EXTENSION pg_outbox" \
+		-c "SELECT outbox_group_create('full_x', start_at => 'beginning', ordering => 'xid8')" \
+		-c "SELECT outbox_group_create('full_c', start_at => 'beginning', ordering => 'commit')" >/dev/null
+	load_events fetchbench 1000
+	psql_db fetchbench -c "SELECT outbox_group_create('empty_x', start_at => 'now', ordering => 'xid8')" \
+		-c "SELECT outbox_group_create('empty_c', start_at => 'now', ordering => 'commit')" -c "VACUUM ANALYZE" >/dev/null
+	# One client, prepared statements: what a relay's backend does per call.
+	# A batch fetched without advancing is the same batch again.
+	FETCHES=(select1 empty_x empty_c full_x full_c)
+	echo "SELECT 1;" >"$WORK/fetch_select1.sql"
+	for g in empty_x empty_c full_x full_c; do
+		echo "SELECT count(*) FROM outbox_fetch('$g', 1000);" >"$WORK/fetch_$g.sql"
+	done
+	: >"$WORK/fetch"
+	for r in $(seq 1 "$ROUNDS"); do
+		line=""
+		for f in "${FETCHES[@]}"; do
+			tps=$(pgbench -n -M prepared -h 127.0.0.1 -p "$PG_PORT" -U postgres -c 1 -T "$FETCH_SECONDS" \
+				-f "$WORK/fetch_$f.sql" fetchbench 2>&1 | sed -n 's/^tps = \([0-9.]*\) .*/\1/p')
+			line="$line $(echo "$tps" | awk '{printf "%.4f", 1000 / $1}')"
+		done
+		echo "$line" >>"$WORK/fetch"
+		echo "   round $r: ms per call (${FETCHES[*]}):$line"
+	done
+	row "fetch: SELECT 1 (ms per call) | $(awk '{print $1}' "$WORK/fetch" | stats) |"
+	row "fetch, xid8 order: empty batch (ms per call) | $(awk '{print $2}' "$WORK/fetch" | stats) |"
+	row "fetch, commit order: empty batch (ms per call) | $(awk '{print $3}' "$WORK/fetch" | stats) |"
+	row "fetch, xid8 order: empty batch / SELECT 1 | $(awk '{print $2 / $1}' "$WORK/fetch" | stats) |"
+	row "fetch, commit order: empty batch / SELECT 1 | $(awk '{print $3 / $1}' "$WORK/fetch" | stats) |"
+	row "fetch, xid8 order: batch of 1000 (ms per call) | $(awk '{print $4}' "$WORK/fetch" | stats) |"
+	row "fetch, commit order: batch of 1000 (ms per call) | $(awk '{print $5}' "$WORK/fetch" | stats) |"
+	psql_db postgres -c "DROP DATABASE fetchbench"
+fi
 
 if [[ " $ONLY " == *" emit "* ]]; then
 	say "emission: pg_outbox vs plain INSERT vs naive status-column outbox vs PgQ; 4 clients, 1 and 100 events a transaction; bulk"

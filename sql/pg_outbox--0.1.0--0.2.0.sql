@@ -53,7 +53,9 @@ SELECT DISTINCT c, 'outbox_consumer'::regrole
 ON CONFLICT DO NOTHING;
 
 -- Functions whose result or arguments changed.
+-- The decision of outbox_fetch() where a batch lies moved into C.
 DROP FUNCTION outbox.fetch_args(text, integer, text);
+DROP FUNCTION outbox.check_commit_read();
 DROP VIEW outbox.group_stats;
 DROP FUNCTION @extschema@.outbox_group_stats(text);
 DROP FUNCTION @extschema@.inbox_consume(text, text, text[], text[], text[], text[], text[]);
@@ -316,145 +318,23 @@ $$;
 COMMENT ON FUNCTION outbox.resign(integer) IS 'pg_outbox: gives up the leadership of a group; true when this session held it';
 
 CREATE OR REPLACE FUNCTION outbox.parse_position(pos text, OUT txid xid8, OUT seq bigint)
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-AS $$
-BEGIN
-	IF pos IS NULL THEN
-		RAISE EXCEPTION 'position must not be null' USING ERRCODE = 'null_value_not_allowed';
-	END IF;
-	IF pos !~ '^[0-9]{1,20}-[0-9]{1,19}$' THEN
-		RAISE EXCEPTION 'invalid feed position "%"', pos
-			USING ERRCODE = 'invalid_parameter_value',
-				  HINT = 'A position is written "<transaction id>-<sequence>", for example "1042-3".';
-	END IF;
-	-- Range checks without an exception block (a subtransaction per call).
-	IF split_part(pos, '-', 1)::numeric > 18446744073709551615
-	   OR split_part(pos, '-', 2)::numeric > 9223372036854775807 THEN
-		RAISE EXCEPTION 'invalid feed position "%"', pos
-			USING ERRCODE = 'invalid_parameter_value',
-				  DETAIL = 'A part of the position is out of range.';
-	END IF;
-	txid := split_part(pos, '-', 1)::xid8;
-	seq := split_part(pos, '-', 2)::bigint;
-END
-$$;
+AS 'MODULE_PATHNAME', 'outbox_parse_position'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
 
 COMMENT ON FUNCTION outbox.parse_position(text) IS 'pg_outbox: splits a feed position "<txid>-<seq>"';
 
+CREATE OR REPLACE FUNCTION outbox.parse_commit_position(pos text, OUT ticket bigint, OUT seq bigint)
+AS 'MODULE_PATHNAME', 'outbox_parse_commit_position'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
+
+COMMENT ON FUNCTION outbox.parse_commit_position(text) IS 'pg_outbox: splits a commit-order position "<ticket>-<seq>"';
+
 CREATE OR REPLACE FUNCTION outbox.unshift_position(pos text, epoch bigint)
 RETURNS text
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-AS $$
-DECLARE
-	major numeric;
-BEGIN
-	IF epoch = 0 OR pos !~ '^[0-9]{1,20}-[0-9]{1,19}$' THEN
-		RETURN pos;
-	END IF;
-	major := split_part(pos, '-', 1)::numeric;
-	IF major < epoch THEN
-		RAISE EXCEPTION 'position % is from before the group was re-anchored', pos
-			USING ERRCODE = 'invalid_parameter_value',
-				  DETAIL = format('The group''s positions start at %s since outbox_reanchor().', epoch);
-	END IF;
-	RETURN (major - epoch) || '-' || split_part(pos, '-', 2);
-END
-$$;
+AS 'MODULE_PATHNAME', 'outbox_unshift_position'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
 COMMENT ON FUNCTION outbox.unshift_position(text, bigint) IS 'pg_outbox: a re-anchored group''s position as this server''s (the epoch taken off)';
-
-CREATE OR REPLACE FUNCTION outbox.fetch_args(group_name text, batch_size integer, after text)
-RETURNS TABLE (ordering text, cursor_txid xid8, cursor_ticket bigint,
-			   cursor_seq bigint, topics text[], horizon bigint, row_limit integer, below xid8, epoch bigint)
-LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
-AS $$
-DECLARE
-	g outbox.groups;
-	next_xid xid8;
-	a record;
-BEGIN
-	IF batch_size IS NULL THEN
-		RAISE EXCEPTION 'batch_size must not be null' USING ERRCODE = 'null_value_not_allowed';
-	END IF;
-	IF batch_size < 1 OR batch_size > 100000 THEN
-		RAISE EXCEPTION 'batch_size % is out of range', batch_size
-			USING ERRCODE = 'invalid_parameter_value',
-				  DETAIL = 'batch_size must be between 1 and 100000.';
-	END IF;
-	g := outbox.get_group(group_name);
-	-- The leader goes on while its lease is fresh; anyone else, and the
-	-- leader when its lease is due, asks outbox.lead().
-	IF g.leader_pid IS DISTINCT FROM pg_backend_pid() OR g.leader_started IS DISTINCT FROM outbox.session_started()
-	   OR g.lease_renewed <= clock_timestamp() - outbox.lease() / 3 THEN
-		IF NOT outbox.lead(g.id) THEN
-			RETURN;
-		END IF;
-		g := outbox.get_group(group_name);
-	END IF;
-	IF outbox.note_generation(g.id, g.generation) <> g.generation THEN
-		PERFORM outbox.raise_rewound(g);
-	END IF;
-	IF g.epoch > 0 THEN
-		after := outbox.unshift_position(after, g.epoch);
-	END IF;
-	IF g.ordering = 'commit' THEN
-		PERFORM outbox.check_commit_read();
-		horizon := outbox.commit_horizon();
-		-- No ticket above the horizon's next one has been issued yet: a
-		-- cursor there was not reached by publishing. Reading on would
-		-- skip every ticket up to it, issued later, for good.
-		IF g.cursor_ticket > horizon + 1 THEN
-			RAISE EXCEPTION 'cursor of group "%" is ahead of this server''s commit tickets', group_name
-				USING ERRCODE = 'object_not_in_prerequisite_state',
-					  DETAIL = format('The cursor is at ticket %s, the commit horizon is at %s.', g.cursor_ticket, horizon),
-					  HINT = format('After a restore into another cluster or a failover, re-anchor the group with outbox_reanchor(%L).',
-									group_name);
-		END IF;
-		-- Every transaction with a ticket up to the horizon has ended, so
-		-- its id is below the next one read after the horizon (each
-		-- expression of this volatile function sees a new snapshot).
-		below := pg_snapshot_xmax(pg_current_snapshot());
-		IF after IS NOT NULL THEN
-			SELECT * INTO a FROM outbox.parse_commit_position(after);
-			IF (a.ticket, a.seq) > (g.cursor_ticket, g.cursor_seq) THEN
-				g.cursor_ticket := a.ticket;
-				g.cursor_seq := a.seq;
-			END IF;
-		END IF;
-	ELSE
-		below := outbox.horizon();
-		next_xid := pg_snapshot_xmax(pg_current_snapshot());
-		IF g.cursor_txid > next_xid THEN
-			RAISE EXCEPTION 'cursor of group "%" is ahead of this server''s transaction ids', group_name
-				USING ERRCODE = 'object_not_in_prerequisite_state',
-					  DETAIL = format('The cursor is at transaction %s, the next transaction id is %s. This happens after a dump and restore into another cluster, or a failover to a server with an older history.',
-									  g.cursor_txid, next_xid),
-					  HINT = format('Re-anchor the group with outbox_reanchor(%L): it goes on from this server''s horizon, with stream ids above those it published.',
-									group_name);
-		END IF;
-		-- A relay that fetches the next batch while the broker still writes
-		-- the previous one reads after that batch, not after the cursor.
-		IF after IS NOT NULL THEN
-			SELECT * INTO a FROM outbox.parse_position(after);
-			IF (a.txid, a.seq) > (g.cursor_txid, g.cursor_seq) THEN
-				g.cursor_txid := a.txid;
-				g.cursor_seq := a.seq;
-			END IF;
-		END IF;
-	END IF;
-	ordering := g.ordering;
-	cursor_txid := g.cursor_txid;
-	cursor_ticket := g.cursor_ticket;
-	cursor_seq := g.cursor_seq;
-	topics := g.topics;
-	row_limit := batch_size;
-	epoch := g.epoch;
-	RETURN NEXT;
-END
-$$;
-
-COMMENT ON FUNCTION outbox.fetch_args(text, integer, text) IS
-	'pg_outbox: checks outbox_fetch()''s arguments, takes the leadership, and returns where the batch starts (no row while another session leads)';
 
 CREATE OR REPLACE FUNCTION @extschema@.outbox_advance(group_name text, pos text, streams jsonb DEFAULT NULL)
 RETURNS void

@@ -66,130 +66,12 @@ $$;
 COMMENT ON FUNCTION outbox.commit_backlog(bigint, bigint, text[], bigint, xid8) IS
 	'pg_outbox: the events after a commit-order cursor and up to a commit horizon, of some topics or all, in commit order';
 
--- Reading the commit-ordered feed needs a snapshot taken after the
--- horizon: READ COMMITTED, where each statement takes a new one.
-CREATE FUNCTION outbox.check_commit_read()
-RETURNS void
-LANGUAGE plpgsql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-	IF current_setting('transaction_isolation') <> 'read committed' THEN
-		RAISE EXCEPTION 'a commit-ordered group is read at READ COMMITTED only'
-			USING ERRCODE = 'invalid_transaction_state',
-				  DETAIL = format('This transaction is %s: its snapshot may predate the commit horizon, and events would be skipped.',
-								  upper(current_setting('transaction_isolation')));
-	END IF;
-END
-$$;
-COMMENT ON FUNCTION outbox.check_commit_read() IS 'pg_outbox: refuses to read the commit-ordered feed above READ COMMITTED';
-
--- Where a group's next batch starts, for outbox_fetch(): checks the
--- arguments, takes the group's leadership for this session when it is free
--- (no row while another session leads), and returns the group's order and
--- where its batch lies: after the cursor, or a later position given as
--- "after", of the group's topics, in commit order up to the commit horizon,
--- at most the batch size, of transactions below "below" (the xid8 horizon,
--- or in commit order a transaction id above every transaction up to the
--- commit horizon). Both horizons are read here, before the snapshot that
--- reads the batch is taken.
-CREATE FUNCTION outbox.fetch_args(group_name text, batch_size integer, after text)
-RETURNS TABLE (ordering text, cursor_txid xid8, cursor_ticket bigint,
-			   cursor_seq bigint, topics text[], horizon bigint, row_limit integer, below xid8, epoch bigint)
-LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
-AS $$
-DECLARE
-	g outbox.groups;
-	next_xid xid8;
-	a record;
-BEGIN
-	IF batch_size IS NULL THEN
-		RAISE EXCEPTION 'batch_size must not be null' USING ERRCODE = 'null_value_not_allowed';
-	END IF;
-	IF batch_size < 1 OR batch_size > 100000 THEN
-		RAISE EXCEPTION 'batch_size % is out of range', batch_size
-			USING ERRCODE = 'invalid_parameter_value',
-				  DETAIL = 'batch_size must be between 1 and 100000.';
-	END IF;
-	g := outbox.get_group(group_name);
-	-- The leader goes on while its lease is fresh; anyone else, and the
-	-- leader when its lease is due, asks outbox.lead().
-	IF g.leader_pid IS DISTINCT FROM pg_backend_pid() OR g.leader_started IS DISTINCT FROM outbox.session_started()
-	   OR g.lease_renewed <= clock_timestamp() - outbox.lease() / 3 THEN
-		IF NOT outbox.lead(g.id) THEN
-			RETURN;
-		END IF;
-		g := outbox.get_group(group_name);
-	END IF;
-	IF outbox.note_generation(g.id, g.generation) <> g.generation THEN
-		PERFORM outbox.raise_rewound(g);
-	END IF;
-	IF g.epoch > 0 THEN
-		after := outbox.unshift_position(after, g.epoch);
-	END IF;
-	IF g.ordering = 'commit' THEN
-		PERFORM outbox.check_commit_read();
-		horizon := outbox.commit_horizon();
-		-- No ticket above the horizon's next one has been issued yet: a
-		-- cursor there was not reached by publishing. Reading on would
-		-- skip every ticket up to it, issued later, for good.
-		IF g.cursor_ticket > horizon + 1 THEN
-			RAISE EXCEPTION 'cursor of group "%" is ahead of this server''s commit tickets', group_name
-				USING ERRCODE = 'object_not_in_prerequisite_state',
-					  DETAIL = format('The cursor is at ticket %s, the commit horizon is at %s.', g.cursor_ticket, horizon),
-					  HINT = format('After a restore into another cluster or a failover, re-anchor the group with outbox_reanchor(%L).',
-									group_name);
-		END IF;
-		-- Every transaction with a ticket up to the horizon has ended, so
-		-- its id is below the next one read after the horizon (each
-		-- expression of this volatile function sees a new snapshot).
-		below := pg_snapshot_xmax(pg_current_snapshot());
-		IF after IS NOT NULL THEN
-			SELECT * INTO a FROM outbox.parse_commit_position(after);
-			IF (a.ticket, a.seq) > (g.cursor_ticket, g.cursor_seq) THEN
-				g.cursor_ticket := a.ticket;
-				g.cursor_seq := a.seq;
-			END IF;
-		END IF;
-	ELSE
-		below := outbox.horizon();
-		next_xid := pg_snapshot_xmax(pg_current_snapshot());
-		IF g.cursor_txid > next_xid THEN
-			RAISE EXCEPTION 'cursor of group "%" is ahead of this server''s transaction ids', group_name
-				USING ERRCODE = 'object_not_in_prerequisite_state',
-					  DETAIL = format('The cursor is at transaction %s, the next transaction id is %s. This happens after a dump and restore into another cluster, or a failover to a server with an older history.',
-									  g.cursor_txid, next_xid),
-					  HINT = format('Re-anchor the group with outbox_reanchor(%L): it goes on from this server''s horizon, with stream ids above those it published.',
-									group_name);
-		END IF;
-		-- A relay that fetches the next batch while the broker still writes
-		-- the previous one reads after that batch, not after the cursor.
-		IF after IS NOT NULL THEN
-			SELECT * INTO a FROM outbox.parse_position(after);
-			IF (a.txid, a.seq) > (g.cursor_txid, g.cursor_seq) THEN
-				g.cursor_txid := a.txid;
-				g.cursor_seq := a.seq;
-			END IF;
-		END IF;
-	END IF;
-	ordering := g.ordering;
-	cursor_txid := g.cursor_txid;
-	cursor_ticket := g.cursor_ticket;
-	cursor_seq := g.cursor_seq;
-	topics := g.topics;
-	row_limit := batch_size;
-	epoch := g.epoch;
-	RETURN NEXT;
-END
-$$;
-COMMENT ON FUNCTION outbox.fetch_args(text, integer, text) IS
-	'pg_outbox: checks outbox_fetch()''s arguments, takes the leadership, and returns where the batch starts (no row while another session leads)';
-
 -- The next batch after the group's cursor. Takes the group's leadership for
--- this session when it is free; returns nothing while another session leads.
--- outbox.fetch_args() says where the batch lies; fetch.c reads it by index,
--- without planning a query: the head of outbox.backlog() (xid8 order) or
--- outbox.commit_backlog() (commit order), in feed order. A batch costs
+-- this session when it is free (outbox.lead()); returns nothing while
+-- another session leads. fetch.c decides where the batch lies from the
+-- group's row (leadership, generation, horizons, "after") and feed.c reads
+-- it by index, without planning a query: the head of outbox.backlog() (xid8
+-- order) or outbox.commit_backlog() (commit order), in feed order. A batch costs
 -- O(batch) at any backlog (I-10), and a relay that keeps up with a trickle
 -- of commits, fetching many small batches a second, does not pay for a
 -- plan each time. With "wait", an empty batch waits for a commit that
@@ -490,8 +372,6 @@ COMMENT ON FUNCTION @extschema@.outbox_reanchor(text) IS
 REVOKE ALL ON FUNCTION
 	outbox.backlog(xid8, bigint, text[], xid8),
 	outbox.commit_backlog(bigint, bigint, text[], bigint, xid8),
-	outbox.check_commit_read(),
-	outbox.fetch_args(text, integer, text),
 	@extschema@.outbox_fetch(text, integer, text, interval),
 	@extschema@.outbox_advance(text, text, jsonb),
 	@extschema@.outbox_relay_waiting(),
