@@ -255,9 +255,6 @@ BEGIN
 		RETURN false;
 	END IF;
 	IF g.leader_pid = pg_catalog.pg_backend_pid() AND g.leader_started = me THEN
-		IF g.lease_renewed > pg_catalog.clock_timestamp() - outbox.lease() / 3 THEN
-			RETURN true;
-		END IF;
 		UPDATE outbox.groups
 		   SET lease_renewed = pg_catalog.clock_timestamp(), lease_until = pg_catalog.clock_timestamp() + outbox.lease()
 		 WHERE id = group_id AND leader_pid = pg_catalog.pg_backend_pid() AND leader_started = me;

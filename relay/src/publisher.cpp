@@ -692,6 +692,15 @@ void Publisher::maybe_maintain(bool idle) {
     if (now < next_maintain_) return;
     if (!idle && now < next_maintain_ + config_.maintain_interval) return;
     next_maintain_ = now + config_.maintain_interval;
+    // A run may take the better part of a second, or more on a large
+    // table, without a fetch: the lease is renewed first, so that it lasts
+    // a whole --lease from here (and a leader that lost it stands by).
+    try {
+        if (pg_->exec(kLeadSql, {config_.group}).get(0, 0) != "t") throw LostLeadership{};
+    } catch (const PgError& e) {
+        if (e.connection_lost()) throw;
+        rethrow_refusal(e);
+    }
     try {
         const auto t0 = std::chrono::steady_clock::now();
         auto r = pg_->exec(kMaintainSql, {std::to_string(config_.maintain_interval.count())});

@@ -788,11 +788,12 @@ TEST_F(PublishTest, HungLeaderLosesItsLeaseToTheStandby) {
 }
 
 // A leader with nothing to publish keeps its group: it renews its lease
-// while it waits, however short the lease, and the standby never leads.
+// while it waits, and before its own maintenance runs (no background
+// worker here), and the standby never leads.
 TEST_F(PublishTest, IdleLeaderKeepsItsLease) {
-    auto& first = start_relay({"--lease", "1s", "--poll-interval", "300ms"});
+    auto& first = start_relay({"--lease", "2s", "--poll-interval", "300ms", "--maintain-interval", "1s"});
     ASSERT_TRUE(eventually([&] { return first.log().find("leading group") != std::string::npos; }, 10s));
-    auto& second = start_relay({"--lease", "1s", "--poll-interval", "300ms"});
+    auto& second = start_relay({"--lease", "2s", "--poll-interval", "300ms", "--maintain-interval", "1s"});
     std::this_thread::sleep_for(5s);
     EXPECT_EQ(second.log().find("leading group"), std::string::npos) << second.log();
     emit(20);

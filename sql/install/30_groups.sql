@@ -127,8 +127,10 @@ COMMENT ON FUNCTION outbox.raise_lost(outbox.groups) IS
 	'pg_outbox: raises OB003 for a session whose leadership of a group passed to another';
 
 -- Takes or keeps the group's leadership for this session; true when it
--- leads. The leader renews its lease (at most every third of it, so that
--- most fetches write nothing). Another session takes the group over when
+-- leads. The leader renews its lease (outbox_fetch() calls this once a
+-- third of the lease has passed, so that most fetches write nothing; a
+-- relay calls outbox_lead() before a long call, such as maintenance).
+-- Another session takes the group over when
 -- no session leads it, when the leader's session ended, or when its lease
 -- ran out. The takeover compares and sets the leader and the lease in one
 -- update, so that of two standbys one wins and a lease renewed meanwhile
@@ -148,9 +150,6 @@ BEGIN
 		RETURN false;
 	END IF;
 	IF g.leader_pid = pg_catalog.pg_backend_pid() AND g.leader_started = me THEN
-		IF g.lease_renewed > pg_catalog.clock_timestamp() - outbox.lease() / 3 THEN
-			RETURN true;
-		END IF;
 		UPDATE outbox.groups
 		   SET lease_renewed = pg_catalog.clock_timestamp(), lease_until = pg_catalog.clock_timestamp() + outbox.lease()
 		 WHERE id = group_id AND leader_pid = pg_catalog.pg_backend_pid() AND leader_started = me;
