@@ -278,6 +278,9 @@ std::vector<Event> Publisher::receive_fetch() {
         e.payload = r.get(i, 4);
         if (auto h = r.get_optional(i, 5)) e.headers = std::string(*h);
         e.created_at = r.get(i, 6);
+        const auto parsed = Position::parse(e.position);
+        if (!parsed) throw PgError("outbox_fetch returned a malformed position \"" + e.position + "\"", "XX000", false);
+        e.parsed = *parsed;
         batch.push_back(std::move(e));
     }
     if (r.rows() > 0) {
@@ -424,8 +427,8 @@ bool Publisher::streams_as_known(const Shares& shares) const {
         const std::optional<Position> last = w == watched_.end() ? std::nullopt : w->second;
         const auto known = known_.find(shares.keys[s]);
         const Position expected = known == known_.end() ? Position{} : known->second;
-        const auto first = Position::parse(shares.events[s].front()->position);
-        if (!(last && *last == expected && first && expected < *first)) {
+        const Position first = shares.events[s].front()->parsed;
+        if (!(last && *last == expected && expected < first)) {
             spdlog::debug("stream \"{}\": last id {}, expected {}, batch from {}; appending with the script",
                           shares.keys[s], last ? last->to_string() : std::string("unknown"), expected.to_string(),
                           shares.events[s].front()->position);
@@ -536,7 +539,7 @@ Publisher::Transaction Publisher::read_transaction_replies(const Shares& shares,
         }
         if (top) {
             last[shares.keys[s]] = top->position;
-            known_[shares.keys[s]] = *Position::parse(top->position);
+            known_[shares.keys[s]] = top->parsed;
         }
     }
     metrics_.events_published += written;
@@ -555,10 +558,9 @@ std::size_t Publisher::count_already(const std::string& key, const std::vector<c
     auto& counted = already_counted_[key];
     std::size_t fresh = 0;
     for (std::size_t i = 0; i < n && i < events.size(); ++i) {
-        const auto position = Position::parse(events[i]->position);
-        if (position && counted < *position) {
+        if (counted < events[i]->parsed) {
             ++fresh;
-            counted = *position;
+            counted = events[i]->parsed;
         }
     }
     return fresh;
@@ -602,8 +604,9 @@ std::map<std::string, std::string> Publisher::write_with_script(const Shares& sh
         written += w;
         already += count_already(keys[s], per_stream[s], a);
         if (w + a > 0) {
-            last[keys[s]] = per_stream[s][w + a - 1]->position;
-            if (explicit_ids) known_[keys[s]] = *Position::parse(last[keys[s]]);
+            const Event& top = *per_stream[s][w + a - 1];
+            last[keys[s]] = top.position;
+            if (explicit_ids) known_[keys[s]] = top.parsed;
         }
         if (r->elements >= 3 && reply_text(r->element[2]).rfind(kBehindError, 0) == 0) {
             // Redis lost entries of this stream; nothing of the batch was
