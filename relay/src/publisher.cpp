@@ -149,8 +149,8 @@ void Publisher::check_transactions() {
     if (config_.id_mode != IdMode::explicit_position) return;
     redis_->append({"MULTI"});
     redis_->append({"DISCARD"});
-    auto multi = redis_->get_reply();
-    redis_->get_reply();
+    auto multi = redis_->get_reply_raw();
+    redis_->get_reply_raw();
     if (multi->type == REDIS_REPLY_ERROR) {
         transactions_refused_ = true;
         spdlog::warn("Redis refused MULTI ({}); every batch goes through the append script",
@@ -160,7 +160,6 @@ void Publisher::check_transactions() {
 
 void Publisher::load_script() {
     auto r = redis_->command({"SCRIPT", "LOAD", kAppendScript});
-    if (r->type == REDIS_REPLY_ERROR) throw RedisError(RedisError::Kind::reply, std::string(reply_text(r.get())));
     script_sha_ = std::string(reply_text(r.get()));
 }
 
@@ -227,7 +226,7 @@ void Publisher::check_streams() {
     for (const auto& [stream, value] : published.items()) {
         const auto expected = Position::parse(value.get<std::string>());
         if (!expected) continue;
-        auto info = redis_->command({"XINFO", "STREAM", stream});
+        auto info = redis_->command_raw({"XINFO", "STREAM", stream});  // "no such key" is 0-0
         const auto last_id = stream_last_id(info.get());
         if (!last_id)
             throw RedisError(RedisError::Kind::reply,
@@ -404,11 +403,11 @@ void Publisher::format_look(std::string& out, const std::vector<std::string>& ke
 // (CROSSSLOT: streams in several slots of a cluster node) or for good (an
 // ACL): the streams are then not watched, and the script writes the batch.
 void Publisher::read_look(const std::vector<std::string>& keys) {
-    auto watched = redis_->get_reply();
+    auto watched = redis_->get_reply_raw();
     const bool ok = watched->type != REDIS_REPLY_ERROR;
     if (!ok) spdlog::debug("Redis refused WATCH ({}); appending with the script", reply_text(watched.get()));
     for (const auto& key : keys) {
-        auto info = redis_->get_reply();  // read every reply
+        auto info = redis_->get_reply_raw();  // read every reply
         if (ok) watched_[key] = stream_last_id(info.get());
     }
 }
@@ -476,13 +475,13 @@ Publisher::Transaction Publisher::write_transaction(const Shares& shares, std::m
 
     // Read every reply before deciding, so that the connection is left
     // outside the transaction whatever happens.
-    auto multi = redis_->get_reply();
+    auto multi = redis_->get_reply_raw();
     std::optional<std::string> refused;  // the first command Redis would not queue
     for (std::size_t i = 0; i < entries; ++i) {
-        auto r = redis_->get_reply();
+        auto r = redis_->get_reply_raw();
         if (r->type == REDIS_REPLY_ERROR && !refused) refused = std::string(reply_text(r.get()));
     }
-    auto exec = redis_->get_reply();
+    auto exec = redis_->get_reply_raw();
     watched_.clear();
     read_look(shares.keys);
 
@@ -585,13 +584,13 @@ std::map<std::string, std::string> Publisher::write_with_script(const Shares& sh
         redis_->append(
             append_script_argv(script_sha_, keys[s], per_stream[s], config_.id_mode, maxlen_text_, expected, counts[s]));
     }
-    if (unwatch) redis_->get_reply();  // OK; nothing to act on either way
+    if (unwatch) redis_->get_reply_raw();  // OK; nothing to act on either way
 
     std::map<std::string, std::string> last;
     std::optional<RedisError> failure;
     std::uint64_t written = 0, already = 0;
     for (std::size_t s = 0; s < keys.size(); ++s) {
-        auto r = redis_->get_reply();  // read every reply, even after a failure
+        auto r = redis_->get_reply_raw();  // read every reply, even after a failure
         if (r->type == REDIS_REPLY_ERROR) {
             if (!failure) failure.emplace(RedisError::Kind::reply, std::string(reply_text(r.get())));
             if (reply_text(r.get()).rfind("NOSCRIPT", 0) == 0) script_sha_.clear();
