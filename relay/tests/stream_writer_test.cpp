@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -188,6 +189,33 @@ TEST_F(StreamWriterTest, OomHalvingKeepsOrder) {
     EXPECT_GT(w->metrics.transaction_batches + w->metrics.script_batches, 1u) << "written in one part";
     EXPECT_FALSE(w->metrics.redis_oom);
     EXPECT_EQ(w->metrics.events_published, 360u);
+}
+
+// Redis lost a stream's entries (FLUSHALL): the next batch writes nothing
+// to it and fails, and the writer asks for the streams to be checked; the
+// check says where the group must rewind to, and what Redis holds is what
+// the writer expects from then on.
+TEST_F(StreamWriterTest, LostEntriesStopTheWriteUntilTheStreamsAreChecked) {
+    auto w = writer();
+    const auto first = batch(500, 6, kThree);
+    const auto written = w->writer.write(first);
+    redis_->connect().command({"FLUSHALL"});
+    EXPECT_FALSE(w->writer.take_stream_behind());
+    const auto second = batch(501, 6, kThree);
+    EXPECT_THROW(w->writer.write(second), RedisError);
+    EXPECT_TRUE(w->writer.take_stream_behind());
+    EXPECT_FALSE(w->writer.take_stream_behind()) << "asked once";
+    expect_exactly({}, kThree);
+    std::map<std::string, Position> published;
+    for (const auto& [stream, last] : written) published[stream] = *Position::parse(last);
+    const auto rewind_to = w->writer.check_streams(published);
+    ASSERT_TRUE(rewind_to);
+    EXPECT_EQ(*rewind_to, Position{});
+    // Republished from the rewound cursor, then on.
+    w->writer.write(first);
+    w->writer.write(second);
+    expect_exactly({first, second}, kThree);
+    EXPECT_FALSE(w->writer.check_streams(published)) << "nothing behind";
 }
 
 // Error replies become RedisError at the connection, with the reply's
