@@ -1,6 +1,5 @@
 // The Redis write paths of publish mode, on a throwaway Redis and without
 // PostgreSQL: a StreamWriter given batches as a fetch would decode them.
-// And the Redis connection's error boundary.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -216,28 +215,4 @@ TEST_F(StreamWriterTest, LostEntriesStopTheWriteUntilTheStreamsAreChecked) {
     w->writer.write(second);
     expect_exactly({first, second}, kThree);
     EXPECT_FALSE(w->writer.check_streams(published)) << "nothing behind";
-}
-
-// Error replies become RedisError at the connection, with the reply's
-// first word as code; command_raw() returns them as they are.
-TEST(RedisConnectionTest, ErrorRepliesThrowUnlessRaw) {
-    RedisServer server;
-    auto redis = server.connect();
-    redis.command({"SET", "text", "not a stream"});
-    try {
-        redis.command({"XADD", "text", "*", "f", "v"});
-        FAIL() << "no exception";
-    } catch (const RedisError& e) {
-        EXPECT_EQ(e.kind(), RedisError::Kind::reply);
-        EXPECT_EQ(e.code(), "WRONGTYPE");
-    }
-    try {
-        redis.command({"XADD", "text", "*", "f", "v"}, "XADD text");
-        FAIL() << "no exception";
-    } catch (const RedisError& e) {
-        EXPECT_EQ(std::string(e.what()).rfind("XADD text: WRONGTYPE", 0), 0u) << e.what();
-    }
-    auto raw = redis.command_raw({"XADD", "text", "*", "f", "v"});
-    EXPECT_EQ(raw->type, REDIS_REPLY_ERROR);
-    EXPECT_EQ(reply_text(redis.command({"PING"}).get()), "PONG");  // the connection goes on
 }
