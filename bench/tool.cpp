@@ -44,7 +44,7 @@ RedisConnection redis_connect(const std::string& address) {
 std::size_t drain_replies(RedisConnection& redis, std::size_t n) {
     std::size_t errors = 0;
     for (std::size_t i = 0; i < n; ++i)
-        if (redis.get_reply()->type == REDIS_REPLY_ERROR) ++errors;
+        if (redis.get_reply_raw()->type == REDIS_REPLY_ERROR) ++errors;
     return errors;
 }
 
@@ -133,7 +133,7 @@ int latency(const std::string& redis_address, const std::string& stream, std::si
     std::string last = "$";
     const auto t0 = Clock::now();
     while (ms.size() < count && seconds_since(t0) < timeout_s) {
-        auto r = redis.command({"XREAD", "COUNT", "1000", "BLOCK", "1000", "STREAMS", stream, last});
+        auto r = redis.command_raw({"XREAD", "COUNT", "1000", "BLOCK", "1000", "STREAMS", stream, last});
         const double now =
             std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
         if (r->type != REDIS_REPLY_ARRAY) continue;
@@ -197,22 +197,22 @@ int pgq_relay(const std::string& pg_conninfo, const std::string& redis_address, 
 int read_ack(const std::string& redis_address, const std::string& stream, int batch) {
     auto redis = redis_connect(redis_address);
     const std::string group = "bench-read-ack";
-    redis.command({"XGROUP", "DESTROY", stream, group});
-    redis.command({"XGROUP", "CREATE", stream, group, "0"});
+    redis.command_raw({"XGROUP", "DESTROY", stream, group});
+    redis.command_raw({"XGROUP", "CREATE", stream, group, "0"});
     const auto count = std::to_string(batch);
     std::size_t total = 0;
     const auto t0 = Clock::now();
     while (true) {
-        auto r = redis.command({"XREADGROUP", "GROUP", group, "w", "COUNT", count, "STREAMS", stream, ">"});
+        auto r = redis.command_raw({"XREADGROUP", "GROUP", group, "w", "COUNT", count, "STREAMS", stream, ">"});
         if (r->type != REDIS_REPLY_ARRAY || r->element[0]->element[1]->elements == 0) break;
         const redisReply* entries = r->element[0]->element[1];
         std::vector<std::string_view> argv{"XACK", stream, group};
         for (size_t i = 0; i < entries->elements; ++i) argv.push_back(reply_text(entries->element[i]->element[0]));
-        redis.command(argv);
+        redis.command_raw(argv);
         total += entries->elements;
     }
     const double secs = seconds_since(t0);
-    redis.command({"XGROUP", "DESTROY", stream, group});
+    redis.command_raw({"XGROUP", "DESTROY", stream, group});
     std::printf("RESULT events %zu\nRESULT seconds %.3f\nRESULT events_per_second %.0f\n", total, secs, total / secs);
     return 0;
 }
@@ -223,12 +223,12 @@ int wait_entries(const std::string& redis_address, const std::string& pattern, s
     const auto t0 = Clock::now();
     std::size_t total = 0;
     while (seconds_since(t0) < timeout_s) {
-        auto keys = redis.command({"KEYS", pattern});
+        auto keys = redis.command_raw({"KEYS", pattern});
         total = 0;
         if (keys->type == REDIS_REPLY_ARRAY && keys->elements > 0) {
             for (std::size_t i = 0; i < keys->elements; ++i) redis.append({"XLEN", reply_text(keys->element[i])});
             for (std::size_t i = 0; i < keys->elements; ++i) {
-                auto n = redis.get_reply();
+                auto n = redis.get_reply_raw();
                 if (n->type == REDIS_REPLY_INTEGER) total += static_cast<std::size_t>(n->integer);
             }
         }

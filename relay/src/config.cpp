@@ -216,23 +216,6 @@ std::chrono::milliseconds parse_duration(const std::string& text) {
     throw ConfigError("\"" + text + "\" has an unknown unit (use ms, s or m)");
 }
 
-std::string expand_stream_key(const std::string& tmpl, const std::string& topic, const std::string& group) {
-    std::string out;
-    out.reserve(tmpl.size() + topic.size());
-    for (std::size_t i = 0; i < tmpl.size();) {
-        if (tmpl.compare(i, 7, "{topic}") == 0) {
-            out += topic;
-            i += 7;
-        } else if (tmpl.compare(i, 7, "{group}") == 0) {
-            out += group;
-            i += 7;
-        } else {
-            out += tmpl[i++];
-        }
-    }
-    return out;
-}
-
 ParseResult parse_command_line(int argc, const char* const* argv) {
     Config c;
     std::string redis = "127.0.0.1:6379";

@@ -22,11 +22,6 @@ constexpr const char* kHandlerCheck = "pg_outbox_handler_check";
 // jsonb, headers jsonb, event id uuid (as inbox_consume() passes them).
 const std::vector<Oid> kHandlerTypes{25, 25, 3802, 3802, 2950};
 
-void check_reply(const RedisReply& r, const std::string& what) {
-    if (r->type == REDIS_REPLY_ERROR)
-        throw RedisError(RedisError::Kind::reply, what + ": " + std::string(reply_text(r.get())));
-}
-
 void put_int32(std::string& out, std::uint32_t v) {
     const char b[4] = {static_cast<char>(v >> 24), static_cast<char>(v >> 16), static_cast<char>(v >> 8),
                        static_cast<char>(v)};
@@ -180,7 +175,9 @@ void Consumer::validate_settings() {
 // Creates the consumer group on each stream (and the stream) if missing.
 void Consumer::ensure_groups() {
     for (const auto& stream : config_.streams) {
-        auto r = redis_->command({"XGROUP", "CREATE", stream, config_.consumer_group, config_.start_id, "MKSTREAM"});
+        // An existing group (BUSYGROUP) is fine: the reply is looked at.
+        auto r =
+            redis_->command_raw({"XGROUP", "CREATE", stream, config_.consumer_group, config_.start_id, "MKSTREAM"});
         if (r->type == REDIS_REPLY_ERROR) {
             const auto msg = reply_text(r.get());
             if (msg.rfind("BUSYGROUP", 0) != 0)
@@ -200,8 +197,7 @@ std::vector<StreamEntry> Consumer::read_new() {
                                        count, "BLOCK", block, "STREAMS"};
     for (const auto& s : config_.streams) argv.emplace_back(s);
     for (std::size_t i = 0; i < config_.streams.size(); ++i) argv.emplace_back(">");
-    auto r = redis_->command(argv);
-    check_reply(r, "XREADGROUP");
+    auto r = redis_->command(argv, "XREADGROUP");
     std::vector<StreamEntry> entries;
     if (r->type != REDIS_REPLY_ARRAY) return entries;  // timeout
     for (std::size_t i = 0; i < r->elements; ++i) {
@@ -224,8 +220,8 @@ void Consumer::reclaim() {
         std::string cursor = "0-0";
         do {
             auto r = redis_->command(
-                {"XAUTOCLAIM", stream, config_.consumer_group, config_.worker, min_idle, cursor, "COUNT", count});
-            check_reply(r, "XAUTOCLAIM " + stream);
+                {"XAUTOCLAIM", stream, config_.consumer_group, config_.worker, min_idle, cursor, "COUNT", count},
+                "XAUTOCLAIM " + stream);
             if (r->type != REDIS_REPLY_ARRAY || r->elements < 2) break;
             cursor = std::string(reply_text(r->element[0]));
             auto entries = parse_entries(stream, r->element[1]);
@@ -246,8 +242,8 @@ void Consumer::reclaim() {
             if (entries.empty()) continue;
             // Delivery counts, XAUTOCLAIM's own included.
             auto p = redis_->command({"XPENDING", stream, config_.consumer_group, entries.front().id,
-                                      entries.back().id, std::to_string(entries.size()), config_.worker});
-            check_reply(p, "XPENDING " + stream);
+                                      entries.back().id, std::to_string(entries.size()), config_.worker},
+                                     "XPENDING " + stream);
             std::map<std::string, long long> deliveries;
             for (std::size_t i = 0; i < p->elements; ++i)
                 deliveries[std::string(reply_text(p->element[i]->element[0]))] = p->element[i]->element[3]->integer;
@@ -257,7 +253,8 @@ void Consumer::reclaim() {
             apply(entries);
         } while (cursor != "0-0" && !stop_);
         report_trimmed_unread(stream);
-        auto oldest = redis_->command({"XPENDING", stream, config_.consumer_group, "-", "+", "1"});
+        // Best effort: an error reply leaves the gauge as it is.
+        auto oldest = redis_->command_raw({"XPENDING", stream, config_.consumer_group, "-", "+", "1"});
         if (oldest->type == REDIS_REPLY_ARRAY && oldest->elements > 0)
             oldest_idle = std::max(oldest_idle, oldest->element[0]->element[2]->integer / 1000.0);
     }
@@ -272,8 +269,9 @@ void Consumer::reclaim() {
 // (republish them from the producer's outbox with outbox_rewind if they
 // matter), and the group moves to the first entry left.
 void Consumer::report_trimmed_unread(const std::string& stream) {
-    auto info = redis_->command({"XINFO", "STREAM", stream});
-    auto groups = redis_->command({"XINFO", "GROUPS", stream});
+    // An error reply (no such key, ...) leaves nothing to tell.
+    auto info = redis_->command_raw({"XINFO", "STREAM", stream});
+    auto groups = redis_->command_raw({"XINFO", "GROUPS", stream});
     if (info->type != REDIS_REPLY_ARRAY || groups->type != REDIS_REPLY_ARRAY) return;
     const redisReply* length_field = map_field(info.get(), "length");
     const redisReply* added_field = map_field(info.get(), "entries-added");
@@ -310,9 +308,9 @@ void Consumer::report_trimmed_unread(const std::string& stream) {
     // of entries read made right, so that the range is reported once.
     const Position before = first->minor > 0 ? Position{first->major, first->minor - 1}
                                              : Position{first->major - 1, UINT64_MAX};
-    auto r = redis_->command({"XGROUP", "SETID", stream, config_.consumer_group, before.to_string(), "ENTRIESREAD",
-                              std::to_string(added - length)});
-    check_reply(r, "XGROUP SETID " + stream);
+    redis_->command({"XGROUP", "SETID", stream, config_.consumer_group, before.to_string(), "ENTRIESREAD",
+                     std::to_string(added - length)},
+                    "XGROUP SETID " + stream);
 }
 
 void Consumer::apply(const std::vector<StreamEntry>& entries) {
@@ -448,9 +446,9 @@ void Consumer::hold(const StreamEntry& e, std::string_view sqlstate, std::string
     // This delivery does not count: the entry's delivery counter goes back
     // to what it was before (and its idle time restarts, so that no other
     // worker reclaims it while this one retries).
-    auto r = redis_->command({"XCLAIM", e.stream, config_.consumer_group, config_.worker, "0", e.id, "RETRYCOUNT",
-                              std::to_string(std::max(0LL, e.deliveries - 1)), "JUSTID"});
-    check_reply(r, "XCLAIM " + e.stream);
+    redis_->command({"XCLAIM", e.stream, config_.consumer_group, config_.worker, "0", e.id, "RETRYCOUNT",
+                     std::to_string(std::max(0LL, e.deliveries - 1)), "JUSTID"},
+                    "XCLAIM " + e.stream);
     if (held_.entries.empty()) {
         held_.sqlstate = std::string(sqlstate);
         held_.message = std::string(message);
@@ -514,8 +512,7 @@ void Consumer::ack(const std::vector<const StreamEntry*>& entries) {
     for (auto& [stream, ids] : by_stream) {
         std::vector<std::string_view> argv{"XACK", stream, config_.consumer_group};
         argv.insert(argv.end(), ids.begin(), ids.end());
-        auto r = redis_->command(argv);
-        check_reply(r, "XACK " + stream);
+        redis_->command(argv, "XACK " + stream);
     }
 }
 

@@ -298,12 +298,14 @@ void PgConnection::pin_settings(bool keep_handler_settings) {
          "       pg_catalog.set_config('bytea_output', 'hex', false)");
 }
 
-void PgConnection::throw_error(const PGresult* r, const std::string& what) const {
+void PgConnection::throw_error(const PGresult* r, const std::string& what, const std::string& statement,
+                               bool prepared) const {
     const char* state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : nullptr;
     std::string msg = r ? PQresultErrorMessage(r) : PQerrorMessage(conn_.get());
     while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
     const bool lost = PQstatus(conn_.get()) != CONNECTION_OK;
-    throw PgError(what + ": " + msg, state ? state : (lost ? "08006" : ""), lost);
+    throw PgError(what + (prepared ? " (statement " + statement + ")" : std::string()) + ": " + msg,
+                  state ? state : (lost ? "08006" : ""), lost, statement);
 }
 
 PgResult PgConnection::exec(const std::string& sql, const std::vector<Param>& params) {
@@ -326,7 +328,7 @@ PgResult PgConnection::exec(const std::string& sql, const std::vector<Param>& pa
                                  values.data(), lengths.data(), all_formats.data(), 0);
     PgResult result(raw);
     const auto status = raw ? PQresultStatus(raw) : PGRES_FATAL_ERROR;
-    if (status != PGRES_TUPLES_OK && status != PGRES_COMMAND_OK) throw_error(raw, "query failed");
+    if (status != PGRES_TUPLES_OK && status != PGRES_COMMAND_OK) throw_error(raw, "query failed", sql);
     return result;
 }
 
@@ -334,11 +336,13 @@ void PgConnection::prepare(const std::string& name, const std::string& sql, cons
     PGresult* raw = PQprepare(conn_.get(), name.c_str(), sql.c_str(), static_cast<int>(types.size()),
                               types.empty() ? nullptr : types.data());
     PgResult result(raw);
-    if (!raw || PQresultStatus(raw) != PGRES_COMMAND_OK) throw_error(raw, "could not prepare a statement");
+    if (!raw || PQresultStatus(raw) != PGRES_COMMAND_OK) throw_error(raw, "could not prepare a statement", name, true);
 }
 
 void PgConnection::queue(const char* name, const char* sql, const std::vector<Param>& params) {
-    if (queued_ == 0 && PQenterPipelineMode(conn_.get()) == 0) throw_error(nullptr, "could not enter pipeline mode");
+    std::string statement = name ? name : sql;
+    if (queued_ == 0 && PQenterPipelineMode(conn_.get()) == 0)
+        throw_error(nullptr, "could not enter pipeline mode", statement, name != nullptr);
     std::vector<const char*> values;
     values.reserve(params.size());
     for (const auto& p : params) values.push_back(p ? p->c_str() : nullptr);
@@ -346,7 +350,8 @@ void PgConnection::queue(const char* name, const char* sql, const std::vector<Pa
     const int sent = name ? PQsendQueryPrepared(conn_.get(), name, n, values.data(), nullptr, nullptr, 0)
                           : PQsendQueryParams(conn_.get(), sql, n, nullptr, values.data(), nullptr, nullptr, 0);
     if (sent == 0 || PQpipelineSync(conn_.get()) == 0 || PQflush(conn_.get()) != 0)
-        throw_error(nullptr, "could not send a query");
+        throw_error(nullptr, "could not send a query", statement, name != nullptr);
+    sent_.emplace_back(std::move(statement), name != nullptr);
     ++queued_;
 }
 
@@ -375,8 +380,11 @@ PgResult PgConnection::receive() {
         if (sync) break;
     }
     if (--queued_ == 0) PQexitPipelineMode(conn_.get());
+    auto [statement, prepared] = std::move(sent_.front());
+    sent_.pop_front();
     const auto status = raw ? PQresultStatus(raw) : PGRES_FATAL_ERROR;
-    if (status != PGRES_TUPLES_OK && status != PGRES_COMMAND_OK) throw_error(raw, "query failed");
+    if (status != PGRES_TUPLES_OK && status != PGRES_COMMAND_OK)
+        throw_error(raw, "query failed", statement, prepared);
     return result;
 }
 

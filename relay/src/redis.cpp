@@ -63,7 +63,7 @@ RedisConnection::RedisConnection(const RedisAddress& address, const std::string&
     // AUTH (with the URL's ACL user, if any), SELECT, then a PING, which
     // Redis refuses with NOAUTH when it wants a password it was not given.
     if (!password.empty()) {
-        auto r = address.user.empty() ? command({"AUTH", password}) : command({"AUTH", address.user, password});
+        auto r = address.user.empty() ? command_raw({"AUTH", password}) : command_raw({"AUTH", address.user, password});
         if (r->type == REDIS_REPLY_ERROR)
             throw RedisSetupError("--redis-password",
                                   "AUTH" + (address.user.empty() ? std::string() : " as user \"" + address.user + "\"") +
@@ -71,7 +71,7 @@ RedisConnection::RedisConnection(const RedisAddress& address, const std::string&
     }
     if (db != 0) {
         const auto db_text = std::to_string(db);
-        auto r = command({"SELECT", db_text});
+        auto r = command_raw({"SELECT", db_text});
         if (r->type == REDIS_REPLY_ERROR) {
             const auto text = reply_text(r.get());
             if (text.rfind("NOAUTH", 0) == 0)
@@ -79,7 +79,7 @@ RedisConnection::RedisConnection(const RedisAddress& address, const std::string&
             throw RedisSetupError("--redis-db", "SELECT " + db_text + " refused: " + std::string(text));
         }
     }
-    auto ping = command({"PING"});
+    auto ping = command_raw({"PING"});
     if (ping->type == REDIS_REPLY_ERROR) {
         const auto text = reply_text(ping.get());
         if (text.rfind("NOAUTH", 0) == 0 || text.rfind("WRONGPASS", 0) == 0 || text.rfind("NOPERM", 0) == 0)
@@ -110,15 +110,24 @@ void RedisConnection::flush() {
         if (redisBufferWrite(ctx_.get(), &done) != REDIS_OK) throw_io("Redis connection failed");
 }
 
-RedisReply RedisConnection::get_reply() {
+RedisReply RedisConnection::get_reply_raw() {
     void* raw = nullptr;
     if (redisGetReply(ctx_.get(), &raw) != REDIS_OK || raw == nullptr) throw_io("Redis connection failed");
     return RedisReply(static_cast<redisReply*>(raw));
 }
 
-RedisReply RedisConnection::command(const std::vector<std::string_view>& argv) {
+RedisReply RedisConnection::command_raw(const std::vector<std::string_view>& argv) {
     append(argv);
-    return get_reply();
+    return get_reply_raw();
+}
+
+RedisReply RedisConnection::command(const std::vector<std::string_view>& argv, std::string_view context) {
+    auto r = command_raw(argv);
+    if (r->type == REDIS_REPLY_ERROR)
+        throw RedisError(RedisError::Kind::reply, context.empty() ? std::string(reply_text(r.get()))
+                                                                  : std::string(context) + ": " +
+                                                                        std::string(reply_text(r.get())));
+    return r;
 }
 
 }  // namespace pg_outbox

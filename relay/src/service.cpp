@@ -39,11 +39,7 @@ Service::Service(const Config& config, Metrics& metrics, const std::atomic<bool>
     spdlog::info("PostgreSQL: {}", describe_conninfo(config_.pg_conninfo));
 }
 
-void Service::pause(std::chrono::milliseconds d) {
-    const auto until = std::chrono::steady_clock::now() + d;
-    while (!stop_ && std::chrono::steady_clock::now() < until)
-        std::this_thread::sleep_for(std::min(d, std::chrono::milliseconds(50)));
-}
+void Service::pause(std::chrono::milliseconds d) { pause_unless_stopped(d, stop_); }
 
 namespace {
 

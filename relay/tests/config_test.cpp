@@ -7,6 +7,7 @@
 #include "pg_outbox/config.hpp"
 #include "pg_outbox/errors.hpp"
 #include "pg_outbox/pg.hpp"
+#include "pg_outbox/stream_writer.hpp"
 
 using namespace pg_outbox;
 using namespace std::chrono_literals;

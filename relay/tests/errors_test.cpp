@@ -20,6 +20,11 @@ TEST(Errors, PgErrorRetryable) {
     EXPECT_FALSE(PgError("ahead", "55000", false).retryable());
 }
 
+TEST(Errors, PgErrorCarriesTheStatement) {
+    EXPECT_EQ(PgError("failed", "OB002", false, "pg_outbox_fetch").statement(), "pg_outbox_fetch");
+    EXPECT_EQ(PgError("gone", "", true).statement(), "");
+}
+
 TEST(Errors, RedisErrorCode) {
     EXPECT_EQ(RedisError(RedisError::Kind::io, "reset").code(), "io");
     EXPECT_EQ(RedisError(RedisError::Kind::reply, "OOM command not allowed").code(), "OOM");

@@ -155,6 +155,9 @@ TEST(RelayWakeup, FetchSleepsUntilACommitThatEmitted) {
         writer.exec("SELECT outbox_group_create($1, ordering => $1)", {group});
         auto fetched = std::async(std::launch::async, [&] {
             PgConnection relay(conninfo, "tests");
+            // As a relay does: a fetch that takes the leadership writes the
+            // group's row, and so does not wait.
+            relay.exec("SELECT outbox_lead($1)", {group});
             const auto t0 = std::chrono::steady_clock::now();
             auto r = relay.exec("SELECT key FROM outbox_fetch($1, 10, NULL, '10 s')", {group});
             return std::make_pair(r.rows() == 1 ? std::string(r.get(0, 0)) : std::string("rows: ") +

@@ -301,7 +301,7 @@ std::vector<Entry> read_stream(RedisConnection& redis, const std::string& key) {
     std::vector<Entry> out;
     std::string start = "-";
     while (true) {
-        auto r = redis.command({"XRANGE", key, start, "+", "COUNT", "10000"});
+        auto r = redis.command_raw({"XRANGE", key, start, "+", "COUNT", "10000"});
         if (r->type != REDIS_REPLY_ARRAY || r->elements == 0) break;
         for (size_t i = 0; i < r->elements; ++i) {
             const redisReply* e = r->element[i];

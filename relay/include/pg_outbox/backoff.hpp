@@ -1,6 +1,7 @@
 // Exponential backoff with jitter between retries.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <random>
 
@@ -22,5 +23,8 @@ private:
     int attempt_ = 0;
     std::mt19937_64 rng_{std::random_device{}()};
 };
+
+// Sleeps for d, in short slices, unless "stop" is or becomes set.
+void pause_unless_stopped(std::chrono::milliseconds d, const std::atomic<bool>& stop);
 
 }  // namespace pg_outbox

@@ -108,10 +108,6 @@ struct Config {
 // Parses "250ms", "2s", "1m" or a bare number of milliseconds.
 std::chrono::milliseconds parse_duration(const std::string& text);
 
-// Expands a stream key template: "{topic}" and "{group}" are replaced,
-// everything else (Redis Cluster hash tag braces included) is kept.
-std::string expand_stream_key(const std::string& tmpl, const std::string& topic, const std::string& group);
-
 // The outcome of parsing the command line: a Config, or an exit code
 // (help printed, or an error already reported naming the setting).
 struct ParseResult {

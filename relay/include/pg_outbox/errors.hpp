@@ -4,6 +4,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <string_view>
 
 namespace pg_outbox {
@@ -15,13 +16,20 @@ public:
 };
 
 // An error from PostgreSQL, with its SQLSTATE ("" when the connection
-// failed before a server answered).
+// failed before a server answered) and, like libpqxx's sql_error, the
+// statement that failed.
 class PgError : public std::runtime_error {
 public:
-    PgError(const std::string& message, std::string sqlstate, bool connection_lost)
-        : std::runtime_error(message), sqlstate_(std::move(sqlstate)), connection_lost_(connection_lost) {}
+    PgError(const std::string& message, std::string sqlstate, bool connection_lost, std::string statement = {})
+        : std::runtime_error(message),
+          sqlstate_(std::move(sqlstate)),
+          statement_(std::move(statement)),
+          connection_lost_(connection_lost) {}
 
     const std::string& sqlstate() const noexcept { return sqlstate_; }
+    // The name of the prepared statement, or the SQL text run by exec();
+    // "" when the error came from no statement (connecting, waiting).
+    const std::string& statement() const noexcept { return statement_; }
     bool connection_lost() const noexcept { return connection_lost_; }
     // True when trying again later may succeed: the connection broke, or
     // the server reported a transient condition.
@@ -29,6 +37,7 @@ public:
 
 private:
     std::string sqlstate_;
+    std::string statement_;
     bool connection_lost_;
 };
 

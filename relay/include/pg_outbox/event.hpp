@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "pg_outbox/config.hpp"
+#include "pg_outbox/position.hpp"
 
 namespace pg_outbox {
 
@@ -19,6 +20,9 @@ struct Event {
     std::string payload;
     std::optional<std::string> headers;
     std::string created_at;
+    // The position parsed, once, when the batch arrives: what the relay
+    // compares with stream ids. The text above is what Redis is sent.
+    Position parsed{};
 };
 
 // True when Redis refused an XADD because the stream already holds an

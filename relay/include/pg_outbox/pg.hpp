@@ -2,6 +2,7 @@
 #pragma once
 
 #include <chrono>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -114,12 +115,17 @@ public:
     int backend_pid() const { return PQbackendPID(conn_.get()); }
 
 private:
-    [[noreturn]] void throw_error(const PGresult* r, const std::string& what) const;
+    // Throws PgError about "statement"; a prepared statement's name is
+    // short enough to be part of the message too (what()), SQL text is not.
+    [[noreturn]] void throw_error(const PGresult* r, const std::string& what, const std::string& statement = {},
+                                  bool prepared = false) const;
     // Queues a statement, unnamed (sql) or prepared (name), and its sync point.
     void queue(const char* name, const char* sql, const std::vector<Param>& params);
 
     std::unique_ptr<PGconn, PGconnDeleter> conn_;
     int queued_ = 0;
+    // The statements queued, in order: a name, or the SQL text.
+    std::deque<std::pair<std::string, bool>> sent_;
 };
 
 }  // namespace pg_outbox

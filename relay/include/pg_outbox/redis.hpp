@@ -32,17 +32,23 @@ public:
     RedisConnection(RedisConnection&&) noexcept = default;
     RedisConnection& operator=(RedisConnection&&) noexcept = default;
 
-    // Sends one command and returns its reply, which may be an error reply.
-    // Throws RedisError(io) when the connection breaks.
-    RedisReply command(const std::vector<std::string_view>& argv);
+    // Sends one command and returns its reply. An error reply becomes
+    // RedisError(reply) with Redis's text, after "context: " when a context
+    // is given; RedisError(io) when the connection breaks.
+    RedisReply command(const std::vector<std::string_view>& argv, std::string_view context = {});
+    // The same, returning an error reply as it is: for the replies the
+    // caller must inspect itself (an expected BUSYGROUP, a missing key).
+    RedisReply command_raw(const std::vector<std::string_view>& argv);
 
     // Pipelining: queue commands, then read one reply per command, in order.
-    // Queued commands are sent by the first get_reply(), or by flush().
+    // Queued commands are sent by the first get_reply_raw(), or by flush().
+    // Replies come raw, error replies included: every reply of a pipeline
+    // must be read whatever the earlier ones said.
     void append(const std::vector<std::string_view>& argv);
     // Queues commands already in the protocol (format_command()).
     void append_formatted(std::string_view commands);
     void flush();
-    RedisReply get_reply();
+    RedisReply get_reply_raw();
 
 private:
     [[noreturn]] void throw_io(const std::string& what) const;

@@ -1,0 +1,127 @@
+// The Redis side of publishing: how a batch of the feed becomes entries of
+// its streams, in order, once each.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "pg_outbox/config.hpp"
+#include "pg_outbox/event.hpp"
+#include "pg_outbox/metrics.hpp"
+#include "pg_outbox/position.hpp"
+#include "pg_outbox/redis.hpp"
+
+namespace pg_outbox {
+
+// Expands a stream key template: "{topic}" and "{group}" are replaced,
+// everything else (Redis Cluster hash tag braces included) is kept.
+std::string expand_stream_key(const std::string& tmpl, const std::string& topic, const std::string& group);
+
+// Writes batches to Redis Streams: routes each event to its stream
+// (--stream), splits a batch into per-stream shares, and appends them by
+// the fast path (plain XADDs in MULTI/EXEC under WATCH, when a look at the
+// streams shows the batch can be appended as is) or by the append script
+// (which tells entries already present from missing ones). Remembers what
+// it knows of each stream between batches.
+class StreamWriter {
+public:
+    // The last position written to each stream.
+    using Written = std::map<std::string, std::string>;
+
+    // "stop" cuts short the pauses between parts while Redis is short of
+    // memory.
+    StreamWriter(const Config& config, Metrics& metrics, const std::atomic<bool>& stop);
+
+    // A new connection: nothing is watched on it; loads the append script
+    // and checks whether the connection takes MULTI. The connection must
+    // outlive its use here, until the next reset().
+    void reset(RedisConnection& redis);
+    // A command failed: what was watched on the connection is unknown.
+    void fault() { watched_.clear(); }
+
+    // Writes a batch in feed order, in parts of at most --batch-bytes (at
+    // least one event each); returns the last position per stream. A part
+    // Redis refuses for want of memory (OOM) is written again in halves,
+    // down to one event, before the batch fails. Throws RedisError after
+    // reading every reply when an entry failed.
+    Written write(std::span<const Event> batch);
+
+    // The stream-loss check: compares each stream the group published to
+    // ("published": its last position there) with its last id in Redis.
+    // A stream whose last id is below lost entries (Redis flushed,
+    // restarted without its last writes, or failed over to a replica that
+    // was behind): returns the lowest such id, for the group to rewind to.
+    // What the writer expects of each stream is reset to what Redis holds.
+    std::optional<Position> check_streams(const std::map<std::string, Position>& published);
+    // Whether the append script found a stream behind what this writer
+    // expects (Redis lost entries) since the last call: the streams want
+    // checking before the next batch.
+    bool take_stream_behind() { return std::exchange(stream_behind_, false); }
+
+private:
+    // A batch split by stream, each stream's events in feed order.
+    struct Shares {
+        std::vector<std::string> keys;
+        std::vector<std::vector<const Event*>> events;
+    };
+    Shares split(std::span<const Event> events) const;
+    void load_script();
+    void check_transactions();
+    // Writes one part of a batch: the transaction, or the append script.
+    Written write_part(std::span<const Event> events);
+    // How write_transaction() ended.
+    enum class Transaction { written, declined, aborted };
+    // The fast path: plain XADDs in MULTI/EXEC, once WATCH and a look at
+    // each stream showed the batch can be appended as is. "declined": the
+    // streams are not as expected, nothing was sent after the look and the
+    // streams are still watched; "aborted": a watched stream changed before
+    // EXEC, which wrote nothing. Throws RedisError when Redis refused the
+    // transaction or an entry of it.
+    Transaction write_transaction(const Shares& shares, Written& last);
+    static void format_look(std::string& out, const std::vector<std::string>& keys);
+    void read_look(const std::vector<std::string>& keys);
+    bool streams_as_known(const Shares& shares) const;
+    Transaction read_transaction_replies(const Shares& shares, const redisReply* exec, Written& last);
+    // The append script, stream by stream (after UNWATCH, when streams are
+    // watched).
+    Written write_with_script(const Shares& shares);
+    // How many of the first n events of a stream's share, found already
+    // present by the script, were not counted before.
+    std::size_t count_already(const std::string& key, const std::vector<const Event*>& events, std::size_t n);
+
+    const Config& config_;
+    Metrics& metrics_;
+    const std::atomic<bool>& stop_;
+    RedisConnection* redis_ = nullptr;  // set by reset()
+    std::string maxlen_text_;
+    std::string script_sha_;
+    std::string transaction_;  // the last transaction formatted, its capacity kept
+    std::string look_;         // the last look at streams formatted
+    // Streams watched on the Redis connection, with their last id when the
+    // WATCH began (nullopt: not a stream, or unreadable). A stream that
+    // changes after that aborts the next EXEC.
+    std::map<std::string, std::optional<Position>> watched_;
+    // The next batch goes through the append script: the last transaction
+    // failed, and the script tells entries already present from missing ones.
+    bool script_next_ = false;
+    // Redis refused MULTI (an ACL, a proxy): the script only, until the
+    // next connection checks again.
+    bool transactions_refused_ = false;
+    // At most this many events per part while Redis is short of memory
+    // (0: no limit); halved on OOM, doubled after each part written.
+    std::size_t oom_limit_ = 0;
+    // Last position published to each stream, as far as this relay knows.
+    std::map<std::string, Position> known_;
+    // Per stream, the highest position counted as already published.
+    std::map<std::string, Position> already_counted_;
+    bool stream_behind_ = false;
+};
+
+}  // namespace pg_outbox

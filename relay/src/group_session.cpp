@@ -1,0 +1,310 @@
+// The PostgreSQL side of publishing a group. Everything here is a call of
+// the extension's API on the leader's connection: the leadership (with
+// the refusals OB003 and OB002 turned into LostLeadership and
+// GroupRewound), the fetch pipelined with the advance, and maintenance.
+// A cursor only moves past what Redis acknowledged (record_published()).
+#include "pg_outbox/group_session.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <nlohmann/json.hpp>
+
+#include "pg_outbox/errors.hpp"
+#include "pg_outbox/lag.hpp"
+
+namespace pg_outbox {
+
+namespace {
+
+// The relay's SQL: calls of the extension's API, with parameters.
+constexpr const char* kLeadSql = "SELECT outbox_lead($1)";
+constexpr const char* kResignSql = "SELECT outbox_resign($1)";
+constexpr const char* kWaitingSql = "SELECT outbox_relay_waiting()";
+// The age of the batch's first (oldest) event for the lag metric, computed
+// for that row only: on every row it cost about 5% of the fetch.
+// created_at as RFC 3339 in UTC with microseconds, whatever the session's
+// DateStyle and TimeZone (which the relay pins as well).
+constexpr const char* kFetchSql =
+    "SELECT pos, event_id, topic, key, payload, headers,"
+    "       to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'),"
+    "       CASE WHEN ordinality = 1 THEN extract(epoch FROM clock_timestamp() - created_at) END"
+    "  FROM outbox_fetch($1, $2, $3, $4::interval) WITH ORDINALITY";
+constexpr const char* kAdvanceSql = "SELECT outbox_advance($1, $2, $3::jsonb)";
+// The same without waiting for the commit's WAL flush. With explicit ids an
+// advance lost in a PostgreSQL crash costs nothing but a replay that Redis
+// refuses as already present: the cursor and the streams' last positions
+// go back together, and anything durable that depends on them (retention)
+// flushes the advance's commit record first.
+constexpr const char* kAdvanceAsyncSql =
+    "SELECT outbox_advance($1, $2, $3::jsonb) FROM set_config('synchronous_commit', 'off', true)";
+constexpr const char* kStreamsSql =
+    "SELECT streams::text, cursor FROM outbox.groups WHERE name = $1";
+constexpr const char* kRewindSql = "SELECT outbox_rewind($1, $2)";
+// Maintenance, unless something ran it within the interval ($1, in ms).
+constexpr const char* kMaintainSql =
+    "SELECT CASE WHEN coalesce(m.last_finished_at < now() - $1 * interval '1 millisecond', true)"
+    "            THEN (SELECT count(*) FROM outbox_maintain() WHERE action <> 'skipped') END"
+    "  FROM outbox.maintenance m";
+
+// Names of the statements prepared on each connection.
+constexpr const char* kFetchStatement = "pg_outbox_fetch";
+constexpr const char* kAdvanceStatement = "pg_outbox_advance";
+constexpr const char* kWaitingStatement = "pg_outbox_relay_waiting";
+
+// How often the cursor moves while batches keep coming (explicit ids).
+constexpr std::chrono::milliseconds kAdvanceInterval{100};
+
+// Turns the server's refusals of a leader's fetch or advance into
+// GroupRewound (OB002) and LostLeadership (OB003); rethrows the rest.
+[[noreturn]] void rethrow_refusal(const PgError& e) {
+    if (e.sqlstate() == "OB002" && !e.connection_lost()) throw GroupRewound{e.what()};
+    // The leadership passed to another session (this relay's lease ran
+    // out while it made no progress): stand by.
+    if (e.sqlstate() == "OB003" && !e.connection_lost()) throw LostLeadership{};
+    throw e;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+GroupSession::GroupSession(const Config& config, Metrics& metrics)
+    : config_(config), metrics_(metrics), next_maintain_(std::chrono::steady_clock::now()) {}
+
+void GroupSession::connected(PgConnection& pg) {
+    pg_ = &pg;
+    // The lease of this session's leadership (outbox.lead renews it with
+    // each fetch and advance).
+    pg_->exec("SELECT pg_catalog.set_config('pg_outbox.lease', $1, false)",
+              {std::to_string(config_.lease.count()) + "ms"});
+    if (config_.listen) pg_->listen("pg_outbox");
+    // With pg_outbox preloaded (outbox_relay_waiting() says notifications
+    // are sent on demand), the server can sleep in outbox_fetch() instead.
+    sleeps_in_fetch_ = config_.listen && pg_->exec(kWaitingSql).get(0, 0) == "t";
+    // The calls of every batch, and of every time the feed runs dry.
+    pg_->prepare(kFetchStatement, kFetchSql);
+    pg_->prepare(kWaitingStatement, kWaitingSql);
+    pg_->prepare(kAdvanceStatement,
+                 config_.id_mode == IdMode::explicit_position ? kAdvanceAsyncSql : kAdvanceSql);
+}
+
+void GroupSession::reset() {
+    pg_ = nullptr;
+    prefetched_.clear();
+    unadvanced_.reset();
+    advance_sent_ = false;
+    if (metrics_.leader.exchange(false))
+        spdlog::warn("lost the leadership of group \"{}\" with the connection", config_.group);
+}
+
+bool GroupSession::lead() {
+    bool leads = false;
+    try {
+        leads = pg_->exec(kLeadSql, {config_.group}).get(0, 0) == "t";
+    } catch (const PgError& e) {
+        // Refused once (OB003) when the leadership this session held passed
+        // to another meanwhile; the next call looks again.
+        if (e.sqlstate() != "OB003" || e.connection_lost()) throw;
+    }
+    if (leads && !metrics_.leader.exchange(true)) {
+        metrics_.caught_up();
+        spdlog::info("leading group \"{}\"", config_.group);
+    }
+    if (leads) {
+        standing_by_ = false;
+    } else if (!standing_by_) {
+        standing_by_ = true;
+        spdlog::info("standing by: group \"{}\" is led by {}", config_.group, describe_leader(*pg_, config_.group));
+    }
+    return leads;
+}
+
+void GroupSession::stand_by() {
+    discard_queued();
+    prefetched_.clear();
+    metrics_.leader = false;
+}
+
+void GroupSession::rewound() {
+    discard_queued();
+    prefetched_.clear();
+    unadvanced_.reset();
+}
+
+void GroupSession::resign() {
+    flush_advance();
+    pg_->exec(kResignSql, {config_.group});
+    spdlog::info("resigned the leadership of group \"{}\"", config_.group);
+}
+
+void GroupSession::send_fetch(const std::string* after, std::chrono::milliseconds wait) {
+    fetch_sent_ = std::chrono::steady_clock::now();
+    fetch_waits_ = wait.count() > 0;
+    pg_->send_prepared(kFetchStatement, {config_.group, std::to_string(config_.batch_size),
+                                         after ? Param(*after) : std::nullopt,
+                                         fetch_waits_ ? Param(std::to_string(wait.count()) + " ms") : std::nullopt});
+}
+
+std::vector<Event> GroupSession::receive_fetch() {
+    auto r = [this] {
+        try {
+            return pg_->receive();
+        } catch (const PgError& e) {
+            rethrow_refusal(e);
+        }
+    }();
+    if (!fetch_waits_) metrics_.pg_rtt_seconds = seconds_since(fetch_sent_);
+    std::vector<Event> batch;
+    batch.reserve(r.rows());
+    for (int i = 0; i < r.rows(); ++i) {
+        Event e;
+        e.position = r.get(i, 0);
+        e.event_id = r.get(i, 1);
+        e.topic = r.get(i, 2);
+        if (auto k = r.get_optional(i, 3)) e.key = std::string(*k);
+        e.payload = r.get(i, 4);
+        if (auto h = r.get_optional(i, 5)) e.headers = std::string(*h);
+        e.created_at = r.get(i, 6);
+        const auto parsed = Position::parse(e.position);
+        if (!parsed)
+            throw PgError("outbox_fetch returned a malformed position \"" + e.position + "\"", "XX000", false,
+                          kFetchStatement);
+        e.parsed = *parsed;
+        batch.push_back(std::move(e));
+    }
+    if (r.rows() > 0) {
+        metrics_.lag_seconds = std::stod(std::string(r.get(0, 7)));
+        metrics_.batch_waiting();
+    } else {
+        metrics_.caught_up();
+    }
+    return batch;
+}
+
+std::vector<Event> GroupSession::fetch_asking_for_wakeup() {
+    pg_->send_prepared(kWaitingStatement);
+    send_next_fetch();
+    pg_->receive();
+    return receive_fetch();
+}
+
+// With explicit ids the cursor moves at most every kAdvanceInterval (also
+// when the feed runs dry: the relay wakes up for it) and when the relay
+// stops: a batch's advance costs the server about what fetching a small
+// batch costs, and a relay keeping up with a trickle of commits publishes
+// hundreds of batches a second, running dry between most of them.
+// An advance lost in a crash costs a replay of at most that interval,
+// which Redis refuses as already present. With ids Redis generates, a
+// replay would duplicate entries, so every batch advances.
+bool GroupSession::advance_due() const {
+    return config_.id_mode != IdMode::explicit_position ||
+           std::chrono::steady_clock::now() - advance_sent_at_ >= kAdvanceInterval;
+}
+
+std::chrono::steady_clock::time_point GroupSession::next_advance_at() const {
+    return advance_sent_at_ + kAdvanceInterval;
+}
+
+// Adds a batch Redis acknowledged to what the next advance records.
+void GroupSession::record_published(const std::string& position, std::map<std::string, std::string> streams) {
+    if (!unadvanced_) unadvanced_.emplace();
+    unadvanced_->first = position;
+    for (auto& [stream, last] : streams) unadvanced_->second[stream] = std::move(last);
+}
+
+void GroupSession::send_advance() {
+    if (!unadvanced_) return;
+    nlohmann::json j(unadvanced_->second);
+    pg_->send_prepared(kAdvanceStatement, {config_.group, unadvanced_->first, j.dump()});
+    advance_sent_ = true;
+    advance_sent_at_ = std::chrono::steady_clock::now();
+}
+
+void GroupSession::receive_advance() {
+    if (!advance_sent_) return;
+    advance_sent_ = false;
+    try {
+        pg_->receive();
+    } catch (const PgError& e) {
+        unadvanced_.reset();
+        rethrow_refusal(e);
+    }
+    unadvanced_.reset();
+}
+
+void GroupSession::settle_pipeline() {
+    try {
+        receive_advance();
+        pg_->receive();
+    } catch (const PgError&) {
+        // The next turn finds the connection broken, if it is.
+    } catch (const LostLeadership&) {
+    } catch (const GroupRewound&) {
+        // The next fetch, from the moved cursor, says so again.
+    }
+}
+
+void GroupSession::discard_queued() {
+    while (pg_->queued() > 0) {
+        try {
+            pg_->receive();
+        } catch (const PgError&) {
+            // results of an abandoned turn: nothing to keep
+        }
+    }
+}
+
+std::optional<PublishedStreams> GroupSession::published_streams() {
+    auto r = pg_->exec(kStreamsSql, {config_.group});
+    if (r.rows() == 0) return std::nullopt;
+    PublishedStreams out;
+    out.cursor = Position::parse(r.get(0, 1));
+    const auto streams = nlohmann::json::parse(r.get(0, 0));
+    for (const auto& [stream, value] : streams.items())
+        if (const auto expected = Position::parse(value.get<std::string>())) out.streams.emplace(stream, *expected);
+    return out;
+}
+
+void GroupSession::rewind(const Position& cursor, const Position& to) {
+    pg_->exec(kRewindSql, {config_.group, to.to_string()});
+    metrics_.streams_rewound++;
+    spdlog::error("group \"{}\" rewound from {} to {}", config_.group, cursor.to_string(), to.to_string());
+}
+
+// Runs partition maintenance when no background worker does (the
+// extension's worker needs shared_preload_libraries). It takes the better
+// part of a second on a large table, so while there is a backlog it waits
+// for the feed to run dry ("idle"), for one more interval at most. A
+// failure is logged and does not stop publishing.
+void GroupSession::maybe_maintain(bool idle) {
+    if (config_.maintain_interval.count() == 0) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (now < next_maintain_) return;
+    if (!idle && now < next_maintain_ + config_.maintain_interval) return;
+    next_maintain_ = now + config_.maintain_interval;
+    // A run may take the better part of a second, or more on a large
+    // table, without a fetch: the lease is renewed first, so that it lasts
+    // a whole --lease from here (and a leader that lost it stands by).
+    try {
+        if (pg_->exec(kLeadSql, {config_.group}).get(0, 0) != "t") throw LostLeadership{};
+    } catch (const PgError& e) {
+        if (e.connection_lost()) throw;
+        rethrow_refusal(e);
+    }
+    try {
+        const auto t0 = std::chrono::steady_clock::now();
+        auto r = pg_->exec(kMaintainSql, {std::to_string(config_.maintain_interval.count())});
+        if (r.rows() > 0 && !r.is_null(0, 0) && r.get(0, 0) != "0")
+            spdlog::info("partition maintenance: {} actions (see outbox.maintenance and the server log)", r.get(0, 0));
+        else
+            spdlog::debug("partition maintenance: nothing to do ({:.1f} ms)", seconds_since(t0) * 1000);
+    } catch (const PgError& e) {
+        if (e.connection_lost()) throw;
+        metrics_.count_error("maintenance");
+        spdlog::warn("partition maintenance failed, publishing goes on: {}", e.what());
+    }
+}
+
+}  // namespace pg_outbox

@@ -1,0 +1,476 @@
+// The Redis side of publishing. Invariant: a stream's entries are written
+// in feed order, each once: a later entry of a stream never gets in before
+// an earlier one that failed (Redis refuses ids below a stream's top, so
+// the earlier one could never be written), an entry already present is
+// skipped only when it is this group's (same id, same event id), and
+// nothing is written to a stream that lost entries until the group
+// rewinds. The fast path keeps this by writing only when WATCH and a look
+// show each stream as this writer left it; anything else goes through the
+// append script (append.lua), which checks entry by entry.
+#include "pg_outbox/stream_writer.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "pg_outbox/backoff.hpp"
+#include "pg_outbox/errors.hpp"
+
+namespace pg_outbox {
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The last id of a stream from its XINFO STREAM reply, as the append
+// script reads it: 0-0 when the stream does not exist; nullopt for any
+// other error (WRONGTYPE, ...).
+std::optional<Position> stream_last_id(const redisReply* info) {
+    if (info->type == REDIS_REPLY_ERROR) {
+        if (reply_text(info).find("no such key") != std::string_view::npos) return Position{};
+        return std::nullopt;
+    }
+    if (const redisReply* id = map_field(info, "last-generated-id"))
+        return Position::parse(reply_text(id)).value_or(Position{});
+    return Position{};
+}
+
+// Records how long a batch's Redis round trips took, however they end.
+class RttTimer {
+public:
+    explicit RttTimer(std::atomic<double>& gauge) : gauge_(gauge) {}
+    ~RttTimer() { gauge_ = seconds_since(t0_); }
+    RttTimer(const RttTimer&) = delete;
+    RttTimer& operator=(const RttTimer&) = delete;
+
+private:
+    std::atomic<double>& gauge_;
+    std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
+};
+
+// Redis refused a write for want of memory (maxmemory, noeviction).
+bool is_oom(const RedisError& e) { return e.kind() == RedisError::Kind::reply && e.code() == "OOM"; }
+
+}  // namespace
+
+std::string expand_stream_key(const std::string& tmpl, const std::string& topic, const std::string& group) {
+    std::string out;
+    out.reserve(tmpl.size() + topic.size());
+    for (std::size_t i = 0; i < tmpl.size();) {
+        if (tmpl.compare(i, 7, "{topic}") == 0) {
+            out += topic;
+            i += 7;
+        } else if (tmpl.compare(i, 7, "{group}") == 0) {
+            out += group;
+            i += 7;
+        } else {
+            out += tmpl[i++];
+        }
+    }
+    return out;
+}
+
+StreamWriter::StreamWriter(const Config& config, Metrics& metrics, const std::atomic<bool>& stop)
+    : config_(config), metrics_(metrics), stop_(stop), maxlen_text_(std::to_string(config.maxlen)) {}
+
+void StreamWriter::reset(RedisConnection& redis) {
+    redis_ = &redis;
+    watched_.clear();
+    load_script();
+    check_transactions();
+}
+
+std::optional<Position> StreamWriter::check_streams(const std::map<std::string, Position>& published) {
+    std::optional<Position> rewind_to;
+    known_.clear();
+    for (const auto& [stream, expected] : published) {
+        auto info = redis_->command_raw({"XINFO", "STREAM", stream});  // "no such key" is 0-0
+        const auto last_id = stream_last_id(info.get());
+        if (!last_id)
+            throw RedisError(RedisError::Kind::reply,
+                             "XINFO STREAM " + stream + ": " + std::string(reply_text(info.get())));
+        const Position last = *last_id;
+        if (last < expected) {
+            spdlog::error("stream \"{}\" is behind: Redis has entries up to {}, group \"{}\" published up to {}; "
+                          "republishing from the outbox",
+                          stream, last.to_string(), config_.group, expected.to_string());
+            if (!rewind_to || last < *rewind_to) rewind_to = last;
+            known_[stream] = last;
+        } else {
+            known_[stream] = expected;
+        }
+    }
+    return rewind_to;
+}
+
+// Whether this connection takes MULTI (an ACL or a proxy may refuse it).
+// Without it the XADDs of the fast path would run one by one, no longer
+// guarded by WATCH, so the script writes every batch instead.
+void StreamWriter::check_transactions() {
+    transactions_refused_ = false;
+    watched_.clear();
+    if (config_.id_mode != IdMode::explicit_position) return;
+    redis_->append({"MULTI"});
+    redis_->append({"DISCARD"});
+    auto multi = redis_->get_reply_raw();
+    redis_->get_reply_raw();
+    if (multi->type == REDIS_REPLY_ERROR) {
+        transactions_refused_ = true;
+        spdlog::warn("Redis refused MULTI ({}); every batch goes through the append script",
+                     reply_text(multi.get()));
+    }
+}
+
+void StreamWriter::load_script() {
+    auto r = redis_->command({"SCRIPT", "LOAD", kAppendScript});
+    script_sha_ = std::string(reply_text(r.get()));
+}
+
+StreamWriter::Shares StreamWriter::split(std::span<const Event> batch) const {
+    Shares shares;
+    // The stream of each topic, expanded once a batch; topics may share a
+    // stream.
+    std::unordered_map<std::string_view, std::size_t> slot_of_topic;
+    for (const auto& e : batch) {
+        auto slot = slot_of_topic.find(e.topic);
+        if (slot == slot_of_topic.end()) {
+            auto key = expand_stream_key(config_.stream_template, e.topic, config_.group);
+            const auto s = static_cast<std::size_t>(std::find(shares.keys.begin(), shares.keys.end(), key) -
+                                                    shares.keys.begin());
+            if (s == shares.keys.size()) {
+                shares.keys.push_back(std::move(key));
+                shares.events.emplace_back();
+            }
+            slot = slot_of_topic.emplace(e.topic, s).first;
+        }
+        shares.events[slot->second].push_back(&e);
+    }
+    return shares;
+}
+
+StreamWriter::Written StreamWriter::write(std::span<const Event> batch) {
+    RttTimer rtt(metrics_.redis_rtt_seconds);
+    Written last;
+    const auto max_bytes = static_cast<std::size_t>(config_.batch_bytes);
+    for (std::size_t from = 0; from < batch.size();) {
+        // The next part: events until the next would exceed --batch-bytes,
+        // fewer while Redis is short of memory, at least one.
+        std::size_t to = from, bytes = 0;
+        while (to < batch.size() && (oom_limit_ == 0 || to - from < oom_limit_)) {
+            const auto b = entry_bytes(batch[to]);
+            if (to > from && bytes + b > max_bytes) break;
+            bytes += b;
+            ++to;
+        }
+        const auto written_before = metrics_.events_published.load();
+        try {
+            for (auto& [stream, position] : write_part(batch.subspan(from, to - from)))
+                last[stream] = std::move(position);
+        } catch (const RedisError& e) {
+            // Nothing of a refused transaction ran, and the script stops
+            // at an entry refused, so the same positions can be written
+            // again in smaller parts: entries that got in are refused as
+            // present (explicit ids), and no later entry of a stream gets
+            // in before an earlier one. Ids Redis generates would append
+            // those entries again: the batch is retried whole instead, as
+            // after any other error.
+            const bool wrote_some = metrics_.events_published.load() != written_before;
+            if (!is_oom(e) || to - from == 1 || (wrote_some && config_.id_mode != IdMode::explicit_position)) {
+                if (is_oom(e)) {
+                    if (!metrics_.redis_oom.exchange(true))
+                        spdlog::error("Redis refuses writes for want of memory ({}): not even one entry fits; "
+                                      "the backlog waits in PostgreSQL (retained) until Redis has room",
+                                      e.what());
+                }
+                throw;
+            }
+            oom_limit_ = (to - from) / 2;
+            spdlog::info("Redis is short of memory ({}); writing {} events at {} in parts of {}", e.what(),
+                         batch.size() - from, batch[from].position, oom_limit_);
+            // Redis holds the refused write's query buffer until its cron
+            // shrinks it (10 times a second by default): a smaller part
+            // sent at once would be refused for the memory of the last.
+            pause_unless_stopped(config_.retry_min, stop_);
+            continue;
+        }
+        if (metrics_.redis_oom.exchange(false)) spdlog::info("Redis accepts writes again");
+        if (oom_limit_ > 0) oom_limit_ = oom_limit_ * 2 >= batch.size() ? 0 : oom_limit_ * 2;
+        from = to;
+    }
+    return last;
+}
+
+StreamWriter::Written StreamWriter::write_part(std::span<const Event> events) {
+    const auto shares = split(events);
+    Written last;
+    if (config_.id_mode == IdMode::explicit_position && !script_next_ && !transactions_refused_) {
+        switch (write_transaction(shares, last)) {
+            case Transaction::written:
+                metrics_.transaction_batches++;
+                return last;
+            case Transaction::declined:
+                break;
+            case Transaction::aborted:
+                spdlog::debug("a stream of the batch changed before EXEC; appending with the script");
+                break;
+        }
+    }
+    last = write_with_script(shares);
+    metrics_.script_batches++;
+    script_next_ = false;
+    return last;
+}
+
+// Watches streams and asks for their last ids, formatted into "out"; the
+// replies are for read_look().
+void StreamWriter::format_look(std::string& out, const std::vector<std::string>& keys) {
+    std::vector<std::string_view> watch{"WATCH"};
+    watch.insert(watch.end(), keys.begin(), keys.end());
+    format_command(out, watch);
+    for (const auto& key : keys) format_command(out, {"XINFO", "STREAM", key});
+}
+
+// Reads the replies of a look at streams: each stream's last id, recorded
+// in watched_ while the WATCH holds. WATCH may be refused for one batch
+// (CROSSSLOT: streams in several slots of a cluster node) or for good (an
+// ACL): the streams are then not watched, and the script writes the batch.
+void StreamWriter::read_look(const std::vector<std::string>& keys) {
+    auto watched = redis_->get_reply_raw();
+    const bool ok = watched->type != REDIS_REPLY_ERROR;
+    if (!ok) spdlog::debug("Redis refused WATCH ({}); appending with the script", reply_text(watched.get()));
+    for (const auto& key : keys) {
+        auto info = redis_->get_reply_raw();  // read every reply
+        if (ok) watched_[key] = stream_last_id(info.get());
+    }
+}
+
+// Whether every stream of the batch is watched and as this relay left it:
+// its last id when watched is the last position the relay published there
+// (0-0, or no stream at all, when it published none), and the batch's
+// entries lie above it. The append script would then write every entry,
+// and so do plain XADDs, as long as no stream changes before EXEC (WATCH
+// sees to that). Anything else (Redis lost entries, another writer, a
+// replay after a rewind or a crash, a stream of another type) is for the
+// script to sort out.
+bool StreamWriter::streams_as_known(const Shares& shares) const {
+    for (std::size_t s = 0; s < shares.keys.size(); ++s) {
+        const auto w = watched_.find(shares.keys[s]);
+        const std::optional<Position> last = w == watched_.end() ? std::nullopt : w->second;
+        const auto known = known_.find(shares.keys[s]);
+        const Position expected = known == known_.end() ? Position{} : known->second;
+        const Position first = shares.events[s].front()->parsed;
+        if (!(last && *last == expected && expected < first)) {
+            spdlog::debug("stream \"{}\": last id {}, expected {}, batch from {}; appending with the script",
+                          shares.keys[s], last ? last->to_string() : std::string("unknown"), expected.to_string(),
+                          shares.events[s].front()->position);
+            return false;
+        }
+    }
+    return true;
+}
+
+StreamWriter::Transaction StreamWriter::write_transaction(const Shares& shares, Written& last) {
+    // Streams still watched since the last transaction (which looked at
+    // its own streams again after EXEC) need no look; most batches go to
+    // the streams of the one before, so most batches take one round trip.
+    // Otherwise the transaction is formatted while the look makes its
+    // round trip, and thrown away in the rare case the streams are not as
+    // known.
+    std::vector<std::string> unwatched;
+    for (const auto& key : shares.keys)
+        if (watched_.find(key) == watched_.end()) unwatched.push_back(key);
+    if (!unwatched.empty()) {
+        look_.clear();
+        format_look(look_, unwatched);
+        redis_->append_formatted(look_);
+        redis_->flush();
+    }
+    transaction_.clear();
+    format_command(transaction_, {"MULTI"});
+    const std::string_view maxlen = config_.maxlen > 0 ? std::string_view(maxlen_text_) : std::string_view();
+    std::vector<std::string_view> argv;
+    std::size_t entries = 0;
+    for (std::size_t s = 0; s < shares.keys.size(); ++s) {
+        for (const Event* e : shares.events[s]) {
+            xadd_argv(argv, shares.keys[s], *e, maxlen);
+            format_command(transaction_, argv);
+        }
+        entries += shares.events[s].size();
+    }
+    format_command(transaction_, {"EXEC"});
+    // EXEC ends every WATCH: look at the streams again for the next batch,
+    // in the same round trip.
+    format_look(transaction_, shares.keys);
+    if (!unwatched.empty()) read_look(unwatched);
+    if (!streams_as_known(shares)) return Transaction::declined;
+    redis_->append_formatted(transaction_);
+
+    // Read every reply before deciding, so that the connection is left
+    // outside the transaction whatever happens.
+    auto multi = redis_->get_reply_raw();
+    std::optional<std::string> refused;  // the first command Redis would not queue
+    for (std::size_t i = 0; i < entries; ++i) {
+        auto r = redis_->get_reply_raw();
+        if (r->type == REDIS_REPLY_ERROR && !refused) refused = std::string(reply_text(r.get()));
+    }
+    auto exec = redis_->get_reply_raw();
+    watched_.clear();
+    read_look(shares.keys);
+
+    if (multi->type == REDIS_REPLY_ERROR) {
+        // Refused since the connection was checked: the XADDs ran one by
+        // one. The batch fails and the script looks at what they wrote.
+        spdlog::warn("Redis refused MULTI ({}); appending with the script only until the next connection",
+                     reply_text(multi.get()));
+        transactions_refused_ = true;
+        throw RedisError(RedisError::Kind::reply, "MULTI: " + std::string(reply_text(multi.get())));
+    }
+    if (exec->type == REDIS_REPLY_NIL) return Transaction::aborted;
+    if (exec->type == REDIS_REPLY_ERROR) {
+        // Nothing ran: a command was refused when queued (OOM, READONLY,
+        // ...), or the whole transaction at EXEC. The error of the first
+        // refused command names the cause for the metrics.
+        script_next_ = true;
+        std::string why = refused ? *refused : std::string(reply_text(exec.get()));
+        if (constexpr std::string_view prefix = "EXECABORT Transaction discarded because of: ";
+            why.rfind(prefix, 0) == 0)
+            why.erase(0, prefix.size());
+        throw RedisError(RedisError::Kind::reply, why);
+    }
+    if (exec->type != REDIS_REPLY_ARRAY || exec->elements != entries) {
+        script_next_ = true;
+        throw RedisError(RedisError::Kind::reply, "unexpected reply to EXEC");
+    }
+    return read_transaction_replies(shares, exec.get(), last);
+}
+
+// The replies of the XADDs of a transaction that ran. Each entry was
+// checked to lie above its stream's last id, so none should fail; if one
+// does, Redis went on with the next ones (a transaction has no rollback):
+// the batch fails, the cursor stays, and the script looks at the streams
+// next time, refusing loudly a later entry that got in before a failed one.
+StreamWriter::Transaction StreamWriter::read_transaction_replies(const Shares& shares, const redisReply* exec,
+                                                           Written& last) {
+    std::optional<RedisError> failure;
+    std::uint64_t written = 0;
+    std::size_t i = 0;
+    for (std::size_t s = 0; s < shares.keys.size(); ++s) {
+        const Event* top = nullptr;
+        for (const Event* e : shares.events[s]) {
+            const redisReply* r = exec->element[i++];
+            if (r->type == REDIS_REPLY_ERROR) {
+                if (!failure)
+                    failure.emplace(RedisError::Kind::reply, std::string(reply_text(r)) + " (event " + e->event_id +
+                                                                 " at " + e->position + " to stream \"" +
+                                                                 shares.keys[s] + "\")");
+                continue;
+            }
+            ++written;
+            top = e;
+        }
+        if (top) {
+            last[shares.keys[s]] = top->position;
+            known_[shares.keys[s]] = top->parsed;
+        }
+    }
+    metrics_.events_published += written;
+    if (failure) {
+        script_next_ = true;
+        throw *failure;
+    }
+    return Transaction::written;
+}
+
+// The script reports how many entries of a stream's share it found
+// already present: the first "n" (once one is written, the rest lie above
+// the stream's top). A batch that fails on another stream is retried
+// whole, and finds them present again: each entry counts once.
+std::size_t StreamWriter::count_already(const std::string& key, const std::vector<const Event*>& events, std::size_t n) {
+    auto& counted = already_counted_[key];
+    std::size_t fresh = 0;
+    for (std::size_t i = 0; i < n && i < events.size(); ++i) {
+        if (counted < events[i]->parsed) {
+            ++fresh;
+            counted = events[i]->parsed;
+        }
+    }
+    return fresh;
+}
+
+StreamWriter::Written StreamWriter::write_with_script(const Shares& shares) {
+    const auto& keys = shares.keys;
+    const auto& per_stream = shares.events;
+    // The script's writes would abort the next transaction on a stream
+    // still watched.
+    const bool unwatch = !watched_.empty();
+    if (unwatch) redis_->append({"UNWATCH"});
+    watched_.clear();
+    const bool explicit_ids = config_.id_mode == IdMode::explicit_position;
+    std::vector<std::vector<std::string>> counts(keys.size());
+    for (std::size_t s = 0; s < keys.size(); ++s) {
+        std::string expected;
+        if (explicit_ids) {
+            const auto known = known_.find(keys[s]);
+            if (known != known_.end()) expected = known->second.to_string();
+        }
+        redis_->append(
+            append_script_argv(script_sha_, keys[s], per_stream[s], config_.id_mode, maxlen_text_, expected, counts[s]));
+    }
+    if (unwatch) redis_->get_reply_raw();  // OK; nothing to act on either way
+
+    Written last;
+    std::optional<RedisError> failure;
+    std::uint64_t written = 0, already = 0;
+    for (std::size_t s = 0; s < keys.size(); ++s) {
+        auto r = redis_->get_reply_raw();  // read every reply, even after a failure
+        if (r->type == REDIS_REPLY_ERROR) {
+            if (!failure) failure.emplace(RedisError::Kind::reply, std::string(reply_text(r.get())));
+            if (reply_text(r.get()).rfind("NOSCRIPT", 0) == 0) script_sha_.clear();
+            continue;
+        }
+        if (r->type != REDIS_REPLY_ARRAY || r->elements < 2)
+            throw RedisError(RedisError::Kind::reply, "unexpected reply from the append script");
+        const auto w = static_cast<std::size_t>(r->element[0]->integer);
+        const auto a = static_cast<std::size_t>(r->element[1]->integer);
+        written += w;
+        already += count_already(keys[s], per_stream[s], a);
+        if (w + a > 0) {
+            const Event& top = *per_stream[s][w + a - 1];
+            last[keys[s]] = top.position;
+            if (explicit_ids) known_[keys[s]] = top.parsed;
+        }
+        if (r->elements >= 3 && reply_text(r->element[2]).rfind(kBehindError, 0) == 0) {
+            // Redis lost entries of this stream; nothing of the batch was
+            // written to it. Check every stream and rewind before retrying.
+            stream_behind_ = true;
+            if (!failure)
+                failure.emplace(RedisError::Kind::reply, "stream \"" + keys[s] + "\" lost entries: its last id is " +
+                                                             std::string(reply_text(r->element[2]).substr(kBehindError.size())));
+        } else if (r->elements >= 3 && !failure) {
+            const Event& bad = *per_stream[s][w + a];
+            if (reply_text(r->element[2]).rfind("PGOUTBOX_FOREIGN", 0) == 0)
+                spdlog::error("stream \"{}\" holds an entry this group did not write at or above {}: the event {} "
+                              "cannot be appended at its position, and is not skipped; if this database was "
+                              "restored into another cluster or failed over to one with an older history, run "
+                              "outbox_reanchor('{}'); otherwise remove the foreign entries or publish to another "
+                              "stream (--stream)",
+                              keys[s], bad.position, bad.event_id, config_.group);
+            failure.emplace(RedisError::Kind::reply,
+                            std::string(reply_text(r->element[2])) + " (event " + bad.event_id + " at " +
+                                bad.position + " to stream \"" + keys[s] + "\")");
+        }
+    }
+    metrics_.events_published += written;
+    metrics_.events_already_published += already;
+    if (already > 0) spdlog::info("{} events were already in Redis (published before a crash or takeover)", already);
+    if (failure) {
+        if (script_sha_.empty()) load_script();
+        throw *failure;
+    }
+    return last;
+}
+
+}  // namespace pg_outbox

@@ -1,0 +1,68 @@
+// The connections' error boundaries, on throwaway servers: a Redis error
+// reply becomes an exception unless read raw, and a PostgreSQL error names
+// its statement.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "pg_outbox/errors.hpp"
+#include "servers.hpp"
+
+using namespace pg_outbox;
+using namespace pg_outbox::testing;
+
+// Error replies become RedisError at the connection, with the reply's
+// first word as code; command_raw() returns them as they are.
+TEST(RedisConnectionTest, ErrorRepliesThrowUnlessRaw) {
+    RedisServer server;
+    auto redis = server.connect();
+    redis.command({"SET", "text", "not a stream"});
+    try {
+        redis.command({"XADD", "text", "*", "f", "v"});
+        FAIL() << "no exception";
+    } catch (const RedisError& e) {
+        EXPECT_EQ(e.kind(), RedisError::Kind::reply);
+        EXPECT_EQ(e.code(), "WRONGTYPE");
+    }
+    try {
+        redis.command({"XADD", "text", "*", "f", "v"}, "XADD text");
+        FAIL() << "no exception";
+    } catch (const RedisError& e) {
+        EXPECT_EQ(std::string(e.what()).rfind("XADD text: WRONGTYPE", 0), 0u) << e.what();
+    }
+    auto raw = redis.command_raw({"XADD", "text", "*", "f", "v"});
+    EXPECT_EQ(raw->type, REDIS_REPLY_ERROR);
+    EXPECT_EQ(reply_text(redis.command({"PING"}).get()), "PONG");  // the connection goes on
+}
+
+// A failed exec() carries its SQL text; a failed prepared statement its
+// name, which the message shows too, whether run at once or pipelined.
+TEST(PgConnectionTest, ErrorsNameTheirStatement) {
+    PgServer server;
+    PgConnection pg(server.conninfo("postgres"), "tests");
+    try {
+        pg.exec("SELECT 1 / $1::int", {"0"});
+        FAIL() << "no exception";
+    } catch (const PgError& e) {
+        EXPECT_EQ(e.sqlstate(), "22012");
+        EXPECT_EQ(e.statement(), "SELECT 1 / $1::int");
+    }
+    pg.prepare("divide", "SELECT 1 / $1::int");
+    pg.send_prepared("divide", {"1"});
+    pg.send_prepared("divide", {"0"});
+    EXPECT_EQ(pg.receive().get(0, 0), "1");
+    try {
+        pg.receive();
+        FAIL() << "no exception";
+    } catch (const PgError& e) {
+        EXPECT_EQ(e.statement(), "divide");
+        EXPECT_NE(std::string(e.what()).find("(statement divide)"), std::string::npos) << e.what();
+    }
+    try {
+        pg.prepare("broken", "SELECT FROM nowhere");
+        FAIL() << "no exception";
+    } catch (const PgError& e) {
+        EXPECT_EQ(e.sqlstate(), "42P01");
+        EXPECT_EQ(e.statement(), "broken");
+    }
+}
