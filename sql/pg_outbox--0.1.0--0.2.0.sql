@@ -1149,6 +1149,9 @@ DECLARE
 	n bigint;
 	markers regclass;
 	last_event record;
+	started timestamptz := clock_timestamp();
+	lagging_names text[];
+	lagging_ages interval[];
 BEGIN
 	IF NOT outbox.try_maintenance_lock() THEN
 		action := 'skipped'; detail := 'another maintenance run is in progress';
@@ -1157,7 +1160,14 @@ BEGIN
 	END IF;
 	SELECT * INTO cfg FROM outbox.config;
 	PERFORM set_config('lock_timeout', (extract(epoch FROM cfg.lock_timeout) * 1000)::int || 'ms', true);
-	UPDATE outbox.maintenance SET last_started_at = clock_timestamp();
+	-- The lag of each group (step 5) is read first, while the run has no
+	-- transaction id: counting a backlog takes time, and a transaction id
+	-- held meanwhile would hold back the feed horizon of every group in
+	-- xid8 order. The run writes only from here, mostly nothing.
+	SELECT array_agg(s.group_name ORDER BY s.group_name), array_agg(s.oldest_waiting_age ORDER BY s.group_name)
+	  INTO lagging_names, lagging_ages
+	  FROM @extschema@.outbox_group_stats() s
+	 WHERE NOT s.stale AND s.oldest_waiting_age > cfg.max_group_lag;
 
 	-- 1. Rows that landed in the default partition: give each range its
 	-- partition and move the rows there, a range per subtransaction.
@@ -1267,10 +1277,9 @@ BEGIN
 		RETURN NEXT;
 	END;
 
-	-- 5. Groups that lag: reported, never skipped.
-	FOR g IN SELECT s.group_name, s.oldest_waiting_age
-			   FROM @extschema@.outbox_group_stats() s
-			  WHERE NOT s.stale AND s.oldest_waiting_age > cfg.max_group_lag
+	-- 5. Groups that lag (read above): reported, never skipped.
+	FOR g IN SELECT l.group_name, l.oldest_waiting_age
+			   FROM unnest(lagging_names, lagging_ages) AS l(group_name, oldest_waiting_age)
 	LOOP
 		RAISE WARNING 'pg_outbox: group "%" lags: its oldest waiting event is % old', g.group_name, g.oldest_waiting_age
 			USING HINT = 'Its events are kept until it passes them. Start its relay, or mark it stale with outbox_group_set_stale() so that it stops keeping storage.';
@@ -1278,7 +1287,7 @@ BEGIN
 		RETURN NEXT;
 	END LOOP;
 
-	UPDATE outbox.maintenance SET last_finished_at = clock_timestamp();
+	UPDATE outbox.maintenance SET last_started_at = started, last_finished_at = clock_timestamp();
 END
 $$;
 
