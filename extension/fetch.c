@@ -292,19 +292,18 @@ OutboxLead(int32 group_id)
 	return !isnull && leads;
 }
 
-/* The group's topics into the range; NULL: every topic. */
+/* The group's topics (a text[]) into the range; NULL: every topic. */
 static void
-OutboxRangeTopics(FeedRange *a, const GroupRow *g)
+OutboxRangeTopics(FeedRange *a, ArrayType *topics)
 {
 	Datum	   *elems;
 	bool	   *elem_nulls;
 	int			i;
 
 	a->ntopics = -1;
-	if (g->nulls[GROUP_TOPICS])
+	if (topics == NULL)
 		return;
-	deconstruct_array(DatumGetArrayTypeP(g->values[GROUP_TOPICS]), TEXTOID, -1, false, TYPALIGN_INT,
-					  &elems, &elem_nulls, &a->ntopics);
+	deconstruct_array(topics, TEXTOID, -1, false, TYPALIGN_INT, &elems, &elem_nulls, &a->ntopics);
 	a->topics = palloc(sizeof(text *) * Max(a->ntopics, 1));
 	for (i = 0; i < a->ntopics; i++)
 		a->topics[i] = elem_nulls[i] ? NULL : DatumGetTextPP(elems[i]);
@@ -336,7 +335,6 @@ static bool
 OutboxPlaceBatch(Datum *args, char *nulls, FeedRange *a, bool *current)
 {
 	text	   *name;
-	char	   *group_name;
 	const char *after = NULL;
 	int32		batch_size;
 	GroupRow	g;
@@ -359,14 +357,13 @@ OutboxPlaceBatch(Datum *args, char *nulls, FeedRange *a, bool *current)
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("group name must not be null")));
 	name = DatumGetTextPP(args[0]);
-	group_name = text_to_cstring(name);
 	if (!OutboxReadGroup(name, &g, current))
 	{
 		if (!*current)
 			return false;
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("group \"%s\" does not exist", group_name),
+				 errmsg("group \"%s\" does not exist", text_to_cstring(name)),
 				 errhint("Create it with outbox_group_create().")));
 	}
 
@@ -376,13 +373,13 @@ OutboxPlaceBatch(Datum *args, char *nulls, FeedRange *a, bool *current)
 		if (!OutboxLead(DatumGetInt32(g.values[GROUP_ID])))
 			return false;
 		if (!OutboxReadGroup(name, &g, current))
-			elog(ERROR, "pg_outbox: group \"%s\" went away while this session took the lead", group_name);
+			elog(ERROR, "pg_outbox: group \"%s\" went away while this session took the lead", text_to_cstring(name));
 	}
 	if (OutboxNoteGeneration(DatumGetInt32(g.values[GROUP_ID]), DatumGetInt64(g.values[GROUP_GENERATION])) !=
 		DatumGetInt64(g.values[GROUP_GENERATION]))
 		ereport(ERROR,
 				(errcode(ERRCODE_OUTBOX_REWOUND),
-				 errmsg("cursor of group \"%s\" was moved by outbox_rewind() while this session led it", group_name),
+				 errmsg("cursor of group \"%s\" was moved by outbox_rewind() while this session led it", text_to_cstring(name)),
 				 errdetail("The cursor is at %s now.", TextDatumGetCString(g.values[GROUP_CURSOR])),
 				 errhint("Fetch again without \"after\": the next batch starts at the moved cursor.")));
 
@@ -391,7 +388,7 @@ OutboxPlaceBatch(Datum *args, char *nulls, FeedRange *a, bool *current)
 	a->epoch = (uint64) DatumGetInt64(g.values[GROUP_EPOCH]);
 	a->cursor_seq = DatumGetInt64(g.values[GROUP_CURSOR_SEQ]);
 	a->commit = strcmp(TextDatumGetCString(g.values[GROUP_ORDERING]), "commit") == 0;
-	OutboxRangeTopics(a, &g);
+	OutboxRangeTopics(a, g.nulls[GROUP_TOPICS] ? NULL : DatumGetArrayTypeP(g.values[GROUP_TOPICS]));
 	if (nulls[2] != 'n')
 		after = OutboxUnshiftPosition(TextDatumGetCString(args[2]), a->epoch);
 
@@ -413,11 +410,11 @@ OutboxPlaceBatch(Datum *args, char *nulls, FeedRange *a, bool *current)
 		if (a->cursor_ticket > a->horizon + 1)
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-					 errmsg("cursor of group \"%s\" is ahead of this server's commit tickets", group_name),
+					 errmsg("cursor of group \"%s\" is ahead of this server's commit tickets", text_to_cstring(name)),
 					 errdetail("The cursor is at ticket " INT64_FORMAT ", the commit horizon is at " INT64_FORMAT ".",
 							   a->cursor_ticket, a->horizon),
 					 errhint("After a restore into another cluster or a failover, re-anchor the group with outbox_reanchor(%s).",
-							 quote_literal_cstr(group_name))));
+							 quote_literal_cstr(text_to_cstring(name)))));
 		/*
 		 * Every transaction with a ticket up to the horizon has ended, so its
 		 * id is below the next one, read after the horizon.
@@ -445,11 +442,11 @@ OutboxPlaceBatch(Datum *args, char *nulls, FeedRange *a, bool *current)
 		if (a->cursor_txid > next_xid)
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-					 errmsg("cursor of group \"%s\" is ahead of this server's transaction ids", group_name),
+					 errmsg("cursor of group \"%s\" is ahead of this server's transaction ids", text_to_cstring(name)),
 					 errdetail("The cursor is at transaction " UINT64_FORMAT ", the next transaction id is " UINT64_FORMAT ". This happens after a dump and restore into another cluster, or a failover to a server with an older history.",
 							   a->cursor_txid, next_xid),
 					 errhint("Re-anchor the group with outbox_reanchor(%s): it goes on from this server's horizon, with stream ids above those it published.",
-							 quote_literal_cstr(group_name))));
+							 quote_literal_cstr(text_to_cstring(name)))));
 		/*
 		 * A relay that fetches the next batch while the broker still writes
 		 * the previous one reads after that batch, not after the cursor.
@@ -516,20 +513,9 @@ OutboxReadArgs(HeapTuple row, TupleDesc desc, FeedRange *a)
 	if (isnull)
 		elog(ERROR, "outbox.fetch_args() returned no transaction id bound");
 
+	/* Copied: the row goes with the next SPI call. */
 	topics = OutboxArg(row, desc, "topics", &isnull);
-	a->ntopics = -1;
-	if (!isnull)
-	{
-		Datum	   *elems;
-		bool	   *elem_nulls;
-		int			i;
-
-		deconstruct_array(DatumGetArrayTypePCopy(topics), TEXTOID, -1, false, TYPALIGN_INT,
-						  &elems, &elem_nulls, &a->ntopics);
-		a->topics = palloc(sizeof(text *) * Max(a->ntopics, 1));
-		for (i = 0; i < a->ntopics; i++)
-			a->topics[i] = elem_nulls[i] ? NULL : DatumGetTextPP(elems[i]);
-	}
+	OutboxRangeTopics(a, isnull ? NULL : DatumGetArrayTypePCopy(topics));
 }
 
 

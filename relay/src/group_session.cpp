@@ -287,12 +287,7 @@ void GroupSession::maybe_maintain(bool idle) {
     // A run may take the better part of a second, or more on a large
     // table, without a fetch: the lease is renewed first, so that it lasts
     // a whole --lease from here (and a leader that lost it stands by).
-    try {
-        if (pg_->exec(kLeadSql, {config_.group}).get(0, 0) != "t") throw LostLeadership{};
-    } catch (const PgError& e) {
-        if (e.connection_lost()) throw;
-        rethrow_refusal(e);
-    }
+    if (!lead()) throw LostLeadership{};
     try {
         const auto t0 = std::chrono::steady_clock::now();
         auto r = pg_->exec(kMaintainSql, {std::to_string(config_.maintain_interval.count())});
