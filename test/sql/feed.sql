@@ -230,6 +230,14 @@ SELECT clock_timestamp() AS t0 \gset
 SELECT count(*) FROM outbox_fetch('no_wait', 10, NULL, '3 s');
 -- (Preloaded, as on a server set up as the README recommends, it waits.)
 SELECT (clock_timestamp() - :'t0' < '2 s') = NOT outbox.commit_order_available() AS returned_at_once_unless_preloaded;
+-- The lease each leader sets for itself: 100 ms to 1 hour, refused outside.
+SELECT pg_temp.try($$SET pg_outbox.lease = '99ms'$$);
+SELECT pg_temp.try($$SET pg_outbox.lease = '61min'$$);
+SELECT pg_temp.try($$SET pg_outbox.lease = '-1s'$$);
+SELECT pg_temp.try($$SET pg_outbox.lease = 'soon'$$);
+SELECT pg_temp.try($$SET pg_outbox.lease = '99999999999999999999'$$);
+SELECT pg_temp.try($$SET pg_outbox.lease = '100ms'$$), current_setting('pg_outbox.lease');
+RESET pg_outbox.lease;
 SELECT outbox_group_drop('no_wait');
 
 -- A batch's rows are kept in memory of the session that outlives the
