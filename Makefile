@@ -31,7 +31,7 @@ REGRESS_OPTS = --inputdir=test --outputdir=test --load-extension=$(EXTENSION)
 # Specs whose setup or teardown truncates the event table wait for the
 # maintenance lock first: on a preloaded cluster a background maintenance run
 # could otherwise deadlock with the TRUNCATE.
-ISOLATION = xid_order abort_savepoint open_tx prepared two_relays inbox_race inbox_isolation maintain_concurrent rewind_leader holders_privacy lease
+ISOLATION = xid_order emit_ids abort_savepoint open_tx prepared two_relays inbox_race inbox_isolation maintain_concurrent rewind_leader holders_privacy lease
 ISOLATION_OPTS = --inputdir=test --outputdir=test/isolation --load-extension=$(EXTENSION)
 
 # Tests that need pg_outbox in shared_preload_libraries (the commit order):

@@ -66,6 +66,18 @@ static int	pg_outbox_max_payload_size = OUTBOX_DEFAULT_MAX_PAYLOAD_SIZE;
 static FullTransactionId SeqFxid = {0};
 static int64 SeqLast = 0;
 
+/*
+ * Random bytes for event ids, drawn from pg_strong_random() a pool at a
+ * time: a call costs microseconds whatever its size (with OpenSSL, most of
+ * an emit's CPU when made per event), and an event id needs ten bytes.
+ * The pool belongs to the backend that filled it: one inherited across
+ * fork would hand out the same ids in two processes.
+ */
+#define OUTBOX_RANDOM_POOL_SIZE 4096
+static uint8 RandomPool[OUTBOX_RANDOM_POOL_SIZE];
+static int	RandomPoolLeft = 0;
+static int	RandomPoolPid = 0;
+
 /* Defines pg_outbox.max_payload_size; called once from _PG_init. */
 void
 OutboxEmitInit(void)
@@ -110,10 +122,29 @@ OutboxReserveSeq(FullTransactionId fxid, int count)
 	return before;
 }
 
+/* Copies "n" bytes, never handed out before, from the random pool. */
+static void
+OutboxRandomBytes(uint8 *dst, int n)
+{
+	Assert(n <= OUTBOX_RANDOM_POOL_SIZE);
+	if (RandomPoolPid != MyProcPid || RandomPoolLeft < n)
+	{
+		if (!pg_strong_random(RandomPool, OUTBOX_RANDOM_POOL_SIZE))
+			ereport(ERROR,
+					(errcode(ERRCODE_INTERNAL_ERROR),
+					 errmsg("could not generate random values")));
+		RandomPoolLeft = OUTBOX_RANDOM_POOL_SIZE;
+		RandomPoolPid = MyProcPid;
+	}
+	memcpy(dst, RandomPool + OUTBOX_RANDOM_POOL_SIZE - RandomPoolLeft, n);
+	RandomPoolLeft -= n;
+}
+
 /*
- * A time-ordered (version 7) UUID: 48 bits of Unix milliseconds, then random
- * bits. Time-ordered ids keep the inbox's (consumer, event_id) index
- * appending at its right edge instead of writing all over it.
+ * A time-ordered (version 7) UUID: 48 bits of Unix milliseconds, then 74
+ * random bits (the other 6 are the version and the variant). Time-ordered
+ * ids keep the inbox's (consumer, event_id) index appending at its right
+ * edge instead of writing all over it.
  */
 static void
 OutboxNewEventId(pg_uuid_t *uuid, TimestampTz now)
@@ -124,11 +155,7 @@ OutboxNewEventId(pg_uuid_t *uuid, TimestampTz now)
 	unix_ms = (uint64) (now / 1000) +
 		(uint64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * 1000;
 
-	if (!pg_strong_random(uuid->data, UUID_LEN))
-		ereport(ERROR,
-				(errcode(ERRCODE_INTERNAL_ERROR),
-				 errmsg("could not generate random values")));
-
+	OutboxRandomBytes(uuid->data + 6, UUID_LEN - 6);
 	for (i = 0; i < 6; i++)
 		uuid->data[i] = (unsigned char) (unix_ms >> (40 - 8 * i));
 	uuid->data[6] = (uuid->data[6] & 0x0f) | 0x70;	/* version 7 */

@@ -13,6 +13,27 @@ SELECT e.txid = pg_current_xact_id() AS own_txid, e.seq, e.topic, e.key, e.paylo
   FROM outbox.event e JOIN seen s USING (event_id);
 COMMIT;
 
+-- Generated ids stay distinct, version 7 and RFC 4122 variant, across many
+-- refills of the backend's pool of random bytes (ten bytes an id, 4096 a
+-- pool), by outbox_emit and outbox_emit_many alike; their millisecond
+-- prefixes never go back.
+BEGIN;
+CREATE TEMP TABLE many_ids ON COMMIT DROP AS
+SELECT outbox_emit('ids', NULL, to_jsonb(i)) AS event_id, i FROM generate_series(1, 5000) i
+UNION ALL
+SELECT m.event_id, 5000 + m.n FROM outbox_emit_many('ids', NULL,
+       (SELECT array_agg(to_jsonb(i)) FROM generate_series(1, 5000) i)) WITH ORDINALITY AS m(event_id, n);
+SELECT count(*) AS ids, count(DISTINCT event_id) AS distinct_ids,
+       count(*) FILTER (WHERE substr(event_id::text, 15, 1) = '7') AS version_7,
+       count(*) FILTER (WHERE substr(event_id::text, 20, 1) IN ('8', '9', 'a', 'b')) AS rfc4122_variant,
+       count(DISTINCT substr(event_id::text, 20)) AS distinct_random_tails
+  FROM many_ids;
+SELECT count(*) AS prefix_went_back
+  FROM (SELECT substr(event_id::text, 1, 13) AS ms,
+               lag(substr(event_id::text, 1, 13)) OVER (ORDER BY i) AS before FROM many_ids) t
+ WHERE ms < before;
+ROLLBACK;
+
 -- A given event id is kept as is; headers and a NULL key are stored.
 BEGIN;
 SELECT outbox_emit('orders', NULL, '{"amount": 20}', '{"trace": "abc"}',
