@@ -52,6 +52,7 @@ trap 'exit 130' INT TERM
 say "starting PostgreSQL on 127.0.0.1:$PG_PORT and Redis on 127.0.0.1:$REDIS_PORT"
 pg_start "$WORK/pg" "$PG_PORT" "shared_buffers = '1GB'" "max_wal_size = '8GB'" "checkpoint_timeout = '30min'" \
 	"max_connections = 50" "shared_preload_libraries = 'pg_outbox'"
+MAIN_PG_PID=$PG_PID
 redis_start "$WORK/redis" "$REDIS_PORT"
 REDIS="127.0.0.1:$REDIS_PORT"
 
@@ -74,6 +75,22 @@ wait_streams() { # until the streams hold $1 entries (at most 30 minutes)
 # median, min and max of numbers on stdin: "median (min–max)"
 stats() { sort -g | awk '{a[NR]=$1} END {m=(NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2; printf "%.6g (%.6g–%.6g)", m, a[1], a[NR]}'; }
 result() { sed -n "s/^RESULT $1 //p"; }
+# "pid ticks" for each given process: the CPU time (user and system) it
+# has used so far, in clock ticks.
+cpu_snapshot() {
+	local p
+	for p in "$@"; do
+		# the fields after the command name, which may hold spaces
+		sed 's/^.*) //' "/proc/$p/stat" 2>/dev/null | awk -v p="$p" '{print p, $12 + $13}' || true
+	done
+}
+# CPU seconds used between two snapshots; a process missing from the first
+# started in between.
+cpu_between() {
+	awk -v hz="$(getconf CLK_TCK)" 'NR == FNR {a[$1] = $2; next} {s += $2 - a[$1]} END {printf "%.3f", s / hz}' "$1" "$2"
+}
+# The main PostgreSQL server's processes: the postmaster and its children.
+pg_processes() { echo "$MAIN_PG_PID" $(ps -o pid= --ppid "$MAIN_PG_PID"); }
 
 # Emits $2 events into database $1: 10,000 per transaction, four topics,
 # a 16-character key and about 200 bytes of JSON each.
@@ -184,8 +201,22 @@ if [[ " $ONLY " == *" emit "* ]]; then
 	)
 	BULKSQL[xplain]=${BULKSQL[plain]}
 	BULKSQL[xoutbox]=${BULKSQL[outbox]}
+	# outbox_emit called once per row by set-based SQL
+	BULKSQL[outbox_row]="SELECT count(outbox_emit('orders', lpad(i::text, 16, '0'), '$PAYLOAD')) FROM generate_series(1, $BULK) i"
+	# What each stores, indexes included, after a bulk emit (bytes).
+	tree_size() { echo "(SELECT coalesce(sum(pg_total_relation_size(relid)), 0) FROM pg_partition_tree('$1') WHERE isleaf)"; }
+	declare -A SIZESQL=(
+		[plain]="SELECT pg_total_relation_size('plain_events')"
+		[outbox]="SELECT $(tree_size outbox.event) + $(tree_size outbox.commit_log)"
+		[naive]="SELECT pg_total_relation_size('naive_outbox')"
+		[pgq]="WITH RECURSIVE t(oid) AS (SELECT 'pgq.event_template'::regclass::oid
+			UNION SELECT i.inhrelid FROM pg_inherits i JOIN t ON i.inhparent = t.oid)
+			SELECT sum(pg_total_relation_size(oid)) FROM t"
+	)
+	SIZESQL[outbox_row]=${SIZESQL[outbox]}
 	# Variants whose name starts with x run on the server without tickets.
 	VARIANTS=(plain outbox naive pgq xplain xoutbox)
+	BULK_VARIANTS=("${VARIANTS[@]}" outbox_row)
 	port_of() { if [[ $1 == x* ]]; then echo "$PG2_PORT"; else echo "$PG_PORT"; fi; }
 	reset_tables() {
 		psql_db emit -c "TRUNCATE plain_events, naive_outbox, outbox.event, outbox.commit_log" -c "SELECT pgq.drop_queue('emit', true)" -c "SELECT pgq.create_queue('emit')" -c "CHECKPOINT" >/dev/null
@@ -206,15 +237,20 @@ if [[ " $ONLY " == *" emit "* ]]; then
 				line="$line $(echo "$tps $shape" | awk '{printf "%.0f", $1 * $2}')"
 			done
 		done
-		for v in "${VARIANTS[@]}"; do
+		sizes=""
+		for v in "${BULK_VARIANTS[@]}"; do
 			reset_tables
 			t0=$(now)
 			psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$(port_of "$v")" -U postgres -d emit -c "${BULKSQL[$v]}" >/dev/null
 			t1=$(now)
 			line="$line $(echo "$BULK $t0 $t1" | awk '{printf "%.0f", $1 / ($3 - $2)}')"
+			if [ -n "${SIZESQL[$v]:-}" ]; then
+				sizes="$sizes $(psql_db emit -At -c "${SIZESQL[$v]}" | awk -v n="$BULK" '{printf "%.1f", $1 / n}')"
+			fi
 		done
-		echo "$line" >>"$WORK/emit"
-		echo "   round $r: events/s (1/tx: ${VARIANTS[*]}; 100/tx: same; bulk: same):$line"
+		echo "$line$sizes" >>"$WORK/emit"
+		echo "   round $r: events/s (1/tx: ${VARIANTS[*]}; 100/tx: same; bulk: ${BULK_VARIANTS[*]}):$line"
+		echo "   bytes per event after a bulk emit, indexes included (plain outbox_emit_many naive pgq outbox_emit):$sizes"
 	done
 	i=0
 	for shape in "1 event a transaction, 4 clients" "100 events a transaction, 4 clients" "bulk, one session, $BULK events"; do
@@ -230,6 +266,16 @@ if [[ " $ONLY " == *" emit "* ]]; then
 		row "emit, $shape: cost of outbox_emit / plain INSERT without commit tickets (xid8 order only) | $(awk -v c=$p '{print $(c + 4) / $(c + 5)}' "$WORK/emit" | stats) |"
 		row "emit, $shape: cost of commit tickets: outbox_emit without / with | $(awk -v c=$p '{print $(c + 5) / $(c + 1)}' "$WORK/emit" | stats) |"
 		i=$((i + 1))
+	done
+	# column 19: outbox_emit per row in set-based SQL; 20-24: bytes per event
+	row "emit, bulk, one session, $BULK events: outbox_emit once per row, set-based SQL (events/s) | $(awk '{print $19}' "$WORK/emit" | stats) |"
+	row "emit, bulk, one session: outbox_emit once per row / plain INSERT | $(awk '{print $19 / $13}' "$WORK/emit" | stats) | ≥ 0.95"
+	row "emit, bulk, one session: outbox_emit_many / plain INSERT | $(awk '{print $14 / $13}' "$WORK/emit" | stats) | ≥ 0.95"
+	row "emit, 1 event a transaction, 4 clients: outbox_emit / plain INSERT | $(awk '{print $2 / $1}' "$WORK/emit" | stats) | ≥ 0.97"
+	c=20
+	for what in "plain INSERT" "pg_outbox (outbox_emit_many)" "naive status-column outbox" "PgQ" "pg_outbox (outbox_emit per row)"; do
+		row "stored bytes per event after a bulk emit, indexes included: $what | $(awk -v c=$c '{print $c}' "$WORK/emit" | stats) |"
+		c=$((c + 1))
 	done
 	psql_db postgres -c "DROP DATABASE emit"
 	pg_stop "$(head -n 1 "$WORK/pg_xid8/data/postmaster.pid")"
@@ -270,35 +316,39 @@ if [[ " $ONLY " == *" drain "* ]]; then
 		CREATE TABLE naive_outbox (id bigint PRIMARY KEY, event_id uuid, topic text, key text, payload jsonb,
 			headers jsonb, created_at timestamptz, status text NOT NULL DEFAULT 'new', updated_at timestamptz);
 		CREATE INDEX naive_outbox_new ON naive_outbox (id) WHERE status = 'new';" -c "VACUUM ANALYZE"
+	# Drains group $1 from the beginning with pg_outbox_relay. Sets
+	# DRAIN_EPS (events/s), DRAIN_RSS (the relay's peak, kB) and DRAIN_CPU:
+	# CPU microseconds per event of PostgreSQL (all its processes), the
+	# relay and Redis, while the relay ran.
+	drain_relay() {
+		redis flushall >/dev/null
+		psql_db drain -c "SELECT outbox_rewind('$1', 'beginning'); UPDATE outbox.groups SET streams = '{}'" >/dev/null
+		settle drain
+		cpu_snapshot $(pg_processes) "$REDIS_PID" >"$WORK/cpu0"
+		t0=$(now)
+		"$RELAY" publish --pg "$(conninfo drain)" --redis "$REDIS" --group "$1" --batch-size 1000 \
+			--log-level warn >"$WORK/relay.log" 2>&1 &
+		RELAY_PID=$!
+		wait_streams "$EVENTS"
+		t1=$(now)
+		cpu_snapshot $(pg_processes) >"$WORK/cpu1_pg"
+		cpu_snapshot "$REDIS_PID" >"$WORK/cpu1_redis"
+		cpu_snapshot "$RELAY_PID" >"$WORK/cpu1_relay"
+		DRAIN_RSS=$(awk '/VmHWM/ {print $2}' "/proc/$RELAY_PID/status")
+		stop_pid "$RELAY_PID"
+		RELAY_PID=
+		DRAIN_EPS=$(echo "$EVENTS $t0 $t1" | awk '{printf "%.0f", $1 / ($3 - $2)}')
+		DRAIN_CPU=""
+		for part in pg relay redis; do
+			DRAIN_CPU="$DRAIN_CPU $(cpu_between "$WORK/cpu0" "$WORK/cpu1_$part" | awk -v n="$EVENTS" '{printf "%.2f", $1 * 1e6 / n}')"
+		done
+	}
 	: >"$WORK/drain"
 	for r in $(seq 1 "$ROUNDS"); do
-		# pg_outbox_relay
-		redis flushall >/dev/null
-		psql_db drain -c "SELECT outbox_rewind('drain', 'beginning'); UPDATE outbox.groups SET streams = '{}'" >/dev/null
-		settle drain
-		t0=$(now)
-		"$RELAY" publish --pg "$(conninfo drain)" --redis "$REDIS" --group drain --batch-size 1000 \
-			--log-level warn >"$WORK/relay.log" 2>&1 &
-		RELAY_PID=$!
-		wait_streams "$EVENTS"
-		t1=$(now)
-		rss=$(awk '/VmHWM/ {print $2}' "/proc/$RELAY_PID/status")
-		stop_pid "$RELAY_PID"
-		RELAY_PID=
-		relay_eps=$(echo "$EVENTS $t0 $t1" | awk '{printf "%.0f", $1 / ($3 - $2)}')
-		# the same relay on the commit-ordered group
-		redis flushall >/dev/null
-		psql_db drain -c "SELECT outbox_rewind('drain_commit', 'beginning'); UPDATE outbox.groups SET streams = '{}'" >/dev/null
-		settle drain
-		t0=$(now)
-		"$RELAY" publish --pg "$(conninfo drain)" --redis "$REDIS" --group drain_commit --batch-size 1000 \
-			--log-level warn >"$WORK/relay.log" 2>&1 &
-		RELAY_PID=$!
-		wait_streams "$EVENTS"
-		t1=$(now)
-		stop_pid "$RELAY_PID"
-		RELAY_PID=
-		commit_eps=$(echo "$EVENTS $t0 $t1" | awk '{printf "%.0f", $1 / ($3 - $2)}')
+		drain_relay drain
+		relay_eps=$DRAIN_EPS rss=$DRAIN_RSS xid8_cpu=$DRAIN_CPU
+		drain_relay drain_commit
+		commit_eps=$DRAIN_EPS commit_cpu=$DRAIN_CPU
 		# the ceiling: bare pipelined XADD of the same entries
 		redis flushall >/dev/null
 		settle drain
@@ -312,8 +362,9 @@ if [[ " $ONLY " == *" drain "* ]]; then
 		redis flushall >/dev/null
 		settle drain
 		pgq_eps=$("$TOOL" pgq-relay --pg "$(conninfo drain)" --redis "$REDIS" --consumer "round$r" | result events_per_second)
-		echo "$relay_eps $ceiling_eps $naive_eps $rss $pgq_eps $commit_eps" >>"$WORK/drain"
+		echo "$relay_eps $ceiling_eps $naive_eps $rss $pgq_eps $commit_eps$xid8_cpu$commit_cpu" >>"$WORK/drain"
 		echo "   round $r: relay $relay_eps/s (commit order $commit_eps/s), XADD ceiling $ceiling_eps/s, naive relay $naive_eps/s, PgQ consumer $pgq_eps/s, relay peak RSS ${rss} kB"
+		echo "   CPU µs per event (PostgreSQL, relay, Redis): xid8 order$xid8_cpu; commit order$commit_cpu"
 	done
 	redis flushall >/dev/null
 	row "drain $EVENTS events: pg_outbox_relay, xid8 order (events/s) | $(awk '{print $1}' "$WORK/drain" | stats) |"
@@ -321,10 +372,17 @@ if [[ " $ONLY " == *" drain "* ]]; then
 	row "drain: bare pipelined XADD, the ceiling (events/s) | $(awk '{print $2}' "$WORK/drain" | stats) |"
 	row "drain: naive status-column relay (events/s) | $(awk '{print $3}' "$WORK/drain" | stats) |"
 	row "drain: PgQ consumer, batches of 1000 (events/s) | $(awk '{print $5}' "$WORK/drain" | stats) |"
-	row "drain: relay / ceiling | $(awk '{print $1 / $2}' "$WORK/drain" | stats) | ≥ 0.5"
+	row "drain: relay / ceiling | $(awk '{print $1 / $2}' "$WORK/drain" | stats) | ≥ 0.9"
 	row "drain: relay / naive | $(awk '{print $1 / $3}' "$WORK/drain" | stats) | ≥ 3"
 	row "drain: relay / PgQ consumer | $(awk '{print $1 / $5}' "$WORK/drain" | stats) |"
-	row "drain: relay in commit order / ceiling | $(awk '{print $6 / $2}' "$WORK/drain" | stats) |"
+	row "drain: relay in commit order / ceiling | $(awk '{print $6 / $2}' "$WORK/drain" | stats) | ≥ 0.9"
+	c=7
+	for order in xid8 commit; do
+		for part in "PostgreSQL (all processes)" "pg_outbox_relay" "Redis"; do
+			row "drain, $order order: CPU of $part per event (µs) | $(awk -v c=$c '{print $c}' "$WORK/drain" | stats) |"
+			c=$((c + 1))
+		done
+	done
 	row "drain: relay in commit order / in xid8 order | $(awk '{print $6 / $1}' "$WORK/drain" | stats) |"
 	row "relay peak RSS during drain (MB) | $(awk '{print $4 / 1024}' "$WORK/drain" | stats) | < 64"
 	psql_db postgres -c "DROP DATABASE drain"
