@@ -1133,12 +1133,66 @@ COMMENT ON FUNCTION @extschema@.inbox_replay(bigint, text) IS
 
 COMMENT ON COLUMN outbox.maintenance.retired_txid IS 'with retired_seq: position of the last event retention removed';
 
+-- Sorting off made queries that sort anyway look expensive enough for
+-- JIT, at half a second each: JIT is off in both maintenance functions.
+CREATE OR REPLACE FUNCTION outbox.retire_blocker(part regclass, lower xid8, upper xid8)
+RETURNS text
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+SET enable_sort = off
+SET jit = off
+AS $$
+DECLARE
+	g record;
+	holders text[] := '{}';
+	ahead boolean;
+	markers regclass;
+	last_ticket bigint;
+	newest timestamptz;
+	retention interval := (SELECT c.retention FROM outbox.config c);
+BEGIN
+	IF upper > outbox.horizon() THEN
+		RETURN 'current or future transactions';
+	END IF;
+	markers := to_regclass(format('outbox.%I', outbox.commit_partition_name(lower)));
+	IF markers IS NOT NULL THEN
+		EXECUTE format('SELECT max(ticket) FROM %s', markers) INTO last_ticket;
+	END IF;
+	FOR g IN SELECT * FROM outbox.groups WHERE NOT stale ORDER BY name LOOP
+		IF g.ordering = 'commit' THEN
+			-- Passed when nothing is left to publish up to the partition's
+			-- last commit.
+			ahead := last_ticket >= g.cursor_ticket
+					 AND EXISTS (SELECT 1 FROM outbox.commit_backlog(g.cursor_ticket, g.cursor_seq, NULL, last_ticket));
+		ELSIF g.cursor_txid < upper THEN
+			EXECUTE format('SELECT EXISTS (SELECT 1 FROM %s WHERE (txid, seq) > ($1, $2))', part)
+				INTO ahead USING g.cursor_txid, g.cursor_seq;
+		ELSE
+			ahead := false;
+		END IF;
+		IF ahead THEN
+			holders := holders || format('"%s"', g.name);
+		END IF;
+	END LOOP;
+	IF cardinality(holders) > 0 THEN
+		RETURN 'not yet passed by group ' || array_to_string(holders, ', ');
+	END IF;
+	EXECUTE format('SELECT created_at FROM %s ORDER BY txid DESC, seq DESC LIMIT 1', part) INTO newest;
+	IF newest >= now() - retention THEN
+		RETURN format('its last event is younger than the retention (%s)', retention);
+	END IF;
+	RETURN NULL;
+END
+$$;
+
+
 CREATE OR REPLACE FUNCTION @extschema@.outbox_maintain()
 RETURNS TABLE (action text, object text, detail text)
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET lock_timeout = '200ms'
 SET enable_sort = off
+SET jit = off
 AS $$
 DECLARE
 	cfg outbox.config;

@@ -19,6 +19,15 @@ SELECT p.proname
  WHERE p.prosecdef AND p.proname LIKE 'outbox%'
    AND NOT coalesce('search_path=pg_catalog, pg_temp' = ANY (p.proconfig), false);
 
+-- A function that turns a planner method off turns JIT off too: a query
+-- that must use the method anyway looks expensive enough to be compiled,
+-- which costs far more than running it.
+SELECT p.proname
+  FROM pg_proc p
+ WHERE p.pronamespace IN ('outbox'::regnamespace, (SELECT extnamespace FROM pg_extension WHERE extname = 'pg_outbox'))
+   AND EXISTS (SELECT 1 FROM unnest(p.proconfig) c WHERE c ~ '^enable_[a-z_]+=off$')
+   AND NOT 'jit=off' = ANY (p.proconfig);
+
 -- Tables, views and their comments.
 SELECT c.relname, c.relkind, obj_description(c.oid, 'pg_class') IS NOT NULL AS documented
   FROM pg_class c
