@@ -122,10 +122,11 @@ RedisConnection::RedisConnection(const RedisAddress& address, const std::string&
         try {
             open(master, password, db, timeout);  // AUTH or SELECT refused: the settings', thrown as is
             const auto role = this->role();
-            if (role == "master") {
+            if (role == "master" || role.empty()) {
                 server_ = master;
                 master_name_ = address.master_name;
-                spdlog::info("Redis Sentinel: {} as the master \"{}\"", named, address.master_name);
+                spdlog::info("Redis Sentinel: {} as the master \"{}\"{}", named, address.master_name,
+                             role.empty() ? " (its ROLE is not for this user to see: taken as Sentinel says)" : "");
                 return;
             }
             why += (why.empty() ? "" : "; ") + named + ", which is a " + (role == "slave" ? "replica" : role) +
@@ -142,8 +143,25 @@ RedisConnection::RedisConnection(const RedisAddress& address, const std::string&
                      "could not find the master \"" + address.master_name + "\" through Sentinel: " + why);
 }
 
+// ROLE is in the @admin category: a user the ACL keeps to streams and
+// scripts may be refused it, and then INFO replication. Neither allowed,
+// the server cannot tell, and Sentinel's word is taken ("").
 std::string RedisConnection::role() {
-    auto r = command({"ROLE"}, "ROLE");
+    auto r = command_raw({"ROLE"});
+    if (r->type == REDIS_REPLY_ERROR) {
+        if (reply_text(r.get()).rfind("NOPERM", 0) != 0)
+            throw RedisError(RedisError::Kind::reply, "ROLE: " + std::string(reply_text(r.get())));
+        auto info = command_raw({"INFO", "replication"});
+        if (info->type == REDIS_REPLY_ERROR) {
+            if (reply_text(info.get()).rfind("NOPERM", 0) == 0) return {};
+            throw RedisError(RedisError::Kind::reply, "INFO replication: " + std::string(reply_text(info.get())));
+        }
+        const auto text = reply_text(info.get());
+        const auto at = text.find("role:");
+        if (at == std::string_view::npos) throw RedisError(RedisError::Kind::reply, "INFO replication shows no role");
+        const auto value = text.substr(at + 5);
+        return std::string(value.substr(0, value.find_first_of("\r\n")));
+    }
     if (r->type != REDIS_REPLY_ARRAY || r->elements == 0 || r->element[0]->type != REDIS_REPLY_STRING)
         throw RedisError(RedisError::Kind::reply, "unexpected reply to ROLE");
     return std::string(reply_text(r->element[0]));
@@ -153,7 +171,7 @@ bool RedisConnection::lost_master() {
     if (master_name_.empty() || !ctx_) return false;
     try {
         const auto role = this->role();
-        if (role == "master") return false;
+        if (role == "master" || role.empty()) return false;
         spdlog::warn("Redis at {} is no longer the master \"{}\" (ROLE {}): a failover moved it; asking Sentinel "
                      "again",
                      server_.to_string(), master_name_, role);

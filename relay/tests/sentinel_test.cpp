@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "fixture.hpp"
+#include "pg_outbox/errors.hpp"
 
 using namespace pg_outbox;
 using namespace pg_outbox::testing;
@@ -378,4 +379,46 @@ TEST_F(SentinelTest, SettingsThatCannotWorkExit2) {
                   kMasterName);
     ASSERT_TRUE(eventually([&] { return c.log().find(found(*redis_)) != std::string::npos; }, 30s)) << c.log();
     EXPECT_TRUE(c.running());
+}
+
+// A data node user the ACL refuses ROLE and INFO (no @admin, no
+// @dangerous): the master is taken as Sentinel names it, and the URL's
+// user and password are the data node's.
+TEST_F(SentinelTest, AclUserWithoutRoleTakesSentinelsWord) {
+    {
+        auto admin = redis_->connect();
+        admin.command({"ACL", "SETUSER", "relay", "on", ">pw", "~*", "&*", "+@all", "-@admin", "-@dangerous"});
+        auto refused = admin.command_raw({"AUTH", "relay", "pw"});
+        ASSERT_NE(refused->type, REDIS_REPLY_ERROR) << reply_text(refused.get());
+        EXPECT_EQ(admin.command_raw({"ROLE"})->type, REDIS_REPLY_ERROR);
+    }
+    std::string url = sentinel_url();
+    url.insert(std::string_view("sentinel://").size(), "relay:pw@");
+    const auto address = RedisAddress::parse(url);
+    RedisConnection c(address, address.password, 0, 2s);
+    EXPECT_EQ(c.server().port, redis_->port());
+    EXPECT_EQ(c.server().user, "relay");
+    EXPECT_FALSE(c.lost_master());
+    EXPECT_EQ(c.command_raw({"XADD", "s", "*", "f", "v"})->type, REDIS_REPLY_STRING);
+    // A wrong password for the data node is the settings' fault, at once.
+    EXPECT_THROW(RedisConnection(address, "wrong", 0, 2s), RedisSetupError);
+
+    // Refused ROLE only: INFO replication tells, a replica included.
+    {
+        auto admin = redis_->connect();
+        admin.command({"ACL", "SETUSER", "noroles", "on", ">pw", "~*", "&*", "+@all", "-role"});
+    }
+    url = sentinel_url();
+    url.insert(std::string_view("sentinel://").size(), "noroles:pw@");
+    const auto info_only = RedisAddress::parse(url);
+    RedisConnection d(info_only, info_only.password, 0, 2s);
+    EXPECT_EQ(d.server().port, redis_->port());
+    EXPECT_FALSE(d.lost_master());
+    {
+        auto admin = redis_->connect();
+        admin.command({"REPLICAOF", "127.0.0.1", std::to_string(replica_->port())});
+    }
+    EXPECT_TRUE(d.lost_master());
+    auto admin = redis_->connect();
+    admin.command({"REPLICAOF", "NO", "ONE"});
 }

@@ -69,7 +69,8 @@ public:
 private:
     // Connects to one server: AUTH, SELECT, PING.
     void open(const RedisAddress& address, const std::string& password, int db, std::chrono::milliseconds timeout);
-    // The first element of the ROLE reply: "master", "slave", "sentinel".
+    // The server's role: "master", "slave", "sentinel"; "" when the ACL
+    // lets this user see neither ROLE nor INFO replication.
     std::string role();
     [[noreturn]] void throw_io(const std::string& what) const;
 
