@@ -165,7 +165,8 @@ RedisAddress parse_sentinel_url(const std::string& text) {
     for (std::size_t start = 0;;) {
         const auto comma = rest.find(',', start);
         const std::string item = rest.substr(start, comma == std::string::npos ? comma : comma - start);
-        if (item.empty()) throw ConfigError("\"" + shown + "\" has an empty sentinel address (two commas, or one at an end)");
+        if (item.empty())
+            throw ConfigError("\"" + shown + "\" has an empty sentinel address (two commas, or one at an end)");
         if (a.sentinels.size() == RedisAddress::kMaxSentinels)
             throw ConfigError("\"" + shown + "\" lists more than " + std::to_string(RedisAddress::kMaxSentinels) +
                               " sentinels");

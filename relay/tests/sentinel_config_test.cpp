@@ -120,7 +120,8 @@ TEST(SentinelAddress, HostileFormsAreRefused) {
     }
     std::string many = "sentinel://";
     for (int i = 0; i < 17; ++i) many += (i ? ",h" : "h") + std::to_string(i);
-    EXPECT_NE(parse_error_of(many + "/m").find("more than 16 sentinels"), std::string::npos) << parse_error_of(many + "/m");
+    EXPECT_NE(parse_error_of(many + "/m").find("more than 16 sentinels"), std::string::npos)
+        << parse_error_of(many + "/m");
     std::string sixteen = "sentinel://";
     for (int i = 0; i < 16; ++i) sixteen += (i ? ",h" : "h") + std::to_string(i);
     EXPECT_EQ(RedisAddress::parse(sixteen + "/m").sentinels.size(), 16u);
@@ -129,9 +130,10 @@ TEST(SentinelAddress, HostileFormsAreRefused) {
 // Errors about a sentinel:// URL never show its password, whatever is
 // wrong with the rest.
 TEST(SentinelAddress, ErrorsHideThePassword) {
-    for (const char* bad : {"sentinel://u:Sekr3t@s1:0/m", "sentinel://u:Sekr3t@s1", "sentinel://u:Sekr3t@/m",
-                            "sentinel://u:Sekr3t@s1/m/1", "sentinel://u:Sekr3t@s1,,s2/m", "sentinel://u:Sekr3t@s1/m?x",
-                            "sentinel://Sekr3t@s1/m", "sentinel://u:Sekr3t@s1/m m", "sentinel://u:Sekr3t@s1:1,s1:1/m"}) {
+    for (const char* bad :
+         {"sentinel://u:Sekr3t@s1:0/m", "sentinel://u:Sekr3t@s1", "sentinel://u:Sekr3t@/m",
+          "sentinel://u:Sekr3t@s1/m/1", "sentinel://u:Sekr3t@s1,,s2/m", "sentinel://u:Sekr3t@s1/m?x",
+          "sentinel://Sekr3t@s1/m", "sentinel://u:Sekr3t@s1/m m", "sentinel://u:Sekr3t@s1:1,s1:1/m"}) {
         const auto e = parse_error_of(bad);
         EXPECT_NE(e, "(no error)") << bad;
         EXPECT_EQ(e.find("Sekr3t"), std::string::npos) << e;

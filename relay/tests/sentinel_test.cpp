@@ -92,7 +92,8 @@ protected:
                 for (std::size_t i = 0; i < replicas->elements; ++i) {
                     const redisReply* r = replicas->element[i];
                     if (field(r, "port") == std::to_string(replica.port()) && field(r, "flags") == "slave" &&
-                        field(r, "master-link-status") == "ok" && field(r, "master-port") == std::to_string(master.port()))
+                        field(r, "master-link-status") == "ok" &&
+                        field(r, "master-port") == std::to_string(master.port()))
                         seen = true;
                 }
                 if (!seen) return false;
@@ -301,7 +302,8 @@ TEST_F(SentinelTest, ConsumerFollowsFailoversEveryEventAppliedOnce) {
     {
         auto pg = connect();
         std::ofstream out(history + "/committed.tsv");
-        auto r = pg.exec("SELECT event_id, topic, txid || '-' || seq, extract(epoch FROM created_at) FROM outbox.event");
+        auto r = pg.exec(
+            "SELECT event_id, topic, txid || '-' || seq, extract(epoch FROM created_at) FROM outbox.event");
         for (int i = 0; i < r.rows(); ++i)
             out << r.get(i, 0) << '\t' << r.get(i, 1) << '\t' << r.get(i, 2) << '\t' << r.get(i, 3) << '\n';
     }
@@ -421,4 +423,34 @@ TEST_F(SentinelTest, AclUserWithoutRoleTakesSentinelsWord) {
     EXPECT_TRUE(d.lost_master());
     auto admin = redis_->connect();
     admin.command({"REPLICAOF", "NO", "ONE"});
+}
+
+// A sentinel with a password of its own: refused without
+// --sentinel-password or with a wrong one (exit 2 naming it, the password
+// not shown), found with it; the data nodes need none.
+TEST_F(SentinelTest, SentinelPasswordIsTheSentinelsOwn) {
+    SentinelServer guarded(kMasterName, redis_->port(), 2, 1000ms, 4000ms, {"requirepass Sentinel-Pw"});
+    auto address = RedisAddress::parse("sentinel://" + guarded.address() + "/" + kMasterName);
+    for (const char* password : {"", "Sekr3t-wrong"}) {
+        address.sentinel_password = password;
+        try {
+            RedisConnection c(address, "", 0, 2s);
+            ADD_FAILURE() << "connected with sentinel password \"" << password << "\"";
+        } catch (const RedisSetupError& e) {
+            EXPECT_EQ(e.setting(), "--sentinel-password") << e.what();
+            EXPECT_EQ(std::string(e.what()).find("Sekr3t"), std::string::npos) << e.what();
+        }
+    }
+    address.sentinel_password = "Sentinel-Pw";
+    RedisConnection c(address, "", 0, 2s);
+    EXPECT_EQ(c.server().port, redis_->port());
+
+    auto& relay = start_process({PG_OUTBOX_RELAY_BINARY, "publish", "--group", "g",
+                                 "--pg", pg_->conninfo("app", "relay_user"),
+                                 "--redis", "sentinel://" + guarded.address() + "/" + kMasterName,
+                                 "--sentinel-password", "Sekr3t-wrong", "--redis-timeout", "2s"});
+    EXPECT_EQ(relay.wait(30s), 2) << relay.log();
+    EXPECT_NE(relay.log().find("--sentinel-password: sentinel " + guarded.address()), std::string::npos)
+        << relay.log();
+    EXPECT_EQ(relay.log().find("Sekr3t"), std::string::npos) << relay.log();
 }

@@ -263,14 +263,18 @@ RedisConnection RedisServer::connect() const {
 // ---- Redis Sentinel
 
 SentinelServer::SentinelServer(const std::string& master_name, int master_port, int quorum,
-                               std::chrono::milliseconds down_after, std::chrono::milliseconds failover_timeout)
+                               std::chrono::milliseconds down_after, std::chrono::milliseconds failover_timeout,
+                               const std::vector<std::string>& extra)
     : dir_(make_temp_dir("pg_outbox_sentinel_")), master_name_(master_name), port_(free_port()) {
+    for (const auto& line : extra)
+        if (line.rfind("requirepass ", 0) == 0) password_ = line.substr(12);
     std::ofstream conf(dir_ + "/sentinel.conf");
     conf << "port " << port_ << "\nbind 127.0.0.1\ndaemonize no\ndir " << dir_ << "\n"
          << "sentinel monitor " << master_name << " 127.0.0.1 " << master_port << ' ' << quorum << '\n'
          << "sentinel down-after-milliseconds " << master_name << ' ' << down_after.count() << '\n'
          << "sentinel failover-timeout " << master_name << ' ' << failover_timeout.count() << '\n'
          << "sentinel parallel-syncs " << master_name << " 1\n";
+    for (const auto& line : extra) conf << line << '\n';
     conf.close();
     start();
 }
@@ -317,7 +321,7 @@ void SentinelServer::stop() {
 }
 
 RedisConnection SentinelServer::connect() const {
-    return RedisConnection(RedisAddress::parse(address()), "", 0, std::chrono::seconds(5));
+    return RedisConnection(RedisAddress::parse(address()), password_, 0, std::chrono::seconds(5));
 }
 
 int SentinelServer::master_port() const {

@@ -96,9 +96,12 @@ private:
 // answer, and a failover gives up after failover_timeout.
 class SentinelServer {
 public:
+    // extra: more configuration lines; a "requirepass" is also used by
+    // connect().
     SentinelServer(const std::string& master_name, int master_port, int quorum,
                    std::chrono::milliseconds down_after = std::chrono::milliseconds(1000),
-                   std::chrono::milliseconds failover_timeout = std::chrono::milliseconds(4000));
+                   std::chrono::milliseconds failover_timeout = std::chrono::milliseconds(4000),
+                   const std::vector<std::string>& extra = {});
     ~SentinelServer();
     SentinelServer(const SentinelServer&) = delete;
     SentinelServer& operator=(const SentinelServer&) = delete;
@@ -115,6 +118,7 @@ public:
 private:
     std::string dir_;
     std::string master_name_;
+    std::string password_;
     int port_;
     pid_t pid_ = -1;
 };
