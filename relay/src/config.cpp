@@ -105,6 +105,84 @@ std::string mask_redis_url(const std::string& text) {
     return text.substr(0, authority) + user + "********" + text.substr(at);
 }
 
+// The user information of a URL ("user:password", percent-encoded) into
+// the address; "shown" is the URL without its password.
+void parse_userinfo(const std::string& userinfo, const std::string& shown, const char* scheme, RedisAddress& a) {
+    const auto colon = userinfo.find(':');
+    if (colon == std::string::npos)
+        throw ConfigError("\"" + shown + "\" has user information without a password; write " + scheme +
+                          "://user:password@host or " + scheme + "://:password@host");
+    const auto user = percent_decode(userinfo.substr(0, colon));
+    const auto password = percent_decode(userinfo.substr(colon + 1));
+    if (!user || !password) throw ConfigError("\"" + shown + "\" has a malformed %-escape in its user information");
+    if (password->empty()) throw ConfigError("\"" + shown + "\" has an empty password");
+    a.user = *user;
+    a.password = *password;
+}
+
+// A name Sentinel monitors, as the relay accepts it: visible ASCII without
+// the URL's separators.
+bool is_master_name(const std::string& name) {
+    if (name.empty() || name.size() > 128) return false;
+    for (unsigned char c : name)
+        if (c <= 0x20 || c >= 0x7f || c == '/' || c == '?' || c == '#' || c == '@' || c == ',' || c == '%')
+            return false;
+    return true;
+}
+
+// "sentinel://[user:password@]host[:port][,host[:port]...]/master-name".
+RedisAddress parse_sentinel_url(const std::string& text) {
+    const std::string shown = mask_redis_url(text);
+    const std::string usage = "; write sentinel://[user:password@]host:port[,host:port...]/master-name";
+    if (text.size() > 4096) throw ConfigError("the sentinel:// URL is too long (at most 4096 characters)");
+    // Not quoted: the text would carry the character into the message.
+    for (std::size_t i = 0; i < text.size(); ++i)
+        if (const auto c = static_cast<unsigned char>(text[i]); c <= 0x20 || c == 0x7f) {
+            static constexpr char kHex[] = "0123456789abcdef";
+            throw ConfigError(std::string("the sentinel:// URL holds whitespace or a control character (\\x") +
+                              kHex[c >> 4] + kHex[c & 15] + " at offset " + std::to_string(i) +
+                              "; percent-encode it in a password)");
+        }
+    RedisAddress a;
+    std::string rest = text.substr(std::string_view("sentinel://").size());
+    if (const auto at = rest.rfind('@'); at != std::string::npos) {
+        parse_userinfo(rest.substr(0, at), shown, "sentinel", a);
+        rest = rest.substr(at + 1);
+    }
+    if (rest.find_first_of("?#") != std::string::npos)
+        throw ConfigError("\"" + shown + "\": query parameters are not supported");
+    const auto slash = rest.find('/');
+    if (slash == std::string::npos || slash + 1 == rest.size())
+        throw ConfigError("\"" + shown + "\" names no master" + usage);
+    a.master_name = rest.substr(slash + 1);
+    rest = rest.substr(0, slash);
+    if (a.master_name.find('/') != std::string::npos)
+        throw ConfigError("\"" + shown + "\": the path is the master's name alone (no database: use --redis-db)");
+    if (!is_master_name(a.master_name))
+        throw ConfigError("\"" + shown + "\": \"" + a.master_name +
+                          "\" is not a master name (1-128 visible characters, none of / ? # @ , %)");
+    if (rest.empty()) throw ConfigError("\"" + shown + "\" lists no sentinel" + usage);
+    for (std::size_t start = 0;;) {
+        const auto comma = rest.find(',', start);
+        const std::string item = rest.substr(start, comma == std::string::npos ? comma : comma - start);
+        if (item.empty())
+            throw ConfigError("\"" + shown + "\" has an empty sentinel address (two commas, or one at an end)");
+        if (a.sentinels.size() == RedisAddress::kMaxSentinels)
+            throw ConfigError("\"" + shown + "\" lists more than " + std::to_string(RedisAddress::kMaxSentinels) +
+                              " sentinels");
+        auto [host, port] = parse_host_port(item, shown);
+        SentinelAddress s{host, port.value_or(26379)};
+        if (std::find(a.sentinels.begin(), a.sentinels.end(), s) != a.sentinels.end())
+            throw ConfigError("\"" + shown + "\" lists the sentinel " + s.to_string() + " twice");
+        a.sentinels.push_back(std::move(s));
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+    }
+    a.host.clear();
+    a.port = 0;
+    return a;
+}
+
 }  // namespace
 
 int parse_port(const std::string& text) {
@@ -126,23 +204,14 @@ RedisAddress RedisAddress::parse(const std::string& text) {
     const auto scheme = text.find("://");
     if (scheme != std::string::npos) {
         const std::string shown = mask_redis_url(text);
+        if (text.compare(0, scheme, "sentinel") == 0) return parse_sentinel_url(text);
         if (text.compare(0, scheme, "redis") != 0)
-            throw ConfigError("\"" + shown + "\": only redis:// URLs are supported" +
+            throw ConfigError("\"" + shown + "\": only redis:// and sentinel:// URLs are supported" +
                               (text.compare(0, scheme, "rediss") == 0 ? " (no TLS)" : ""));
         std::string rest = text.substr(scheme + 3);
         if (const auto at = rest.rfind('@'); at != std::string::npos) {
-            const std::string userinfo = rest.substr(0, at);
+            parse_userinfo(rest.substr(0, at), shown, "redis", a);
             rest = rest.substr(at + 1);
-            const auto colon = userinfo.find(':');
-            if (colon == std::string::npos)
-                throw ConfigError("\"" + shown + "\" has user information without a password; write "
-                                  "redis://user:password@host or redis://:password@host");
-            const auto user = percent_decode(userinfo.substr(0, colon));
-            const auto password = percent_decode(userinfo.substr(colon + 1));
-            if (!user || !password) throw ConfigError("\"" + shown + "\" has a malformed %-escape in its user information");
-            if (password->empty()) throw ConfigError("\"" + shown + "\" has an empty password");
-            a.user = *user;
-            a.password = *password;
         }
         if (rest.find_first_of("?#") != std::string::npos)
             throw ConfigError("\"" + shown + "\": query parameters are not supported");
@@ -171,8 +240,17 @@ RedisAddress RedisAddress::parse(const std::string& text) {
     return a;
 }
 
+std::string SentinelAddress::to_string() const {
+    return (host.find(':') == std::string::npos ? host : "[" + host + "]") + ":" + std::to_string(port);
+}
+
 std::string RedisAddress::to_string() const {
     if (!unix_path.empty()) return "unix:" + unix_path;
+    if (is_sentinel()) {
+        std::string out = "sentinel://";
+        for (std::size_t i = 0; i < sentinels.size(); ++i) out += (i ? "," : "") + sentinels[i].to_string();
+        return out + "/" + master_name;
+    }
     return (host.find(':') == std::string::npos ? host : "[" + host + "]") + ":" + std::to_string(port);
 }
 
@@ -235,11 +313,20 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
         ->envname("PG_OUTBOX_PG");
     app.add_option("--redis", redis,
                    "Redis address: host:port, [v6addr]:port, host, a bare IPv6 address (default port), "
-                   "unix:/path, /path or redis://[user:password@]host[:port][/db]")
+                   "unix:/path, /path, redis://[user:password@]host[:port][/db], or "
+                   "sentinel://[user:password@]host[:port][,host[:port]...]/master-name to find the master "
+                   "through Redis Sentinel (port 26379 by default; the credentials are the data nodes') and "
+                   "follow its failovers")
         ->envname("PG_OUTBOX_REDIS")
         ->capture_default_str();
     auto* password_option = app.add_option("--redis-password", c.redis_password, "Redis password (AUTH)")
                                 ->envname("PG_OUTBOX_REDIS_PASSWORD");
+    std::string sentinel_password;
+    auto* sentinel_password_option =
+        app.add_option("--sentinel-password", sentinel_password,
+                       "password of the sentinels themselves (their requirepass), with a sentinel:// --redis; "
+                       "default: none")
+            ->envname("PG_OUTBOX_SENTINEL_PASSWORD");
     auto* db_option = app.add_option("--redis-db", c.redis_db, "Redis database number")
         ->envname("PG_OUTBOX_REDIS_DB")
         ->check(CLI::Range(0, 1024))
@@ -394,6 +481,11 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
             c.redis = RedisAddress::parse(redis);
         } catch (const ConfigError& e) {
             throw ConfigError(std::string("--redis: ") + e.what());
+        }
+        if (sentinel_password_option->count() && !sentinel_password.empty()) {
+            if (!c.redis.is_sentinel())
+                throw ConfigError("--sentinel-password: only with a sentinel:// --redis address");
+            c.redis.sentinel_password = sentinel_password;
         }
         // A URL's credentials and database, unless the flags give them too.
         if (!c.redis.password.empty()) {

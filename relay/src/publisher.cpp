@@ -59,6 +59,9 @@ void Publisher::on_redis_fault() {
     session_.drop_prefetched();
     session_.forget_unadvanced();
     streams_checked_ = false;
+    // A failover under a Sentinel address: the next connection is to the
+    // new master, and the stream-loss check runs on it first.
+    drop_demoted_master();
 }
 
 // Finds out whether Redis lost entries the group published: a stream
@@ -67,8 +70,9 @@ void Publisher::on_redis_fault() {
 // replica that was behind). The group then rewinds to the lowest such id
 // and publishes again from the outbox; entries Redis still has are
 // refused as already present. Runs when the relay starts leading, after
-// each reconnect, when the append script reports a stream behind, and
-// every --stats-interval.
+// each reconnect (after a Sentinel failover too: the new master may lack
+// what the old one acknowledged), when the append script reports a stream
+// behind, and every --stats-interval.
 void Publisher::check_streams() {
     next_check_ = std::chrono::steady_clock::now() + config_.stats_interval;
     if (config_.id_mode != IdMode::explicit_position) return;

@@ -1,6 +1,9 @@
 #include "pg_outbox/redis.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <charconv>
+#include <optional>
 
 #include "pg_outbox/errors.hpp"
 
@@ -13,6 +16,45 @@ timeval to_timeval(std::chrono::milliseconds ms) {
     tv.tv_sec = static_cast<time_t>(ms.count() / 1000);
     tv.tv_usec = static_cast<suseconds_t>((ms.count() % 1000) * 1000);
     return tv;
+}
+
+// Asks one sentinel where the master named in "address" is; the answer
+// carries the URL's user for the data node. Throws RedisSetupError when
+// the sentinel refuses for a reason of the settings, RedisError otherwise.
+RedisAddress ask_sentinel(const SentinelAddress& sentinel, const RedisAddress& address,
+                          std::chrono::milliseconds timeout) {
+    RedisAddress node;
+    node.host = sentinel.host;
+    node.port = sentinel.port;
+    const std::string who = "sentinel " + sentinel.to_string();
+    std::optional<RedisConnection> connection;
+    try {
+        connection.emplace(node, address.sentinel_password, 0, timeout);
+    } catch (const RedisSetupError& e) {
+        throw RedisSetupError("--sentinel-password", who + ": " + e.what());
+    }
+    auto r = connection->command_raw({"SENTINEL", "get-master-addr-by-name", address.master_name});
+    if (r->type == REDIS_REPLY_ERROR) {
+        const std::string text(reply_text(r.get()));
+        if (text.find("unknown command") != std::string::npos || text.find("unknown subcommand") != std::string::npos)
+            throw RedisSetupError("--redis", who + " is not a Redis Sentinel (" + text + ")");
+        throw RedisError(RedisError::Kind::reply, who + ": " + text);
+    }
+    if (r->type == REDIS_REPLY_NIL)
+        throw RedisSetupError("--redis", who + " monitors no master named \"" + address.master_name + "\"");
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[0]->type != REDIS_REPLY_STRING ||
+        r->element[1]->type != REDIS_REPLY_STRING)
+        throw RedisError(RedisError::Kind::reply, who + ": unexpected reply to SENTINEL get-master-addr-by-name");
+    RedisAddress master;
+    master.host = std::string(reply_text(r->element[0]));
+    try {
+        master.port = parse_port(std::string(reply_text(r->element[1])));
+    } catch (const ConfigError& e) {
+        throw RedisError(RedisError::Kind::reply, who + " named a master on no port: " + e.what());
+    }
+    if (master.host.empty()) throw RedisError(RedisError::Kind::reply, who + " named a master without an address");
+    master.user = address.user;
+    return master;
 }
 
 }  // namespace
@@ -48,8 +90,101 @@ const redisReply* map_field(const redisReply* map, std::string_view name) {
     return nullptr;
 }
 
+// Through Sentinel: the sentinels are asked in the order given, and the
+// first master found that answers ROLE "master" is kept. A sentinel may
+// name the old master during a failover, or a server that is still being
+// promoted: the next sentinel is asked, and when none helps the caller
+// retries with backoff.
 RedisConnection::RedisConnection(const RedisAddress& address, const std::string& password, int db,
                                  std::chrono::milliseconds timeout) {
+    if (!address.is_sentinel()) {
+        open(address, password, db, timeout);
+        return;
+    }
+    std::string why;  // what each sentinel said
+    std::optional<RedisSetupError> setup;
+    bool only_setup = true;  // every sentinel refused for a reason of the settings
+    for (const auto& sentinel : address.sentinels) {
+        RedisAddress master;
+        try {
+            master = ask_sentinel(sentinel, address, timeout);
+        } catch (const RedisSetupError& e) {
+            if (!setup) setup = e;
+            why += std::string(why.empty() ? "" : "; ") + e.what();
+            continue;
+        } catch (const RedisError& e) {
+            only_setup = false;
+            why += std::string(why.empty() ? "" : "; ") + e.what();
+            continue;
+        }
+        only_setup = false;
+        const std::string named = "sentinel " + sentinel.to_string() + " named " + master.to_string();
+        try {
+            open(master, password, db, timeout);  // AUTH or SELECT refused: the settings', thrown as is
+            const auto role = this->role();
+            if (role == "master" || role.empty()) {
+                server_ = master;
+                master_name_ = address.master_name;
+                spdlog::info("Redis Sentinel: {} as the master \"{}\"{}", named, address.master_name,
+                             role.empty() ? " (its ROLE is not for this user to see: taken as Sentinel says)" : "");
+                return;
+            }
+            why += (why.empty() ? "" : "; ") + named + ", which is a " + (role == "slave" ? "replica" : role) +
+                   " (a failover is under way)";
+        } catch (const RedisSetupError&) {
+            throw;
+        } catch (const RedisError& e) {
+            why += (why.empty() ? "" : "; ") + named + ": " + e.what();
+        }
+        ctx_.reset();
+    }
+    if (setup && only_setup) throw *setup;
+    throw RedisError(RedisError::Kind::io,
+                     "could not find the master \"" + address.master_name + "\" through Sentinel: " + why);
+}
+
+// ROLE is in the @admin category: a user the ACL keeps to streams and
+// scripts may be refused it, and then INFO replication. Neither allowed,
+// the server cannot tell, and Sentinel's word is taken ("").
+std::string RedisConnection::role() {
+    auto r = command_raw({"ROLE"});
+    if (r->type == REDIS_REPLY_ERROR) {
+        if (reply_text(r.get()).rfind("NOPERM", 0) != 0)
+            throw RedisError(RedisError::Kind::reply, "ROLE: " + std::string(reply_text(r.get())));
+        auto info = command_raw({"INFO", "replication"});
+        if (info->type == REDIS_REPLY_ERROR) {
+            if (reply_text(info.get()).rfind("NOPERM", 0) == 0) return {};
+            throw RedisError(RedisError::Kind::reply, "INFO replication: " + std::string(reply_text(info.get())));
+        }
+        const auto text = reply_text(info.get());
+        const auto at = text.find("role:");
+        if (at == std::string_view::npos) throw RedisError(RedisError::Kind::reply, "INFO replication shows no role");
+        const auto value = text.substr(at + 5);
+        return std::string(value.substr(0, value.find_first_of("\r\n")));
+    }
+    if (r->type != REDIS_REPLY_ARRAY || r->elements == 0 || r->element[0]->type != REDIS_REPLY_STRING)
+        throw RedisError(RedisError::Kind::reply, "unexpected reply to ROLE");
+    return std::string(reply_text(r->element[0]));
+}
+
+bool RedisConnection::lost_master() {
+    if (master_name_.empty() || !ctx_) return false;
+    try {
+        const auto role = this->role();
+        if (role == "master" || role.empty()) return false;
+        spdlog::warn("Redis at {} is no longer the master \"{}\" (ROLE {}): a failover moved it; asking Sentinel "
+                     "again",
+                     server_.to_string(), master_name_, role);
+    } catch (const std::exception& e) {
+        spdlog::warn("Redis at {}, the master \"{}\", does not answer ROLE ({}); asking Sentinel again",
+                     server_.to_string(), master_name_, e.what());
+    }
+    return true;
+}
+
+void RedisConnection::open(const RedisAddress& address, const std::string& password, int db,
+                           std::chrono::milliseconds timeout) {
+    server_ = address;
     const auto tv = to_timeval(timeout);
     redisContext* c = address.unix_path.empty()
                           ? redisConnectWithTimeout(address.host.c_str(), address.port, tv)

@@ -242,8 +242,104 @@ void RedisServer::stop() {
     pid_ = -1;
 }
 
+void RedisServer::kill() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+}
+
+std::unique_ptr<RedisServer> RedisServer::replica_of(const RedisServer& master) {
+    std::vector<std::string> extra{"--replicaof", "127.0.0.1", std::to_string(master.port())};
+    if (!master.password_.empty()) extra.insert(extra.end(), {"--masterauth", master.password_});
+    return std::make_unique<RedisServer>(false, std::move(extra));
+}
+
 RedisConnection RedisServer::connect() const {
     return RedisConnection(RedisAddress::parse(address()), password_, 0, std::chrono::seconds(5));
+}
+
+// ---- Redis Sentinel
+
+SentinelServer::SentinelServer(const std::string& master_name, int master_port, int quorum,
+                               std::chrono::milliseconds down_after, std::chrono::milliseconds failover_timeout,
+                               const std::vector<std::string>& extra)
+    : dir_(make_temp_dir("pg_outbox_sentinel_")), master_name_(master_name), port_(free_port()) {
+    for (const auto& line : extra)
+        if (line.rfind("requirepass ", 0) == 0) password_ = line.substr(12);
+    std::ofstream conf(dir_ + "/sentinel.conf");
+    conf << "port " << port_ << "\nbind 127.0.0.1\ndaemonize no\ndir " << dir_ << "\n"
+         << "sentinel monitor " << master_name << " 127.0.0.1 " << master_port << ' ' << quorum << '\n'
+         << "sentinel down-after-milliseconds " << master_name << ' ' << down_after.count() << '\n'
+         << "sentinel failover-timeout " << master_name << ' ' << failover_timeout.count() << '\n'
+         << "sentinel parallel-syncs " << master_name << " 1\n";
+    for (const auto& line : extra) conf << line << '\n';
+    conf.close();
+    start();
+}
+
+SentinelServer::~SentinelServer() {
+    stop();
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+}
+
+void SentinelServer::start() {
+    const pid_t test = ::getpid();
+    pid_ = ::fork();
+    if (pid_ == 0) {
+        die_with_parent(test);
+        int fd = ::open((dir_ + "/sentinel.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+        ::dup2(fd, 1);
+        ::dup2(fd, 2);
+        std::vector<std::string> args{"redis-server", dir_ + "/sentinel.conf", "--sentinel"};
+        std::vector<char*> argv;
+        for (auto& a : args) argv.push_back(a.data());
+        argv.push_back(nullptr);
+        ::execvp("redis-server", argv.data());
+        ::_exit(127);
+    }
+    const bool up = eventually(
+        [this] {
+            try {
+                return master_port() > 0;
+            } catch (const std::exception&) {
+                return false;
+            }
+        },
+        std::chrono::seconds(20), std::chrono::milliseconds(20));
+    if (!up) throw std::runtime_error("redis-server --sentinel did not start: " + log());
+}
+
+void SentinelServer::stop() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGTERM);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+}
+
+RedisConnection SentinelServer::connect() const {
+    return RedisConnection(RedisAddress::parse(address()), password_, 0, std::chrono::seconds(5));
+}
+
+int SentinelServer::master_port() const {
+    try {
+        auto c = connect();
+        auto r = c.command_raw({"SENTINEL", "get-master-addr-by-name", master_name_});
+        if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) return -1;
+        return std::stoi(std::string(reply_text(r->element[1])));
+    } catch (const std::exception&) {
+        return -1;
+    }
+}
+
+std::string SentinelServer::log() const {
+    std::ifstream in(dir_ + "/sentinel.log");
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
 }
 
 // ---- Processes

@@ -69,8 +69,14 @@ public:
     RedisServer(const RedisServer&) = delete;
     RedisServer& operator=(const RedisServer&) = delete;
 
+    // A replica of "master" (--replicaof), without persistence.
+    static std::unique_ptr<RedisServer> replica_of(const RedisServer& master);
+
     void start();
     void stop();
+    // SIGKILL by PID, as a crash: nothing is saved.
+    void kill();
+    pid_t pid() const { return pid_; }
     int port() const { return port_; }
     std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
     RedisConnection connect() const;
@@ -81,6 +87,39 @@ private:
     bool aof_;
     std::vector<std::string> extra_;
     std::string password_;
+    pid_t pid_ = -1;
+};
+
+// A Redis Sentinel (redis-server --sentinel) monitoring one master, from a
+// configuration file generated in its own directory (Sentinel rewrites it).
+// Fails over quickly: the master is down after down_after without an
+// answer, and a failover gives up after failover_timeout.
+class SentinelServer {
+public:
+    // extra: more configuration lines; a "requirepass" is also used by
+    // connect().
+    SentinelServer(const std::string& master_name, int master_port, int quorum,
+                   std::chrono::milliseconds down_after = std::chrono::milliseconds(1000),
+                   std::chrono::milliseconds failover_timeout = std::chrono::milliseconds(4000),
+                   const std::vector<std::string>& extra = {});
+    ~SentinelServer();
+    SentinelServer(const SentinelServer&) = delete;
+    SentinelServer& operator=(const SentinelServer&) = delete;
+
+    void start();
+    void stop();
+    int port() const { return port_; }
+    std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+    RedisConnection connect() const;
+    // The port of the master as this sentinel names it; -1 when it cannot say.
+    int master_port() const;
+    std::string log() const;
+
+private:
+    std::string dir_;
+    std::string master_name_;
+    std::string password_;
+    int port_;
     pid_t pid_ = -1;
 };
 

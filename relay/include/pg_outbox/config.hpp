@@ -2,6 +2,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -10,8 +11,20 @@
 
 namespace pg_outbox {
 
+// One Sentinel of a sentinel:// address.
+struct SentinelAddress {
+    std::string host;
+    int port = 26379;
+
+    bool operator==(const SentinelAddress&) const = default;
+    // "host:port" or "[v6]:port".
+    std::string to_string() const;
+};
+
 // Where Redis listens: a TCP host and port, or a unix socket path; a
-// redis:// URL may also carry credentials and a database number.
+// redis:// URL may also carry credentials and a database number. A
+// sentinel:// URL names no server: the sentinels it lists are asked where
+// the master of "master_name" is, at each connection.
 struct RedisAddress {
     std::string host = "127.0.0.1";
     int port = 6379;
@@ -19,13 +32,27 @@ struct RedisAddress {
     std::string user;       // from a URL: AUTH user password (Redis 6 ACL)
     std::string password;   // from a URL
     std::optional<int> db;  // from a URL's path
+    // sentinel://: the sentinels, asked in this order, and the name of the
+    // master they monitor (not empty: this address is a Sentinel one).
+    std::vector<SentinelAddress> sentinels;
+    std::string master_name;
+    // AUTH for the sentinels themselves (--sentinel-password); the URL's
+    // user and password are the data nodes'.
+    std::string sentinel_password;
+
+    // At most this many sentinels in a sentinel:// URL.
+    static constexpr std::size_t kMaxSentinels = 16;
 
     // "host:port", "[v6addr]:port", "host", a bare IPv6 address ("::1":
     // more than one colon is an address with the default port),
-    // "unix:/path", "/path" or "redis://[user:password@]host[:port][/db]".
-    // Throws ConfigError; its message never holds the password.
+    // "unix:/path", "/path", "redis://[user:password@]host[:port][/db]" or
+    // "sentinel://[user:password@]host[:port][,host[:port]...]/master-name"
+    // (sentinel port 26379 by default). Throws ConfigError; its message
+    // never holds the password.
     static RedisAddress parse(const std::string& text);
-    // Where it is, without credentials: "host:port", "[v6]:port", "unix:/path".
+    bool is_sentinel() const { return !master_name.empty(); }
+    // Where it is, without credentials: "host:port", "[v6]:port",
+    // "unix:/path", or "sentinel://host:port,.../master-name".
     std::string to_string() const;
 };
 

@@ -77,7 +77,10 @@ private:
     void turn() override;
     void on_pg_connected() override;
     void on_redis_connected() override { groups_ready_ = false; }
-    void on_redis_fault() override { groups_ready_ = false; }
+    void on_redis_fault() override {
+        groups_ready_ = false;
+        drop_demoted_master();
+    }
 
     // At start-up: the consumer may be used by this role, the streams are
     // text, and the handler prepares with the five parameter types and its

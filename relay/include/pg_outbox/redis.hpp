@@ -26,6 +26,12 @@ struct RedisContextDeleter {
 class RedisConnection {
 public:
     // Connects, authenticates and selects the database. Throws RedisError.
+    // A Sentinel address (sentinel://) is asked where its master is:
+    // each sentinel in turn, with the same timeout, until one names a
+    // server that answers ROLE as a master; RedisError(io) when none did
+    // (the caller retries with backoff), RedisSetupError when every
+    // sentinel refused for a reason of the settings (AUTH, not a sentinel,
+    // an unknown master name).
     RedisConnection(const RedisAddress& address, const std::string& password, int db,
                     std::chrono::milliseconds timeout);
 
@@ -50,10 +56,27 @@ public:
     void flush();
     RedisReply get_reply_raw();
 
+    // The server this connection reached (for a Sentinel address, the
+    // master it named).
+    const RedisAddress& server() const { return server_; }
+    // After a fault, on a connection found through Sentinel: asks the
+    // server its ROLE, and returns true (having logged why) when it is no
+    // longer the master (a failover demoted it) or does not answer: the
+    // connection is of no more use, Sentinel must be asked again. False
+    // for every other connection. Never throws.
+    bool lost_master();
+
 private:
+    // Connects to one server: AUTH, SELECT, PING.
+    void open(const RedisAddress& address, const std::string& password, int db, std::chrono::milliseconds timeout);
+    // The server's role: "master", "slave", "sentinel"; "" when the ACL
+    // lets this user see neither ROLE nor INFO replication.
+    std::string role();
     [[noreturn]] void throw_io(const std::string& what) const;
 
     std::unique_ptr<redisContext, RedisContextDeleter> ctx_;
+    RedisAddress server_;
+    std::string master_name_;  // found through Sentinel: the master's name
     std::string command_;  // the last command formatted, its capacity kept
 };
 

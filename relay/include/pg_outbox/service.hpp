@@ -57,6 +57,16 @@ protected:
 
     // Sleeps, unless asked to stop.
     void pause(std::chrono::milliseconds d);
+    // After a Redis fault (from on_redis_fault): a connection found
+    // through Sentinel whose server is no longer the master (a failover
+    // demoted it; it answers READONLY) is dropped, so that the next turn
+    // asks Sentinel again and reconnects to the new master.
+    void drop_demoted_master() {
+        if (redis_ && redis_->lost_master()) {
+            redis_.reset();
+            metrics_.redis_connected = false;
+        }
+    }
 
     const Config& config_;
     Metrics& metrics_;
