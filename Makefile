@@ -13,6 +13,7 @@ OBJS = \
 	extension/fetch.o \
 	extension/feed.o \
 	extension/position.o \
+	extension/shard.o \
 	extension/commit.o \
 	extension/lead.o \
 	extension/locks.o \
