@@ -142,6 +142,27 @@ SELECT count(*) FROM outbox_fetch('c/0', 1000) WHERE topic <> 'bulk';
 SELECT events, rows_read <= events + 10 AS reads_its_batch FROM pg_temp.batch_reads('c/3');
 COMMIT;
 
+-- Changing the shard count is a new group that starts where the old one
+-- stands: each new shard rewound to the old group's lowest cursor. The
+-- new shards together publish everything any old shard had not (and some
+-- that one had: the inbox drops those).
+SELECT outbox_group_create('x2', start_at => 'now', ordering => 'xid8', shards => 2);
+SELECT outbox_advance('x/' || s, (SELECT max(pos) FROM outbox_fetch('x/' || s, 100 * (s + 1))))
+  FROM generate_series(0, 3) s;
+CREATE TEMP TABLE lowest AS
+SELECT c.cursor_position AS pos
+  FROM outbox_group_stats('x') c, LATERAL outbox.parse_position(c.cursor_position) p
+ ORDER BY p.txid, p.seq LIMIT 1;
+SELECT outbox_rewind('x2/' || s, (SELECT pos FROM lowest)) IS NOT NULL AS rewound FROM generate_series(0, 1) s;
+CREATE TEMP TABLE old_waiting AS
+SELECT f.event_id FROM generate_series(0, 3) s, LATERAL outbox_fetch('x/' || s, 100000) f;
+CREATE TEMP TABLE new_feed AS
+SELECT f.event_id FROM generate_series(0, 1) s, LATERAL outbox_fetch('x2/' || s, 100000) f;
+SELECT (SELECT count(*) FROM old_waiting) > 0 AS old_had_waiting,
+       (SELECT count(*) FROM old_waiting WHERE event_id NOT IN (SELECT event_id FROM new_feed)) AS lost,
+       (SELECT count(*) - count(DISTINCT event_id) FROM new_feed) AS twice_in_new;
+SELECT outbox_group_drop('x2');
+
 -- Stale and live: the whole group by its name, or one shard.
 SELECT outbox_group_set_stale('x');
 SELECT shard, stale FROM outbox.group_stats WHERE group_name = 'x' ORDER BY shard;
