@@ -1,4 +1,5 @@
--- Sharded groups: a cursor and a leader per shard of (topic, key). In a
+-- Sharded groups: a cursor and a leader per shard of (topic, key), in both
+-- orders (commit order needs pg_outbox preloaded). In a
 -- database of its own, with small partitions for retention.
 \set VERBOSITY terse
 SET client_min_messages = warning;
