@@ -13,6 +13,7 @@ OBJS = \
 	extension/fetch.o \
 	extension/feed.o \
 	extension/position.o \
+	extension/shard.o \
 	extension/commit.o \
 	extension/lead.o \
 	extension/locks.o \
@@ -36,7 +37,7 @@ ISOLATION_OPTS = --inputdir=test --outputdir=test/isolation --load-extension=$(E
 
 # Tests that need pg_outbox in shared_preload_libraries (the commit order):
 # make installcheck-preload, against a server that preloads it.
-PRELOAD_REGRESS = commit_order
+PRELOAD_REGRESS = commit_order shards
 PRELOAD_ISOLATION = commit_inversion commit_open_tx commit_abort_gap commit_window
 
 EXTRA_CLEAN = test/results test/isolation test/regression.diffs test/regression.out

@@ -48,6 +48,8 @@
 #include "access/table.h"
 #include "access/tableam.h"
 #include "catalog/index.h"
+#include "catalog/namespace.h"
+#include "catalog/partition.h"
 #include "catalog/pg_am.h"
 #include "catalog/pg_index.h"
 #include "catalog/pg_type.h"
@@ -57,6 +59,7 @@
 #include "partitioning/partdesc.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
+#include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/tuplestore.h"
@@ -171,17 +174,59 @@ OutboxOpenIndex(const PartScan *ps, const int *columns, int ncolumns)
 }
 
 /*
+ * The index of groups with "shards" shards on outbox.event, (shard, txid,
+ * seq): see outbox.ensure_shard_index().
+ */
+static Oid
+OutboxShardIndex(int shards)
+{
+	char		name[NAMEDATALEN];
+	Oid			relid;
+
+	snprintf(name, sizeof(name), "event_shards_%d_idx", shards);
+	relid = get_relname_relid(name, get_namespace_oid(OUTBOX_SCHEMA, false));
+	if (!OidIsValid(relid))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the index that reads the shards of groups with %d shards is missing", shards),
+				 errdetail("Index \"%s.%s\" does not exist; a restore makes the extension's tables without it.",
+						   OUTBOX_SCHEMA, name),
+				 errhint("Run outbox_maintain(), which makes it.")));
+	return relid;
+}
+
+/*
+ * Opens the copy, in the scan's partition, of index "parent_index" of the
+ * partitioned table.
+ */
+static Relation
+OutboxOpenChildIndex(const PartScan *ps, Oid parent_index)
+{
+	Oid			child = index_get_partition(ps->heap, parent_index);
+
+	if (!OidIsValid(child))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("partition \"%s.%s\" has lost an index of pg_outbox",
+						OUTBOX_SCHEMA, RelationGetRelationName(ps->heap)),
+				 errhint("Create index \"%s\" of the partitioned table again.", get_rel_name(parent_index))));
+	return index_open(child, AccessShareLock);
+}
+
+/*
  * Opens a scan of partition "relid" of "parent" in the order of its index
- * on "columns", with "nkeys" scan keys given at index_rescan().
+ * on "columns", or of its copy of "parent_index" when that is valid, with
+ * "nkeys" scan keys given at index_rescan().
  */
 static void
 OutboxPartScanOpen(PartScan *ps, Relation parent, Oid relid, const int *columns, int ncolumns,
-				   int nkeys, Snapshot snapshot)
+				   Oid parent_index, int nkeys, Snapshot snapshot)
 {
 	ps->relid = relid;
 	ps->heap = table_open(relid, AccessShareLock);
 	ps->map = build_attrmap_by_name_if_req(RelationGetDescr(ps->heap), RelationGetDescr(parent));
-	ps->index = OutboxOpenIndex(ps, columns, ncolumns);
+	ps->index = OidIsValid(parent_index) ? OutboxOpenChildIndex(ps, parent_index) :
+		OutboxOpenIndex(ps, columns, ncolumns);
 	ps->slot = table_slot_create(ps->heap, NULL);
 	ps->scan = index_beginscan(ps->heap, ps->index, snapshot, nkeys, 0);
 	ps->valid = false;
@@ -212,7 +257,7 @@ OutboxPartScanClose(PartScan *ps)
  * its index on "columns", positioned on its first row after "keys".
  */
 static PartScan *
-OutboxPartScansOpen(Relation parent, List *parts, const int *columns, int ncolumns,
+OutboxPartScansOpen(Relation parent, List *parts, const int *columns, int ncolumns, Oid parent_index,
 					ScanKey keys, int nkeys, Snapshot snapshot)
 {
 	PartScan   *scans = palloc0(sizeof(PartScan) * Max(list_length(parts), 1));
@@ -220,7 +265,8 @@ OutboxPartScansOpen(Relation parent, List *parts, const int *columns, int ncolum
 
 	for (i = 0; i < list_length(parts); i++)
 	{
-		OutboxPartScanOpen(&scans[i], parent, list_nth_oid(parts, i), columns, ncolumns, nkeys, snapshot);
+		OutboxPartScanOpen(&scans[i], parent, list_nth_oid(parts, i), columns, ncolumns, parent_index,
+						   nkeys, snapshot);
 		index_rescan(scans[i].scan, keys, nkeys, NULL, 0);
 		OutboxPartScanNext(&scans[i]);
 	}
@@ -307,7 +353,9 @@ OutboxPutEvent(FeedBatch *out, const FeedRange *a, PartScan *ps, uint64 order)
 
 /*
  * xid8 order: events after (cursor_txid, cursor_seq) below "below", in
- * (txid, seq) order, merged across the partitions that may hold them.
+ * (txid, seq) order, merged across the partitions that may hold them. A
+ * shard of a sharded group reads its index on (shard, txid, seq) instead
+ * of the primary key: the rows of its own shard only.
  */
 void
 OutboxReadFeed(const FeedRange *a, FeedBatch *out, Snapshot snapshot)
@@ -316,21 +364,27 @@ OutboxReadFeed(const FeedRange *a, FeedBatch *out, Snapshot snapshot)
 	Relation	parent = table_open(OutboxRelid("event"), AccessShareLock);
 	List	   *parts = OutboxPartitionsBetween(parent, a->cursor_txid, a->below);
 	int			nparts = list_length(parts);
+	bool		sharded = a->shards > 1;
+	AttrNumber	txid_attno = sharded ? 2 : 1;
 	PartScan   *scans;
-	ScanKeyData keys[2];
+	ScanKeyData keys[3];
 	ScanKeyData row[2];
+	int			nkeys = 0;
 	int			i;
 
-	/* (txid, seq) > (cursor_txid, cursor_seq) AND txid < below */
-	ScanKeyEntryInitialize(&row[0], SK_ROW_MEMBER, 1, BTGreaterStrategyNumber, XID8OID, InvalidOid,
+	/* [shard = a->shard AND] (txid, seq) > (cursor_txid, cursor_seq) AND txid < below */
+	if (sharded)
+		ScanKeyInit(&keys[nkeys++], 1, BTEqualStrategyNumber, F_INT4EQ, Int32GetDatum(a->shard));
+	ScanKeyEntryInitialize(&row[0], SK_ROW_MEMBER, txid_attno, BTGreaterStrategyNumber, XID8OID, InvalidOid,
 						   F_XID8CMP, FullTransactionIdGetDatum(FullTransactionIdFromU64(a->cursor_txid)));
-	ScanKeyEntryInitialize(&row[1], SK_ROW_MEMBER | SK_ROW_END, 2, BTGreaterStrategyNumber, INT8OID,
+	ScanKeyEntryInitialize(&row[1], SK_ROW_MEMBER | SK_ROW_END, txid_attno + 1, BTGreaterStrategyNumber, INT8OID,
 						   InvalidOid, F_BTINT8CMP, Int64GetDatum(a->cursor_seq));
-	ScanKeyEntryInitialize(&keys[0], SK_ROW_HEADER, 1, BTGreaterStrategyNumber, InvalidOid, InvalidOid,
-						   InvalidOid, PointerGetDatum(row));
-	ScanKeyInit(&keys[1], 1, BTLessStrategyNumber, F_XID8LT,
+	ScanKeyEntryInitialize(&keys[nkeys++], SK_ROW_HEADER, txid_attno, BTGreaterStrategyNumber, InvalidOid,
+						   InvalidOid, InvalidOid, PointerGetDatum(row));
+	ScanKeyInit(&keys[nkeys++], txid_attno, BTLessStrategyNumber, F_XID8LT,
 				FullTransactionIdGetDatum(FullTransactionIdFromU64(a->below)));
-	scans = OutboxPartScansOpen(parent, parts, key_columns, 2, keys, 2, snapshot);
+	scans = OutboxPartScansOpen(parent, parts, key_columns, 2,
+								sharded ? OutboxShardIndex(a->shards) : InvalidOid, keys, nkeys, snapshot);
 
 	while (out->count < a->limit)
 	{
@@ -367,7 +421,9 @@ OutboxReadFeed(const FeedRange *a, FeedBatch *out, Snapshot snapshot)
 /*
  * Commit order: the events of the transactions whose tickets are after
  * cursor_ticket and at most the horizon, in (ticket, seq) order, after
- * cursor_seq in the cursor's own transaction.
+ * cursor_seq in the cursor's own transaction. A shard of a sharded group
+ * reads each transaction's events of its own shard, by its index on
+ * (shard, txid, seq); it reads every marker in the range.
  */
 void
 OutboxReadCommitFeed(const FeedRange *a, FeedBatch *out, Snapshot snapshot)
@@ -380,14 +436,17 @@ OutboxReadCommitFeed(const FeedRange *a, FeedBatch *out, Snapshot snapshot)
 	int			nparts = list_length(parts);
 	PartScan   *scans;
 	List	   *event_scans = NIL;	/* of PartScan *, opened as needed */
-	ScanKeyData keys[2];
+	bool		sharded = a->shards > 1;
+	Oid			shard_index = sharded ? OutboxShardIndex(a->shards) : InvalidOid;
+	int			k = sharded ? 1 : 0;	/* where (txid, seq) start in the event index */
+	ScanKeyData keys[3];
 	ListCell   *lc;
 	int			i;
 
 	/* ticket >= cursor_ticket AND ticket <= horizon */
 	ScanKeyInit(&keys[0], 1, BTGreaterEqualStrategyNumber, F_INT8GE, Int64GetDatum(a->cursor_ticket));
 	ScanKeyInit(&keys[1], 1, BTLessEqualStrategyNumber, F_INT8LE, Int64GetDatum(a->horizon));
-	scans = OutboxPartScansOpen(markers, parts, ticket_column, 1, keys, 2, snapshot);
+	scans = OutboxPartScansOpen(markers, parts, ticket_column, 1, InvalidOid, keys, 2, snapshot);
 
 	while (out->count < a->limit)
 	{
@@ -427,14 +486,17 @@ OutboxReadCommitFeed(const FeedRange *a, FeedBatch *out, Snapshot snapshot)
 		if (ev == NULL)
 		{
 			ev = palloc0(sizeof(PartScan));
-			OutboxPartScanOpen(ev, events, relid, key_columns, 2, 2, snapshot);
+			OutboxPartScanOpen(ev, events, relid, key_columns, 2, shard_index, 2 + k, snapshot);
 			event_scans = lappend(event_scans, ev);
 		}
-		ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_XID8EQ,
+		/* [shard = a->shard AND] txid = the marker's AND seq > ... */
+		if (sharded)
+			ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT4EQ, Int32GetDatum(a->shard));
+		ScanKeyInit(&keys[k], k + 1, BTEqualStrategyNumber, F_XID8EQ,
 					FullTransactionIdGetDatum(FullTransactionIdFromU64(txid)));
-		ScanKeyInit(&keys[1], 2, BTGreaterStrategyNumber, F_INT8GT,
+		ScanKeyInit(&keys[k + 1], k + 2, BTGreaterStrategyNumber, F_INT8GT,
 					Int64GetDatum(ticket == a->cursor_ticket ? a->cursor_seq : 0));
-		index_rescan(ev->scan, keys, 2, NULL, 0);
+		index_rescan(ev->scan, keys, 2 + k, NULL, 0);
 		while (out->count < a->limit && OutboxPartScanNext(ev))
 			OutboxPutEvent(out, a, ev, (uint64) ticket);
 	}

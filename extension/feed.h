@@ -32,6 +32,8 @@ typedef struct FeedRange
 	uint64		epoch;			/* added to the order part of positions */
 	int			ntopics;		/* -1: every topic */
 	text	  **topics;
+	int			shard;			/* the shard of "shards" read (shard.c) */
+	int			shards;			/* 1: the group is not sharded */
 } FeedRange;
 
 /* Rows of the batch, as they are read. */

@@ -128,12 +128,15 @@ typedef enum GroupColumn
 	GROUP_LEADER_PID,
 	GROUP_LEADER_STARTED,
 	GROUP_LEASE_RENEWED,
+	GROUP_SHARD,
+	GROUP_SHARDS,
 	GROUP_NCOLUMNS
 } GroupColumn;
 
 static const char *const GroupColumnNames[GROUP_NCOLUMNS] = {
 	"id", "name", "topics", "ordering", "cursor_txid", "cursor_ticket", "cursor_seq",
-	"epoch", "cursor", "generation", "leader_pid", "leader_started", "lease_renewed"
+	"epoch", "cursor", "generation", "leader_pid", "leader_started", "lease_renewed",
+	"shard", "shards"
 };
 
 /* A group's row, as a fetch reads it. */
@@ -190,21 +193,55 @@ OutboxGroupColumns(TupleDesc desc, AttrNumber *attnos)
 }
 
 /*
- * Reads the group's row by its name's index, with a new snapshot (each
- * read sees what committed, and this transaction's own changes, before
- * it). False when there is no such group; also false, with *current set
- * to false, when the SQL objects are those of 0.1.0. The values are copied
- * into the current memory context.
+ * Splits a group name, "<group>" or "<group>/<shard>" (outbox.split_group_name()),
+ * into the group's name and the shard, -1 when none is named.
+ */
+static text *
+OutboxSplitGroupName(text *name, int32 *shard)
+{
+	const char *s = VARDATA_ANY(name);
+	int			len = VARSIZE_ANY_EXHDR(name);
+	const char *slash = memchr(s, '/', len);
+	int			digits;
+	int			i;
+
+	*shard = -1;
+	if (slash == NULL)
+		return name;
+	digits = len - (slash - s) - 1;
+	if (digits < 1 || digits > 3 || (digits > 1 && slash[1] == '0'))
+		digits = 0;
+	for (i = 0; i < digits; i++)
+		if (slash[1 + i] < '0' || slash[1 + i] > '9')
+			digits = 0;
+	if (digits == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid shard name \"%s\"", text_to_cstring(name)),
+				 errdetail("A shard is named by its group's name, \"/\" and its number, from 0: \"orders/0\".")));
+	*shard = 0;
+	for (i = 0; i < digits; i++)
+		*shard = *shard * 10 + (slash[1 + i] - '0');
+	return cstring_to_text_with_len(s, slash - s);
+}
+
+/*
+ * Reads the row of a group, or of one shard of it, by the name's index
+ * (the group's name and the shard, 0 when "shard" is negative), with a new
+ * snapshot (each read sees what committed, and this transaction's own
+ * changes, before it). False when there is no such row; also false, with
+ * *current set to false, when the SQL objects are those of 0.1.0. The
+ * values are copied into the current memory context.
  */
 static bool
-OutboxReadGroup(text *name, GroupRow *row, bool *current)
+OutboxReadGroupRow(text *name, int32 shard, GroupRow *row, bool *current)
 {
 	Relation	groups = table_open(OutboxRelid("groups"), AccessShareLock);
 	Relation	index = index_open(OutboxRelid("groups_name_key"), AccessShareLock);
 	AttrNumber	attnos[GROUP_NCOLUMNS];
 	TupleTableSlot *slot;
 	IndexScanDesc scan;
-	ScanKeyData key;
+	ScanKeyData keys[2];
 	Snapshot	snapshot;
 	bool		found = false;
 	int			c;
@@ -214,10 +251,11 @@ OutboxReadGroup(text *name, GroupRow *row, bool *current)
 	{
 		snapshot = RegisterSnapshot(GetTransactionSnapshot());
 		slot = table_slot_create(groups, NULL);
-		ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid,
+		ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
 							   index->rd_indcollation[0], F_TEXTEQ, PointerGetDatum(name));
-		scan = index_beginscan(groups, index, snapshot, 1, 0);
-		index_rescan(scan, &key, 1, NULL, 0);
+		ScanKeyInit(&keys[1], 2, BTEqualStrategyNumber, F_INT4EQ, Int32GetDatum(Max(shard, 0)));
+		scan = index_beginscan(groups, index, snapshot, 2, 0);
+		index_rescan(scan, keys, 2, NULL, 0);
 		if (index_getnext_slot(scan, ForwardScanDirection, slot))
 		{
 			found = true;
@@ -238,6 +276,47 @@ OutboxReadGroup(text *name, GroupRow *row, bool *current)
 	index_close(index, AccessShareLock);
 	table_close(groups, AccessShareLock);
 	return found;
+}
+
+/*
+ * Reads the row of the group or shard named "name" (see
+ * OutboxReadGroupRow): raises 42704 when there is none, 22023 for a
+ * sharded group named without its shard. False, with *current false, when
+ * the SQL objects are those of 0.1.0.
+ */
+static bool
+OutboxReadGroup(text *name, GroupRow *row, bool *current)
+{
+	int32		shard;
+	text	   *group = OutboxSplitGroupName(name, &shard);
+	int32		shards;
+
+	if (!OutboxReadGroupRow(group, shard, row, current))
+	{
+		if (!*current)
+			return false;
+		if (shard > 0 && OutboxReadGroupRow(group, 0, row, current))
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_OBJECT),
+					 errmsg("group \"%s\" has no shard %d", text_to_cstring(group), shard),
+					 DatumGetInt32(row->values[GROUP_SHARDS]) > 1 ?
+					 errhint("Its shards are %s/0 to %s/%d.", text_to_cstring(group), text_to_cstring(group),
+							 DatumGetInt32(row->values[GROUP_SHARDS]) - 1) :
+					 errhint("It has one shard: \"%s\", also named \"%s/0\".", text_to_cstring(group),
+							 text_to_cstring(group))));
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("group \"%s\" does not exist", text_to_cstring(group)),
+				 errhint("Create it with outbox_group_create().")));
+	}
+	shards = DatumGetInt32(row->values[GROUP_SHARDS]);
+	if (shard < 0 && shards > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("group \"%s\" has %d shards: name one", text_to_cstring(group), shards),
+				 errhint("Its shards are %s/0 to %s/%d; each has its own cursor and leader.",
+						 text_to_cstring(group), text_to_cstring(group), shards - 1)));
+	return true;
 }
 
 /* A transaction id of a snapshot as a full one, by the next full id. */
@@ -358,14 +437,7 @@ OutboxPlaceBatch(Datum *args, char *nulls, FeedRange *a, bool *current)
 				 errmsg("group name must not be null")));
 	name = DatumGetTextPP(args[0]);
 	if (!OutboxReadGroup(name, &g, current))
-	{
-		if (!*current)
-			return false;
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("group \"%s\" does not exist", text_to_cstring(name)),
-				 errhint("Create it with outbox_group_create().")));
-	}
+		return false;
 
 	/* The leader goes on while its lease is fresh; anyone else asks. */
 	if (!OutboxLeadsFreshly(&g))
@@ -388,6 +460,8 @@ OutboxPlaceBatch(Datum *args, char *nulls, FeedRange *a, bool *current)
 	a->epoch = (uint64) DatumGetInt64(g.values[GROUP_EPOCH]);
 	a->cursor_seq = DatumGetInt64(g.values[GROUP_CURSOR_SEQ]);
 	a->commit = strcmp(TextDatumGetCString(g.values[GROUP_ORDERING]), "commit") == 0;
+	a->shard = DatumGetInt32(g.values[GROUP_SHARD]);
+	a->shards = DatumGetInt32(g.values[GROUP_SHARDS]);
 	OutboxRangeTopics(a, g.nulls[GROUP_TOPICS] ? NULL : DatumGetArrayTypeP(g.values[GROUP_TOPICS]));
 	if (nulls[2] != 'n')
 		after = OutboxUnshiftPosition(TextDatumGetCString(args[2]), a->epoch);

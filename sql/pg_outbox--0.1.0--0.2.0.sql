@@ -23,6 +23,285 @@ ALTER TABLE outbox.groups
 	ADD COLUMN lease_until timestamptz,
 	ADD CONSTRAINT groups_epoch_check CHECK (epoch >= 0);
 
+-- Groups: shards (a row, cursor and leader each); the name is unique per
+-- shard.
+ALTER TABLE outbox.groups
+	ADD COLUMN shard integer NOT NULL DEFAULT 0,
+	ADD COLUMN shards integer NOT NULL DEFAULT 1,
+	DROP CONSTRAINT groups_name_key,
+	ADD CONSTRAINT groups_name_key UNIQUE (name, shard),
+	ADD CONSTRAINT groups_shard_check CHECK (shards BETWEEN 1 AND 256 AND shard >= 0 AND shard < shards);
+COMMENT ON COLUMN outbox.groups.shard IS 'which shard of the group this row is: events with outbox.shard_of(topic, key, shards) = shard (0 when the group has one)';
+COMMENT ON COLUMN outbox.groups.shards IS 'how many shards the group has: a row, a cursor and a leader each';
+
+-- Sharded groups: the hash, shard names, the index of each shard count;
+-- the group functions, the backlogs and set_stale learn shards.
+DROP FUNCTION @extschema@.outbox_group_create(text, text[], text, text);
+DROP FUNCTION outbox.backlog(xid8, bigint, text[], xid8);
+DROP FUNCTION outbox.commit_backlog(bigint, bigint, text[], bigint, xid8);
+
+CREATE FUNCTION outbox.shard_of(topic text, key text, shards integer)
+RETURNS integer
+AS 'MODULE_PATHNAME', 'outbox_shard_of'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
+COMMENT ON FUNCTION outbox.shard_of(text, text, integer) IS
+	'pg_outbox: the shard of an event among "shards": CRC-32C of the topic, a zero byte and the key (the topic alone without a key), modulo shards';
+
+CREATE OR REPLACE FUNCTION outbox.split_group_name(group_name text, OUT name text, OUT shard integer)
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $$
+DECLARE
+	m text[];
+BEGIN
+	IF group_name IS NULL THEN
+		RAISE EXCEPTION 'group name must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF strpos(group_name, '/') = 0 THEN
+		name := group_name;
+		RETURN;
+	END IF;
+	m := regexp_match(group_name, '^([^/]*)/(0|[1-9][0-9]{0,2})$');
+	IF m IS NULL THEN
+		RAISE EXCEPTION 'invalid shard name "%"', group_name
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = 'A shard is named by its group''s name, "/" and its number, from 0: "orders/0".';
+	END IF;
+	name := m[1];
+	shard := m[2]::integer;
+END
+$$;
+COMMENT ON FUNCTION outbox.split_group_name(text) IS 'pg_outbox: "<group>" or "<group>/<shard>" as the name and the shard';
+
+CREATE OR REPLACE FUNCTION outbox.get_group(group_name text, for_update boolean DEFAULT false)
+RETURNS outbox.groups
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $$
+DECLARE
+	g outbox.groups;
+	n record;
+BEGIN
+	n := outbox.split_group_name(group_name);
+	IF for_update THEN
+		SELECT * INTO g FROM outbox.groups WHERE name = n.name AND shard = coalesce(n.shard, 0) FOR NO KEY UPDATE;
+	ELSE
+		SELECT * INTO g FROM outbox.groups WHERE name = n.name AND shard = coalesce(n.shard, 0);
+	END IF;
+	IF NOT FOUND THEN
+		IF n.shard IS NOT NULL AND EXISTS (SELECT 1 FROM outbox.groups WHERE name = n.name) THEN
+			RAISE EXCEPTION 'group "%" has no shard %', n.name, n.shard
+				USING ERRCODE = 'undefined_object',
+					  HINT = CASE WHEN (SELECT max(shards) FROM outbox.groups WHERE name = n.name) > 1
+								  THEN format('Its shards are %s/0 to %s/%s.', n.name, n.name,
+											  (SELECT max(shards) - 1 FROM outbox.groups WHERE name = n.name))
+								  ELSE format('It has one shard: "%s", also named "%s/0".', n.name, n.name) END;
+		END IF;
+		RAISE EXCEPTION 'group "%" does not exist', n.name
+			USING ERRCODE = 'undefined_object',
+				  HINT = 'Create it with outbox_group_create().';
+	END IF;
+	IF n.shard IS NULL AND g.shards > 1 THEN
+		RAISE EXCEPTION 'group "%" has % shards: name one', n.name, g.shards
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = format('Its shards are %s/0 to %s/%s; each has its own cursor and leader.', n.name, n.name, g.shards - 1);
+	END IF;
+	RETURN g;
+END
+$$;
+COMMENT ON FUNCTION outbox.get_group(text, boolean) IS 'pg_outbox: a group, or a shard of one ("<group>/<shard>"), by name, or error 42704';
+
+CREATE OR REPLACE FUNCTION outbox.shard_index_name(shards integer)
+RETURNS name
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT format('event_shards_%s_idx', shards)::name
+$$;
+COMMENT ON FUNCTION outbox.shard_index_name(integer) IS 'pg_outbox: name of the index that reads the shards of groups with this many';
+
+CREATE OR REPLACE FUNCTION outbox.ensure_shard_index(shards integer)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	IF shards <= 1 OR to_regclass(format('outbox.%I', outbox.shard_index_name(shards))) IS NOT NULL THEN
+		RETURN false;
+	END IF;
+	EXECUTE format('CREATE INDEX %I ON outbox.event (outbox.shard_of(topic, key, %s), txid, seq)',
+				   outbox.shard_index_name(shards), shards);
+	RETURN true;
+END
+$$;
+COMMENT ON FUNCTION outbox.ensure_shard_index(integer) IS 'pg_outbox: makes the index of the shards of groups with this many, when missing';
+
+CREATE FUNCTION @extschema@.outbox_group_create(group_name text, topics text[] DEFAULT NULL,
+												start_at text DEFAULT 'now', ordering text DEFAULT NULL,
+												shards integer DEFAULT 1)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	c_txid xid8;
+	c_ticket bigint;
+	ord text := coalesce(ordering, CASE WHEN outbox.commit_order_available() THEN 'commit' ELSE 'xid8' END);
+BEGIN
+	IF group_name IS NULL THEN
+		RAISE EXCEPTION 'group name must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF ord NOT IN ('xid8', 'commit') THEN
+		RAISE EXCEPTION 'invalid ordering "%"', ord
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Use ''commit'' (the order in which transactions committed) or ''xid8'' (the order of transaction ids).';
+	END IF;
+	IF ord = 'commit' THEN
+		-- Prepared transactions that emitted have no ticket: wait for them.
+		PERFORM outbox.commit_order_lock();
+	END IF;
+	IF group_name !~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$' THEN
+		RAISE EXCEPTION 'invalid group name "%"', group_name
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = 'A group name has 1 to 63 characters: letters, digits, "_", ".", ":" and "-", starting with a letter or digit.';
+	END IF;
+	IF shards IS NULL OR shards < 1 OR shards > 256 THEN
+		RAISE EXCEPTION 'a group has 1 to 256 shards, not %', coalesce(shards::text, 'NULL')
+			USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF topics IS NOT NULL AND (cardinality(topics) = 0 OR array_position(topics, NULL) IS NOT NULL
+							   OR array_position(topics, '') IS NOT NULL) THEN
+		RAISE EXCEPTION 'topics of group "%" must be NULL (all topics) or a non-empty array of non-empty topics', group_name
+			USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF start_at IS NULL THEN
+		RAISE EXCEPTION 'start_at must not be null' USING ERRCODE = 'null_value_not_allowed';
+	ELSIF start_at = 'now' THEN
+		-- Everything below the horizon is final now; events of transactions at
+		-- or above it, running or future, belong to the group.
+		IF ord = 'commit' THEN
+			c_ticket := outbox.commit_horizon() + 1;
+		ELSE
+			c_txid := outbox.horizon();
+		END IF;
+	ELSIF start_at = 'beginning' THEN
+		IF ord = 'commit' THEN
+			c_ticket := 0;
+		ELSE
+			c_txid := '0'::xid8;
+		END IF;
+	ELSE
+		RAISE EXCEPTION 'invalid start_at "%"', start_at
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Use ''now'' (events committed from now on) or ''beginning'' (every retained event).';
+	END IF;
+	IF EXISTS (SELECT 1 FROM outbox.groups g WHERE g.name = group_name) THEN
+		RAISE EXCEPTION 'group "%" already exists', group_name USING ERRCODE = 'duplicate_object';
+	END IF;
+	PERFORM outbox.ensure_shard_index(shards);
+	BEGIN
+		INSERT INTO outbox.groups (name, topics, ordering, cursor_txid, cursor_ticket, cursor_seq, shard, shards)
+		SELECT group_name, topics, ord, c_txid, c_ticket, 0, s, shards FROM generate_series(0, shards - 1) s;
+	EXCEPTION WHEN unique_violation THEN
+		RAISE EXCEPTION 'group "%" already exists', group_name USING ERRCODE = 'duplicate_object';
+	END;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.outbox_group_create(text, text[], text, text, integer) IS
+	'pg_outbox: creates a group (a cursor over the feed, or one per shard), for all topics or some, starting now or at the beginning, in commit or xid8 order';
+
+CREATE OR REPLACE FUNCTION @extschema@.outbox_group_drop(group_name text, if_exists boolean DEFAULT false)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	n integer;
+BEGIN
+	IF group_name IS NULL THEN
+		RAISE EXCEPTION 'group name must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF strpos(group_name, '/') > 0 THEN
+		RAISE EXCEPTION 'a shard cannot be dropped alone: drop group "%"', split_part(group_name, '/', 1)
+			USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	SELECT max(g.shards) INTO n FROM outbox.groups g WHERE g.name = group_name;
+	DELETE FROM outbox.groups g WHERE g.name = group_name;
+	IF NOT FOUND THEN
+		IF coalesce(if_exists, false) THEN
+			RETURN false;
+		END IF;
+		RAISE EXCEPTION 'group "%" does not exist', group_name USING ERRCODE = 'undefined_object';
+	END IF;
+	-- The last group with this many shards takes their index with it.
+	IF n > 1 AND NOT EXISTS (SELECT 1 FROM outbox.groups g WHERE g.shards = n) THEN
+		EXECUTE format('DROP INDEX IF EXISTS outbox.%I', outbox.shard_index_name(n));
+	END IF;
+	RETURN true;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.outbox_group_drop(text, boolean) IS 'pg_outbox: drops a group and its cursor (every shard''s)';
+
+CREATE FUNCTION outbox.backlog(cursor_txid xid8, cursor_seq bigint, topics text[], below xid8 DEFAULT NULL,
+							   shard integer DEFAULT 0, shards integer DEFAULT 1)
+RETURNS SETOF outbox.event
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+	SELECT e.*
+	  FROM outbox.event e
+	 WHERE e.txid >= cursor_txid AND (e.txid, e.seq) > (cursor_txid, cursor_seq)
+	   AND e.txid < coalesce(below, outbox.horizon())
+	   AND (topics IS NULL OR e.topic = ANY (topics))
+	   AND (shards = 1 OR outbox.shard_of(e.topic, e.key, shards) = shard)
+$$;
+COMMENT ON FUNCTION outbox.backlog(xid8, bigint, text[], xid8, integer, integer) IS
+	'pg_outbox: the events after a cursor and below the horizon (or an earlier one), of some topics or all, of one shard or all';
+
+CREATE FUNCTION outbox.commit_backlog(cursor_ticket bigint, cursor_seq bigint, topics text[], horizon bigint,
+									  below xid8 DEFAULT NULL, shard integer DEFAULT 0, shards integer DEFAULT 1)
+RETURNS TABLE (ticket bigint, txid xid8, seq bigint, event_id uuid, topic text, key text,
+			   payload jsonb, headers jsonb, created_at timestamptz)
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+	SELECT m.ticket, e.txid, e.seq, e.event_id, e.topic, e.key, e.payload, e.headers, e.created_at
+	  FROM (SELECT c.ticket, c.txid
+			  FROM outbox.commit_log c
+			 WHERE c.ticket >= cursor_ticket AND c.ticket <= horizon
+			   AND (below IS NULL OR c.txid < below)
+			 ORDER BY c.ticket
+			OFFSET 0) m
+	 CROSS JOIN LATERAL (
+		SELECT v.*
+		  FROM outbox.event v
+		 WHERE v.txid = m.txid AND (below IS NULL OR v.txid < below)
+		   AND v.seq > CASE WHEN m.ticket = cursor_ticket THEN cursor_seq ELSE 0 END
+		   AND (topics IS NULL OR v.topic = ANY (topics))
+		   AND (shards = 1 OR outbox.shard_of(v.topic, v.key, shards) = shard)
+		 ORDER BY v.seq
+		OFFSET 0) e
+$$;
+COMMENT ON FUNCTION outbox.commit_backlog(bigint, bigint, text[], bigint, xid8, integer, integer) IS
+	'pg_outbox: the events after a commit-order cursor and up to a commit horizon, of some topics or all, of one shard or all, in commit order';
+
+CREATE OR REPLACE FUNCTION @extschema@.outbox_group_set_stale(group_name text, stale boolean DEFAULT true)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	IF stale IS NULL THEN
+		RAISE EXCEPTION 'stale must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	-- A sharded group named without a shard: every shard.
+	IF strpos(group_name, '/') = 0 AND EXISTS (SELECT 1 FROM outbox.groups g WHERE g.name = group_name AND g.shards > 1) THEN
+		UPDATE outbox.groups g SET stale = outbox_group_set_stale.stale WHERE g.name = group_name;
+	ELSE
+		UPDATE outbox.groups SET stale = outbox_group_set_stale.stale WHERE id = (outbox.get_group(group_name)).id;
+	END IF;
+	RAISE LOG 'pg_outbox: group "%" marked %', group_name, CASE WHEN stale THEN 'stale' ELSE 'live' END;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.outbox_group_set_stale(text, boolean) IS
+	'pg_outbox: marks a group stale (its cursor no longer keeps events from retention) or live again';
+
 -- Maintenance: the last event retention removed (rewinds before it warn).
 -- Retirements before this update are not known.
 ALTER TABLE outbox.maintenance
@@ -1158,20 +1437,24 @@ BEGIN
 	IF markers IS NOT NULL THEN
 		EXECUTE format('SELECT max(ticket) FROM %s', markers) INTO last_ticket;
 	END IF;
-	FOR g IN SELECT * FROM outbox.groups WHERE NOT stale ORDER BY name LOOP
+	FOR g IN SELECT * FROM outbox.groups WHERE NOT stale ORDER BY name, shard LOOP
 		IF g.ordering = 'commit' THEN
 			-- Passed when nothing is left to publish up to the partition's
 			-- last commit.
+			-- last commit, of the group's topics and shard.
 			ahead := last_ticket >= g.cursor_ticket
-					 AND EXISTS (SELECT 1 FROM outbox.commit_backlog(g.cursor_ticket, g.cursor_seq, NULL, last_ticket));
+					 AND EXISTS (SELECT 1 FROM outbox.commit_backlog(g.cursor_ticket, g.cursor_seq, g.topics, last_ticket,
+																	 NULL, g.shard, g.shards));
 		ELSIF g.cursor_txid < upper THEN
-			EXECUTE format('SELECT EXISTS (SELECT 1 FROM %s WHERE (txid, seq) > ($1, $2))', part)
-				INTO ahead USING g.cursor_txid, g.cursor_seq;
+			EXECUTE format('SELECT EXISTS (SELECT 1 FROM %s WHERE (txid, seq) > ($1, $2)
+							 AND ($3 IS NULL OR topic = ANY ($3))
+							 AND ($5 = 1 OR outbox.shard_of(topic, key, $5) = $4))', part)
+				INTO ahead USING g.cursor_txid, g.cursor_seq, g.topics, g.shard, g.shards;
 		ELSE
 			ahead := false;
 		END IF;
 		IF ahead THEN
-			holders := holders || format('"%s"', g.name);
+			holders := holders || format('"%s"', g.name || CASE WHEN g.shards > 1 THEN '/' || g.shard ELSE '' END);
 		END IF;
 	END LOOP;
 	IF cardinality(holders) > 0 THEN
@@ -1261,6 +1544,22 @@ BEGIN
 		EXCEPTION WHEN lock_not_available OR check_violation OR duplicate_table THEN
 			action := 'deferred'; object := 'outbox.' || outbox.partition_name(r.lower);
 			detail := format('could not create the partition: %s', sqlerrm);
+			RETURN NEXT;
+		END;
+	END LOOP;
+
+	-- The index of each shard count in use (gone after a restore, which
+	-- makes the extension's tables again without it).
+	FOR n IN SELECT DISTINCT gs.shards FROM outbox.groups gs WHERE gs.shards > 1 ORDER BY 1 LOOP
+		BEGIN
+			IF outbox.ensure_shard_index(n::integer) THEN
+				action := 'created'; object := 'outbox.' || outbox.shard_index_name(n::integer);
+				detail := format('the index of groups with %s shards', n);
+				RETURN NEXT;
+			END IF;
+		EXCEPTION WHEN lock_not_available THEN
+			action := 'deferred'; object := 'outbox.' || outbox.shard_index_name(n::integer);
+			detail := format('could not make the index of groups with %s shards: %s', n, sqlerrm);
 			RETURN NEXT;
 		END;
 	END LOOP;
@@ -1439,7 +1738,8 @@ CREATE FUNCTION @extschema@.outbox_group_stats(for_group text DEFAULT NULL)
 RETURNS TABLE (group_name text, topics text[], cursor_position text, leader_pid integer,
 			   waiting bigint, oldest_waiting_age interval, advanced_at timestamptz,
 			   horizon xid8, held_by_pid integer, held_by_gid text, held_for interval, stale boolean,
-			   ordering text, commit_horizon bigint, lease_age interval, generation bigint)
+			   ordering text, commit_horizon bigint, lease_age interval, generation bigint,
+			   shard integer, shards integer)
 LANGUAGE sql VOLATILE PARALLEL SAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 -- The estimates of the per-group backlog are high enough to trigger JIT
@@ -1455,22 +1755,23 @@ AS $$
 		   w.n, now() - w.oldest, g.advanced_at,
 		   CASE WHEN g.ordering = 'xid8' THEN outbox.horizon() END, hh.pid, hh.gid, hh.held_for, g.stale,
 		   g.ordering, CASE WHEN g.ordering = 'commit' THEN ch.h END,
-		   CASE WHEN lh.alive THEN greatest(clock_timestamp() - g.lease_renewed, interval '0') END, g.generation
+		   CASE WHEN lh.alive THEN greatest(clock_timestamp() - g.lease_renewed, interval '0') END, g.generation,
+		   g.shard, g.shards
 	  FROM outbox.groups g
 	 CROSS JOIN ch
 	 CROSS JOIN LATERAL (SELECT coalesce(outbox.session_alive(g.leader_pid, g.leader_started), false) AS alive) lh
 	 CROSS JOIN LATERAL (
 		SELECT count(*) AS n, min(e.created_at) AS oldest
-		  FROM (SELECT b.created_at FROM outbox.backlog(g.cursor_txid, g.cursor_seq, g.topics) b
+		  FROM (SELECT b.created_at FROM outbox.backlog(g.cursor_txid, g.cursor_seq, g.topics, NULL, g.shard, g.shards) b
 				 WHERE g.ordering = 'xid8'
 				UNION ALL
-				SELECT c.created_at FROM outbox.commit_backlog(g.cursor_ticket, g.cursor_seq, g.topics, ch.h) c
+				SELECT c.created_at FROM outbox.commit_backlog(g.cursor_ticket, g.cursor_seq, g.topics, ch.h, NULL, g.shard, g.shards) c
 				 WHERE g.ordering = 'commit') e) w
 	  LEFT JOIN LATERAL (
 		SELECT h.pid, h.gid, h.held_for FROM outbox.horizon_holders_all() h
 		 WHERE h.holds_horizon AND g.ordering = 'xid8' LIMIT 1) hh ON true
-	 WHERE for_group IS NULL OR g.name = for_group
-	 ORDER BY g.name
+	 WHERE for_group IS NULL OR g.name = for_group OR g.name || '/' || g.shard = for_group
+	 ORDER BY g.name, g.shard
 $$;
 
 COMMENT ON FUNCTION @extschema@.outbox_group_stats(text) IS
@@ -1483,10 +1784,13 @@ REVOKE ALL ON ALL TABLES IN SCHEMA outbox FROM PUBLIC;
 
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA outbox FROM PUBLIC;
 
+-- Writers evaluate it in the shard indexes' expressions.
+GRANT EXECUTE ON FUNCTION outbox.shard_of(text, text, integer) TO PUBLIC;
+
 REVOKE ALL ON FUNCTION
 	@extschema@.outbox_emit(text, text, jsonb, jsonb, uuid),
 	@extschema@.outbox_emit_many(text, text[], jsonb[], jsonb[], uuid[]),
-	@extschema@.outbox_group_create(text, text[], text, text),
+	@extschema@.outbox_group_create(text, text[], text, text, integer),
 	@extschema@.outbox_group_drop(text, boolean),
 	@extschema@.outbox_fetch(text, integer, text, interval),
 	@extschema@.outbox_advance(text, text, jsonb),
@@ -1550,7 +1854,7 @@ GRANT SELECT ON outbox.maintenance TO outbox_relay, outbox_admin;
 GRANT SELECT ON outbox.feed, outbox.groups, outbox.group_stats, outbox.horizon_holders TO outbox_relay, outbox_admin;
 
 GRANT EXECUTE ON FUNCTION
-	@extschema@.outbox_group_create(text, text[], text, text),
+	@extschema@.outbox_group_create(text, text[], text, text, integer),
 	@extschema@.outbox_group_drop(text, boolean)
 TO outbox_admin;
 

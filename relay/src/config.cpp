@@ -294,6 +294,20 @@ std::chrono::milliseconds parse_duration(const std::string& text) {
     throw ConfigError("\"" + text + "\" has an unknown unit (use ms, s or m)");
 }
 
+void split_group_name(const std::string& group, std::string& name, int& shard) {
+    const auto slash = group.find('/');
+    name = group.substr(0, slash);
+    shard = -1;
+    if (slash == std::string::npos) return;
+    const std::string digits = group.substr(slash + 1);
+    const bool valid = !digits.empty() && digits.size() <= 3 && (digits.size() == 1 || digits[0] != '0') &&
+                       std::all_of(digits.begin(), digits.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+    if (!valid || name.empty())
+        throw ConfigError("--group \"" + group + "\": a shard is named by its group's name, \"/\" and its number, "
+                          "from 0, as in orders/0");
+    shard = std::stoi(digits);
+}
+
 ParseResult parse_command_line(int argc, const char* const* argv) {
     Config c;
     std::string redis = "127.0.0.1:6379";
@@ -358,8 +372,9 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
         ->envname("PG_OUTBOX_GROUP")
         ->required();
     publish->add_option("--stream", c.stream_template,
-                        "stream key template; {topic} and {group} are replaced, other text (Redis Cluster hash "
-                        "tags included) is kept, e.g. outbox:{{topic}} gives outbox:{orders}")
+                        "stream key template; {topic}, {group} and {shard} are replaced, other text (Redis Cluster "
+                        "hash tags included) is kept, e.g. outbox:{{topic}} gives outbox:{orders}; a sharded "
+                        "group's template needs {shard}")
         ->envname("PG_OUTBOX_STREAM")
         ->capture_default_str();
     publish->add_option("--batch-size", c.batch_size, "events fetched and pipelined per batch")
@@ -554,6 +569,7 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
             }
         }
         if (c.stream_template.empty()) throw ConfigError("--stream: the template must not be empty");
+        if (c.mode == Config::Mode::publish) split_group_name(c.group, c.group_name, c.shard);
     } catch (const ConfigError& e) {
         std::cerr << "pg_outbox_relay: " << escape_control(e.what()) << '\n';
         return {std::nullopt, 2};

@@ -37,8 +37,14 @@ constexpr const char* kAdvanceSql = "SELECT outbox_advance($1, $2, $3::jsonb)";
 // flushes the advance's commit record first.
 constexpr const char* kAdvanceAsyncSql =
     "SELECT outbox_advance($1, $2, $3::jsonb) FROM set_config('synchronous_commit', 'off', true)";
+// The row of the group or shard ($1 the name, $2 the shard); a database not
+// yet updated to 0.2.0 has no shard columns, and each group is one shard.
 constexpr const char* kStreamsSql =
-    "SELECT streams::text, cursor FROM outbox.groups WHERE name = $1";
+    "SELECT streams::text, cursor FROM outbox.groups g"
+    " WHERE name = $1 AND coalesce((pg_catalog.to_jsonb(g) ->> 'shard')::int, 0) = $2::int";
+constexpr const char* kShardsSql =
+    "SELECT coalesce((pg_catalog.to_jsonb(g) ->> 'shards')::int, 1) FROM outbox.groups g"
+    " WHERE name = $1 AND coalesce((pg_catalog.to_jsonb(g) ->> 'shard')::int, 0) = $2::int";
 constexpr const char* kRewindSql = "SELECT outbox_rewind($1, $2)";
 // Maintenance, unless something ran it within the interval ($1, in ms).
 constexpr const char* kMaintainSql =
@@ -75,6 +81,7 @@ GroupSession::GroupSession(const Config& config, Metrics& metrics)
 
 void GroupSession::connected(PgConnection& pg) {
     pg_ = &pg;
+    check_shards();
     // The lease of this session's leadership (outbox.lead renews it with
     // each fetch and advance).
     pg_->exec("SELECT pg_catalog.set_config('pg_outbox.lease', $1, false)",
@@ -88,6 +95,24 @@ void GroupSession::connected(PgConnection& pg) {
     pg_->prepare(kWaitingStatement, kWaitingSql);
     pg_->prepare(kAdvanceStatement,
                  config_.id_mode == IdMode::explicit_position ? kAdvanceAsyncSql : kAdvanceSql);
+}
+
+// A sharded group is published a shard per relay, each to streams of its
+// own: shards writing the same stream would refuse each other's entries as
+// already present (positions of one shard are below the other's).
+void GroupSession::check_shards() {
+    const auto r = pg_->exec(kShardsSql, {config_.group_name, std::to_string(std::max(config_.shard, 0))});
+    if (r.rows() == 0) return;  // the fetch says what is wrong
+    const int shards = std::stoi(std::string(r.get(0, 0)));
+    if (shards <= 1) return;
+    if (config_.shard < 0)
+        throw ConfigError("--group \"" + config_.group + "\": the group has " + std::to_string(shards) +
+                          " shards; publish each with a relay of its own, --group " + config_.group_name + "/0 to " +
+                          config_.group_name + "/" + std::to_string(shards - 1));
+    if (config_.stream_template.find("{shard}") == std::string::npos)
+        throw ConfigError("--stream \"" + config_.stream_template + "\": group \"" + config_.group_name + "\" has " +
+                          std::to_string(shards) + " shards, each with streams of its own: put {shard} in the template, "
+                          "as in outbox:{topic}:{shard}");
 }
 
 void GroupSession::reset() {
@@ -257,7 +282,7 @@ void GroupSession::discard_queued() {
 }
 
 std::optional<PublishedStreams> GroupSession::published_streams() {
-    auto r = pg_->exec(kStreamsSql, {config_.group});
+    auto r = pg_->exec(kStreamsSql, {config_.group_name, std::to_string(std::max(config_.shard, 0))});
     if (r.rows() == 0) return std::nullopt;
     PublishedStreams out;
     out.cursor = Position::parse(r.get(0, 1));

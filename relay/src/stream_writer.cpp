@@ -56,7 +56,8 @@ bool is_oom(const RedisError& e) { return e.kind() == RedisError::Kind::reply &&
 
 }  // namespace
 
-std::string expand_stream_key(const std::string& tmpl, const std::string& topic, const std::string& group) {
+std::string expand_stream_key(const std::string& tmpl, const std::string& topic, const std::string& group,
+                              int shard) {
     std::string out;
     out.reserve(tmpl.size() + topic.size());
     for (std::size_t i = 0; i < tmpl.size();) {
@@ -65,6 +66,9 @@ std::string expand_stream_key(const std::string& tmpl, const std::string& topic,
             i += 7;
         } else if (tmpl.compare(i, 7, "{group}") == 0) {
             out += group;
+            i += 7;
+        } else if (tmpl.compare(i, 7, "{shard}") == 0) {
+            out += std::to_string(shard);
             i += 7;
         } else {
             out += tmpl[i++];
@@ -137,7 +141,7 @@ StreamWriter::Shares StreamWriter::split(std::span<const Event> batch) const {
     for (const auto& e : batch) {
         auto slot = slot_of_topic.find(e.topic);
         if (slot == slot_of_topic.end()) {
-            auto key = expand_stream_key(config_.stream_template, e.topic, config_.group);
+            auto key = expand_stream_key(config_.stream_template, e.topic, config_.group_name, std::max(config_.shard, 0));
             const auto s = static_cast<std::size_t>(std::find(shares.keys.begin(), shares.keys.end(), key) -
                                                     shares.keys.begin());
             if (s == shares.keys.size()) {

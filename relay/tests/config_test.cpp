@@ -293,6 +293,34 @@ TEST(StreamKey, ExpandsTopicAndGroupKeepsHashTags) {
     EXPECT_EQ(expand_stream_key("{group}:{topic}", "orders", "billing"), "billing:orders");
     EXPECT_EQ(expand_stream_key("all-events", "orders", "g"), "all-events");
     EXPECT_EQ(expand_stream_key("{topi", "orders", "g"), "{topi");
+    EXPECT_EQ(expand_stream_key("outbox:{topic}:{shard}", "orders", "g", 7), "outbox:orders:7");
+    EXPECT_EQ(expand_stream_key("{group}/{shard}", "orders", "billing"), "billing/0");
+}
+
+// --group names a group or one shard of it, as the extension does.
+TEST(GroupName, SplitsAShardOff) {
+    std::string name;
+    int shard = 0;
+    split_group_name("orders", name, shard);
+    EXPECT_EQ(name, "orders");
+    EXPECT_EQ(shard, -1);
+    split_group_name("orders/0", name, shard);
+    EXPECT_EQ(shard, 0);
+    split_group_name("orders/255", name, shard);
+    EXPECT_EQ(name, "orders");
+    EXPECT_EQ(shard, 255);
+    for (const char* bad : {"orders/", "orders/01", "orders/-1", "orders/1/2", "orders/ 1", "orders/x", "/0",
+                            "orders/1000", "orders/99999999999999999999", "orders/1\n"}) {
+        EXPECT_THROW(split_group_name(bad, name, shard), ConfigError) << bad;
+    }
+    auto r = parse({"publish", "--group", "orders/3"});
+    ASSERT_TRUE(r.config);
+    EXPECT_EQ(r.config->group_name, "orders");
+    EXPECT_EQ(r.config->shard, 3);
+    auto [code, err] = parse_error({"publish", "--group", "orders/x\x01"});
+    EXPECT_EQ(code, 2);
+    EXPECT_NE(err.find("a shard is named"), std::string::npos) << err;
+    EXPECT_EQ(err.find('\x01'), std::string::npos) << "control characters are escaped";
 }
 
 TEST(CommandLine, PublishWithDefaults) {

@@ -24,8 +24,11 @@ CREATE TABLE outbox.groups (
 	leader_started timestamptz,
 	lease_renewed timestamptz,
 	lease_until timestamptz,
+	shard integer NOT NULL DEFAULT 0,
+	shards integer NOT NULL DEFAULT 1,
 	CONSTRAINT groups_pkey PRIMARY KEY (id),
-	CONSTRAINT groups_name_key UNIQUE (name),
+	CONSTRAINT groups_name_key UNIQUE (name, shard),
+	CONSTRAINT groups_shard_check CHECK (shards BETWEEN 1 AND 256 AND shard >= 0 AND shard < shards),
 	CONSTRAINT groups_name_check CHECK (name ~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$'),
 	CONSTRAINT groups_topics_check CHECK (topics IS NULL OR pg_catalog.cardinality(topics) > 0),
 	CONSTRAINT groups_ordering_check CHECK (ordering IN ('xid8', 'commit')),
@@ -43,6 +46,8 @@ COMMENT ON COLUMN outbox.groups.leader_pid IS 'backend pid of the session that l
 COMMENT ON COLUMN outbox.groups.leader_started IS 'start time of the leading backend: with leader_pid, names the session';
 COMMENT ON COLUMN outbox.groups.lease_renewed IS 'when the leader last renewed its lease (by fetching or advancing)';
 COMMENT ON COLUMN outbox.groups.lease_until IS 'until when the leader holds the group without renewing; a standby may take it over after';
+COMMENT ON COLUMN outbox.groups.shard IS 'which shard of the group this row is: events with outbox.shard_of(topic, key, shards) = shard (0 when the group has one)';
+COMMENT ON COLUMN outbox.groups.shards IS 'how many shards the group has: a row, a cursor and a leader each';
 COMMENT ON COLUMN outbox.groups.streams IS 'last position the group''s relay published to each stream, as reported to outbox_advance()';
 SELECT pg_catalog.pg_extension_config_dump('outbox.groups', '');
 
@@ -206,38 +211,123 @@ END
 $$;
 COMMENT ON FUNCTION outbox.resign(integer) IS 'pg_outbox: gives up the leadership of a group; true when this session held it';
 
--- Looks up a group by name, locking its row when asked; raises 42704 when
--- it does not exist.
+--
+-- Shards: a group created with N shards has N rows, one per shard, each
+-- with its own cursor, leader and streams; an event belongs to shard
+-- outbox.shard_of(topic, key, N) (shard.c defines the hash). A shard is
+-- named "<group>/<shard>" wherever a group name is taken; a group of one
+-- shard is also "<group>/0".
+--
+CREATE FUNCTION outbox.shard_of(topic text, key text, shards integer)
+RETURNS integer
+AS 'MODULE_PATHNAME', 'outbox_shard_of'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
+COMMENT ON FUNCTION outbox.shard_of(text, text, integer) IS
+	'pg_outbox: the shard of an event among "shards": CRC-32C of the topic, a zero byte and the key (the topic alone without a key), modulo shards';
+
+-- Splits "<group>" or "<group>/<shard>" into the name and the shard (NULL
+-- when none is named); raises 22023 for a shard that is no number.
+CREATE FUNCTION outbox.split_group_name(group_name text, OUT name text, OUT shard integer)
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $$
+DECLARE
+	m text[];
+BEGIN
+	IF group_name IS NULL THEN
+		RAISE EXCEPTION 'group name must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF strpos(group_name, '/') = 0 THEN
+		name := group_name;
+		RETURN;
+	END IF;
+	m := regexp_match(group_name, '^([^/]*)/(0|[1-9][0-9]{0,2})$');
+	IF m IS NULL THEN
+		RAISE EXCEPTION 'invalid shard name "%"', group_name
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = 'A shard is named by its group''s name, "/" and its number, from 0: "orders/0".';
+	END IF;
+	name := m[1];
+	shard := m[2]::integer;
+END
+$$;
+COMMENT ON FUNCTION outbox.split_group_name(text) IS 'pg_outbox: "<group>" or "<group>/<shard>" as the name and the shard';
+
+-- Looks up a group, or one shard of a sharded group ("<group>/<shard>"),
+-- by name, locking its row when asked; raises 42704 when it does not
+-- exist, 22023 for a sharded group named without its shard.
 CREATE FUNCTION outbox.get_group(group_name text, for_update boolean DEFAULT false)
 RETURNS outbox.groups
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 AS $$
 DECLARE
 	g outbox.groups;
+	n record;
 BEGIN
-	IF group_name IS NULL THEN
-		RAISE EXCEPTION 'group name must not be null' USING ERRCODE = 'null_value_not_allowed';
-	END IF;
+	n := outbox.split_group_name(group_name);
 	IF for_update THEN
-		SELECT * INTO g FROM outbox.groups WHERE name = group_name FOR NO KEY UPDATE;
+		SELECT * INTO g FROM outbox.groups WHERE name = n.name AND shard = coalesce(n.shard, 0) FOR NO KEY UPDATE;
 	ELSE
-		SELECT * INTO g FROM outbox.groups WHERE name = group_name;
+		SELECT * INTO g FROM outbox.groups WHERE name = n.name AND shard = coalesce(n.shard, 0);
 	END IF;
 	IF NOT FOUND THEN
-		RAISE EXCEPTION 'group "%" does not exist', group_name
+		IF n.shard IS NOT NULL AND EXISTS (SELECT 1 FROM outbox.groups WHERE name = n.name) THEN
+			RAISE EXCEPTION 'group "%" has no shard %', n.name, n.shard
+				USING ERRCODE = 'undefined_object',
+					  HINT = CASE WHEN (SELECT max(shards) FROM outbox.groups WHERE name = n.name) > 1
+								  THEN format('Its shards are %s/0 to %s/%s.', n.name, n.name,
+											  (SELECT max(shards) - 1 FROM outbox.groups WHERE name = n.name))
+								  ELSE format('It has one shard: "%s", also named "%s/0".', n.name, n.name) END;
+		END IF;
+		RAISE EXCEPTION 'group "%" does not exist', n.name
 			USING ERRCODE = 'undefined_object',
 				  HINT = 'Create it with outbox_group_create().';
+	END IF;
+	IF n.shard IS NULL AND g.shards > 1 THEN
+		RAISE EXCEPTION 'group "%" has % shards: name one', n.name, g.shards
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = format('Its shards are %s/0 to %s/%s; each has its own cursor and leader.', n.name, n.name, g.shards - 1);
 	END IF;
 	RETURN g;
 END
 $$;
-COMMENT ON FUNCTION outbox.get_group(text, boolean) IS 'pg_outbox: a group by name, or error 42704';
+COMMENT ON FUNCTION outbox.get_group(text, boolean) IS 'pg_outbox: a group, or a shard of one ("<group>/<shard>"), by name, or error 42704';
+
+-- The index that reads the events of each shard of groups with "shards"
+-- shards in order: (shard, txid, seq) over every partition of
+-- outbox.event. Made by outbox_group_create() and, after a restore,
+-- by maintenance; dropped with the last group that needs it.
+CREATE FUNCTION outbox.shard_index_name(shards integer)
+RETURNS name
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT format('event_shards_%s_idx', shards)::name
+$$;
+COMMENT ON FUNCTION outbox.shard_index_name(integer) IS 'pg_outbox: name of the index that reads the shards of groups with this many';
+
+-- Makes the shard index for "shards" when it is missing; true when it did.
+CREATE FUNCTION outbox.ensure_shard_index(shards integer)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	IF shards <= 1 OR to_regclass(format('outbox.%I', outbox.shard_index_name(shards))) IS NOT NULL THEN
+		RETURN false;
+	END IF;
+	EXECUTE format('CREATE INDEX %I ON outbox.event (outbox.shard_of(topic, key, %s), txid, seq)',
+				   outbox.shard_index_name(shards), shards);
+	RETURN true;
+END
+$$;
+COMMENT ON FUNCTION outbox.ensure_shard_index(integer) IS 'pg_outbox: makes the index of the shards of groups with this many, when missing';
 
 --
 -- Group management (admin).
 --
 CREATE FUNCTION @extschema@.outbox_group_create(group_name text, topics text[] DEFAULT NULL,
-												start_at text DEFAULT 'now', ordering text DEFAULT NULL)
+												start_at text DEFAULT 'now', ordering text DEFAULT NULL,
+												shards integer DEFAULT 1)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -263,6 +353,10 @@ BEGIN
 		RAISE EXCEPTION 'invalid group name "%"', group_name
 			USING ERRCODE = 'invalid_parameter_value',
 				  DETAIL = 'A group name has 1 to 63 characters: letters, digits, "_", ".", ":" and "-", starting with a letter or digit.';
+	END IF;
+	IF shards IS NULL OR shards < 1 OR shards > 256 THEN
+		RAISE EXCEPTION 'a group has 1 to 256 shards, not %', coalesce(shards::text, 'NULL')
+			USING ERRCODE = 'invalid_parameter_value';
 	END IF;
 	IF topics IS NOT NULL AND (cardinality(topics) = 0 OR array_position(topics, NULL) IS NOT NULL
 							   OR array_position(topics, '') IS NOT NULL) THEN
@@ -290,37 +384,52 @@ BEGIN
 			USING ERRCODE = 'invalid_parameter_value',
 				  HINT = 'Use ''now'' (events committed from now on) or ''beginning'' (every retained event).';
 	END IF;
+	IF EXISTS (SELECT 1 FROM outbox.groups g WHERE g.name = group_name) THEN
+		RAISE EXCEPTION 'group "%" already exists', group_name USING ERRCODE = 'duplicate_object';
+	END IF;
+	PERFORM outbox.ensure_shard_index(shards);
 	BEGIN
-		INSERT INTO outbox.groups (name, topics, ordering, cursor_txid, cursor_ticket, cursor_seq)
-		VALUES (group_name, topics, ord, c_txid, c_ticket, 0);
+		INSERT INTO outbox.groups (name, topics, ordering, cursor_txid, cursor_ticket, cursor_seq, shard, shards)
+		SELECT group_name, topics, ord, c_txid, c_ticket, 0, s, shards FROM generate_series(0, shards - 1) s;
 	EXCEPTION WHEN unique_violation THEN
 		RAISE EXCEPTION 'group "%" already exists', group_name USING ERRCODE = 'duplicate_object';
 	END;
 END
 $$;
-COMMENT ON FUNCTION @extschema@.outbox_group_create(text, text[], text, text) IS
-	'pg_outbox: creates a group (a cursor over the feed), for all topics or some, starting now or at the beginning, in commit or xid8 order';
+COMMENT ON FUNCTION @extschema@.outbox_group_create(text, text[], text, text, integer) IS
+	'pg_outbox: creates a group (a cursor over the feed, or one per shard), for all topics or some, starting now or at the beginning, in commit or xid8 order';
 
 CREATE FUNCTION @extschema@.outbox_group_drop(group_name text, if_exists boolean DEFAULT false)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+	n integer;
 BEGIN
 	IF group_name IS NULL THEN
 		RAISE EXCEPTION 'group name must not be null' USING ERRCODE = 'null_value_not_allowed';
 	END IF;
-	DELETE FROM outbox.groups WHERE name = group_name;
+	IF strpos(group_name, '/') > 0 THEN
+		RAISE EXCEPTION 'a shard cannot be dropped alone: drop group "%"', split_part(group_name, '/', 1)
+			USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	SELECT max(g.shards) INTO n FROM outbox.groups g WHERE g.name = group_name;
+	DELETE FROM outbox.groups g WHERE g.name = group_name;
 	IF NOT FOUND THEN
 		IF coalesce(if_exists, false) THEN
 			RETURN false;
 		END IF;
 		RAISE EXCEPTION 'group "%" does not exist', group_name USING ERRCODE = 'undefined_object';
 	END IF;
+	-- The last group with this many shards takes their index with it.
+	IF n > 1 AND NOT EXISTS (SELECT 1 FROM outbox.groups g WHERE g.shards = n) THEN
+		EXECUTE format('DROP INDEX IF EXISTS outbox.%I', outbox.shard_index_name(n));
+	END IF;
 	RETURN true;
 END
 $$;
-COMMENT ON FUNCTION @extschema@.outbox_group_drop(text, boolean) IS 'pg_outbox: drops a group and its cursor';
+COMMENT ON FUNCTION @extschema@.outbox_group_drop(text, boolean) IS 'pg_outbox: drops a group and its cursor (every shard''s)';
 
 --
 -- Privileges: relays read the groups; admins manage them.
@@ -338,13 +447,19 @@ REVOKE ALL ON FUNCTION
 	outbox.lead(integer),
 	outbox.is_leader(integer),
 	outbox.resign(integer),
+	outbox.split_group_name(text),
 	outbox.get_group(text, boolean),
-	@extschema@.outbox_group_create(text, text[], text, text),
+	outbox.shard_index_name(integer),
+	outbox.ensure_shard_index(integer),
+	@extschema@.outbox_group_create(text, text[], text, text, integer),
 	@extschema@.outbox_group_drop(text, boolean)
 FROM PUBLIC;
 
+-- Writers evaluate it in the shard indexes' expressions.
+GRANT EXECUTE ON FUNCTION outbox.shard_of(text, text, integer) TO PUBLIC;
+
 GRANT SELECT ON outbox.groups TO outbox_relay, outbox_admin;
 GRANT EXECUTE ON FUNCTION
-	@extschema@.outbox_group_create(text, text[], text, text),
+	@extschema@.outbox_group_create(text, text[], text, text, integer),
 	@extschema@.outbox_group_drop(text, boolean)
 TO outbox_admin;

@@ -13,7 +13,9 @@
 -- range scan on (txid, seq). "below", when given, is a horizon read before
 -- the query's snapshot (any earlier horizon is a valid one): as a constant
 -- it also prunes the partitions beyond it while the query is planned.
-CREATE FUNCTION outbox.backlog(cursor_txid xid8, cursor_seq bigint, topics text[], below xid8 DEFAULT NULL)
+-- "shard" of "shards" narrows it to one shard of a sharded group.
+CREATE FUNCTION outbox.backlog(cursor_txid xid8, cursor_seq bigint, topics text[], below xid8 DEFAULT NULL,
+							   shard integer DEFAULT 0, shards integer DEFAULT 1)
 RETURNS SETOF outbox.event
 LANGUAGE sql STABLE PARALLEL SAFE
 AS $$
@@ -22,8 +24,10 @@ AS $$
 	 WHERE e.txid >= cursor_txid AND (e.txid, e.seq) > (cursor_txid, cursor_seq)
 	   AND e.txid < coalesce(below, outbox.horizon())
 	   AND (topics IS NULL OR e.topic = ANY (topics))
+	   AND (shards = 1 OR outbox.shard_of(e.topic, e.key, shards) = shard)
 $$;
-COMMENT ON FUNCTION outbox.backlog(xid8, bigint, text[], xid8) IS 'pg_outbox: the events after a cursor and below the horizon (or an earlier one), of some topics or all';
+COMMENT ON FUNCTION outbox.backlog(xid8, bigint, text[], xid8, integer, integer) IS
+	'pg_outbox: the events after a cursor and below the horizon (or an earlier one), of some topics or all, of one shard or all';
 
 -- A group's backlog in commit order: the events of the transactions whose
 -- commit tickets are after a cursor and at most a horizon (read with
@@ -42,7 +46,7 @@ COMMENT ON FUNCTION outbox.backlog(xid8, bigint, text[], xid8) IS 'pg_outbox: th
 -- OFFSET 0 keeps both subqueries and their orders intact). The explain
 -- test checks the plan.
 CREATE FUNCTION outbox.commit_backlog(cursor_ticket bigint, cursor_seq bigint, topics text[], horizon bigint,
-									  below xid8 DEFAULT NULL)
+									  below xid8 DEFAULT NULL, shard integer DEFAULT 0, shards integer DEFAULT 1)
 RETURNS TABLE (ticket bigint, txid xid8, seq bigint, event_id uuid, topic text, key text,
 			   payload jsonb, headers jsonb, created_at timestamptz)
 LANGUAGE sql STABLE PARALLEL SAFE
@@ -60,11 +64,12 @@ AS $$
 		 WHERE v.txid = m.txid AND (below IS NULL OR v.txid < below)
 		   AND v.seq > CASE WHEN m.ticket = cursor_ticket THEN cursor_seq ELSE 0 END
 		   AND (topics IS NULL OR v.topic = ANY (topics))
+		   AND (shards = 1 OR outbox.shard_of(v.topic, v.key, shards) = shard)
 		 ORDER BY v.seq
 		OFFSET 0) e
 $$;
-COMMENT ON FUNCTION outbox.commit_backlog(bigint, bigint, text[], bigint, xid8) IS
-	'pg_outbox: the events after a commit-order cursor and up to a commit horizon, of some topics or all, in commit order';
+COMMENT ON FUNCTION outbox.commit_backlog(bigint, bigint, text[], bigint, xid8, integer, integer) IS
+	'pg_outbox: the events after a commit-order cursor and up to a commit horizon, of some topics or all, of one shard or all, in commit order';
 
 -- The next batch after the group's cursor. Takes the group's leadership for
 -- this session when it is free (outbox.lead()); returns nothing while
@@ -370,8 +375,8 @@ COMMENT ON FUNCTION @extschema@.outbox_reanchor(text) IS
 -- Privileges: relays (and admins) call these.
 --
 REVOKE ALL ON FUNCTION
-	outbox.backlog(xid8, bigint, text[], xid8),
-	outbox.commit_backlog(bigint, bigint, text[], bigint, xid8),
+	outbox.backlog(xid8, bigint, text[], xid8, integer, integer),
+	outbox.commit_backlog(bigint, bigint, text[], bigint, xid8, integer, integer),
 	@extschema@.outbox_fetch(text, integer, text, interval),
 	@extschema@.outbox_advance(text, text, jsonb),
 	@extschema@.outbox_relay_waiting(),

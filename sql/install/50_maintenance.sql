@@ -47,20 +47,24 @@ BEGIN
 	IF markers IS NOT NULL THEN
 		EXECUTE format('SELECT max(ticket) FROM %s', markers) INTO last_ticket;
 	END IF;
-	FOR g IN SELECT * FROM outbox.groups WHERE NOT stale ORDER BY name LOOP
+	FOR g IN SELECT * FROM outbox.groups WHERE NOT stale ORDER BY name, shard LOOP
 		IF g.ordering = 'commit' THEN
 			-- Passed when nothing is left to publish up to the partition's
 			-- last commit.
+			-- last commit, of the group's topics and shard.
 			ahead := last_ticket >= g.cursor_ticket
-					 AND EXISTS (SELECT 1 FROM outbox.commit_backlog(g.cursor_ticket, g.cursor_seq, NULL, last_ticket));
+					 AND EXISTS (SELECT 1 FROM outbox.commit_backlog(g.cursor_ticket, g.cursor_seq, g.topics, last_ticket,
+																	 NULL, g.shard, g.shards));
 		ELSIF g.cursor_txid < upper THEN
-			EXECUTE format('SELECT EXISTS (SELECT 1 FROM %s WHERE (txid, seq) > ($1, $2))', part)
-				INTO ahead USING g.cursor_txid, g.cursor_seq;
+			EXECUTE format('SELECT EXISTS (SELECT 1 FROM %s WHERE (txid, seq) > ($1, $2)
+							 AND ($3 IS NULL OR topic = ANY ($3))
+							 AND ($5 = 1 OR outbox.shard_of(topic, key, $5) = $4))', part)
+				INTO ahead USING g.cursor_txid, g.cursor_seq, g.topics, g.shard, g.shards;
 		ELSE
 			ahead := false;
 		END IF;
 		IF ahead THEN
-			holders := holders || format('"%s"', g.name);
+			holders := holders || format('"%s"', g.name || CASE WHEN g.shards > 1 THEN '/' || g.shard ELSE '' END);
 		END IF;
 	END LOOP;
 	IF cardinality(holders) > 0 THEN
@@ -91,7 +95,7 @@ COMMENT ON FUNCTION outbox.try_maintenance_lock() IS 'pg_outbox: takes the maint
 -- step's action):
 --   1. rows found in the default partitions get their partition ('moved');
 --   2. premake: partitions up to premake ahead of the current transaction
---      id ('created');
+--      id ('created'), and the index of each shard count in use;
 --   3. retention: partitions every live group has passed and older than
 --      the retention are dropped or detached (retire_mode);
 --   4. the inbox: daily partitions ahead, and inbox_retention;
@@ -178,6 +182,22 @@ BEGIN
 		EXCEPTION WHEN lock_not_available OR check_violation OR duplicate_table THEN
 			action := 'deferred'; object := 'outbox.' || outbox.partition_name(r.lower);
 			detail := format('could not create the partition: %s', sqlerrm);
+			RETURN NEXT;
+		END;
+	END LOOP;
+
+	-- The index of each shard count in use (gone after a restore, which
+	-- makes the extension's tables again without it).
+	FOR n IN SELECT DISTINCT gs.shards FROM outbox.groups gs WHERE gs.shards > 1 ORDER BY 1 LOOP
+		BEGIN
+			IF outbox.ensure_shard_index(n::integer) THEN
+				action := 'created'; object := 'outbox.' || outbox.shard_index_name(n::integer);
+				detail := format('the index of groups with %s shards', n);
+				RETURN NEXT;
+			END IF;
+		EXCEPTION WHEN lock_not_available THEN
+			action := 'deferred'; object := 'outbox.' || outbox.shard_index_name(n::integer);
+			detail := format('could not make the index of groups with %s shards: %s', n, sqlerrm);
 			RETURN NEXT;
 		END;
 	END LOOP;
@@ -319,7 +339,12 @@ BEGIN
 	IF stale IS NULL THEN
 		RAISE EXCEPTION 'stale must not be null' USING ERRCODE = 'null_value_not_allowed';
 	END IF;
-	UPDATE outbox.groups SET stale = outbox_group_set_stale.stale WHERE id = (outbox.get_group(group_name)).id;
+	-- A sharded group named without a shard: every shard.
+	IF strpos(group_name, '/') = 0 AND EXISTS (SELECT 1 FROM outbox.groups g WHERE g.name = group_name AND g.shards > 1) THEN
+		UPDATE outbox.groups g SET stale = outbox_group_set_stale.stale WHERE g.name = group_name;
+	ELSE
+		UPDATE outbox.groups SET stale = outbox_group_set_stale.stale WHERE id = (outbox.get_group(group_name)).id;
+	END IF;
 	RAISE LOG 'pg_outbox: group "%" marked %', group_name, CASE WHEN stale THEN 'stale' ELSE 'live' END;
 END
 $$;

@@ -54,7 +54,8 @@ $$;
 COMMENT ON FUNCTION @extschema@.outbox_horizon_holders() IS
 	'pg_outbox: backends and prepared transactions holding a transaction id, oldest first; the oldest holds the feed horizon back';
 
--- One row per group (or for one group only, for_group): cursor, leader
+-- One row per group, one per shard of a sharded group (or for one group
+-- only, for_group, or one shard, "<group>/<shard>"): cursor, leader
 -- (its pid while its session runs, the age of its lease, the fencing
 -- generation), backlog and why it may be held. The transaction holding the horizon holds
 -- xid8-ordered groups only; commit-ordered groups wait for nothing but
@@ -63,7 +64,8 @@ CREATE FUNCTION @extschema@.outbox_group_stats(for_group text DEFAULT NULL)
 RETURNS TABLE (group_name text, topics text[], cursor_position text, leader_pid integer,
 			   waiting bigint, oldest_waiting_age interval, advanced_at timestamptz,
 			   horizon xid8, held_by_pid integer, held_by_gid text, held_for interval, stale boolean,
-			   ordering text, commit_horizon bigint, lease_age interval, generation bigint)
+			   ordering text, commit_horizon bigint, lease_age interval, generation bigint,
+			   shard integer, shards integer)
 LANGUAGE sql VOLATILE PARALLEL SAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 -- The estimates of the per-group backlog are high enough to trigger JIT
@@ -79,22 +81,23 @@ AS $$
 		   w.n, now() - w.oldest, g.advanced_at,
 		   CASE WHEN g.ordering = 'xid8' THEN outbox.horizon() END, hh.pid, hh.gid, hh.held_for, g.stale,
 		   g.ordering, CASE WHEN g.ordering = 'commit' THEN ch.h END,
-		   CASE WHEN lh.alive THEN greatest(clock_timestamp() - g.lease_renewed, interval '0') END, g.generation
+		   CASE WHEN lh.alive THEN greatest(clock_timestamp() - g.lease_renewed, interval '0') END, g.generation,
+		   g.shard, g.shards
 	  FROM outbox.groups g
 	 CROSS JOIN ch
 	 CROSS JOIN LATERAL (SELECT coalesce(outbox.session_alive(g.leader_pid, g.leader_started), false) AS alive) lh
 	 CROSS JOIN LATERAL (
 		SELECT count(*) AS n, min(e.created_at) AS oldest
-		  FROM (SELECT b.created_at FROM outbox.backlog(g.cursor_txid, g.cursor_seq, g.topics) b
+		  FROM (SELECT b.created_at FROM outbox.backlog(g.cursor_txid, g.cursor_seq, g.topics, NULL, g.shard, g.shards) b
 				 WHERE g.ordering = 'xid8'
 				UNION ALL
-				SELECT c.created_at FROM outbox.commit_backlog(g.cursor_ticket, g.cursor_seq, g.topics, ch.h) c
+				SELECT c.created_at FROM outbox.commit_backlog(g.cursor_ticket, g.cursor_seq, g.topics, ch.h, NULL, g.shard, g.shards) c
 				 WHERE g.ordering = 'commit') e) w
 	  LEFT JOIN LATERAL (
 		SELECT h.pid, h.gid, h.held_for FROM outbox.horizon_holders_all() h
 		 WHERE h.holds_horizon AND g.ordering = 'xid8' LIMIT 1) hh ON true
-	 WHERE for_group IS NULL OR g.name = for_group
-	 ORDER BY g.name
+	 WHERE for_group IS NULL OR g.name = for_group OR g.name || '/' || g.shard = for_group
+	 ORDER BY g.name, g.shard
 $$;
 COMMENT ON FUNCTION @extschema@.outbox_group_stats(text) IS
 	'pg_outbox: per group (or for one): cursor, leader and its lease, events waiting, age of the oldest, last advance, and who holds the horizon';

@@ -24,6 +24,7 @@ CREATE TABLE orders (id int PRIMARY KEY, total numeric NOT NULL);
 INSERT INTO orders SELECT i, i * 10 FROM generate_series(1, 5) i;
 SELECT outbox_group_create('billing', ordering => 'xid8', start_at => 'beginning');
 SELECT outbox_group_create('audit', topics => ARRAY['orders'], ordering => 'commit', start_at => 'beginning');
+SELECT outbox_group_create('fanout', ordering => 'xid8', start_at => 'beginning', shards => 2);
 SELECT outbox_emit('orders', 'o' || i, jsonb_build_object('id', i)) FROM generate_series(1, 5) i;
 -- Publish three (a maintenance run woken by the install may hold the
 -- horizon for a moment).
@@ -61,7 +62,7 @@ SQL
 snapshot() {
 	q "$1" <<'SQL'
 SELECT 'config', partition_width, premake, retention, inbox_retention, retire_mode FROM outbox.config;
-SELECT 'group', name, topics, ordering, cursor, stale, streams FROM outbox.groups ORDER BY name;
+SELECT 'group', name, shard, shards, topics, ordering, cursor, stale, streams FROM outbox.groups ORDER BY name, shard;
 SELECT 'inbox', consumer, event_id, payload FROM outbox.inbox ORDER BY consumer, event_id;
 SELECT 'dead', consumer, stream, entry_id, reason FROM outbox.dead_letters ORDER BY id;
 SELECT 'consumer', consumer, owner FROM inbox_consumers();
@@ -104,8 +105,12 @@ for way in custom single plain; do
 		test "$(q "$db" -c "SELECT count(*) FROM outbox.event")" = 0
 	check "restore ($way): maintenance runs in the restored database" \
 		q "$db" -c "SELECT count(*) FROM outbox_maintain()" -o /dev/null
+	check "restore ($way): the index of the sharded group is there after maintenance" \
+		test "$(q "$db" -c "SELECT count(*) FROM pg_class WHERE relname = 'event_shards_2_idx'")" = 1
 	q "$db" -c "SELECT outbox_emit('orders', 'new', '{}')" >/dev/null
 	check "restore ($way): emitting and fetching work" fetches_new "$db"
+	check "restore ($way): each shard of the sharded group fetches the new event or nothing" \
+		test "$(q "$db" -c "SELECT (SELECT count(*) FROM outbox_fetch('fanout/0', 10)) + (SELECT count(*) FROM outbox_fetch('fanout/1', 10))")" = 1
 done
 
 finish

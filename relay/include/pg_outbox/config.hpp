@@ -90,6 +90,10 @@ struct Config {
 
     // Publish mode.
     std::string group;
+    // The group's name and the shard --group names ("<group>/<shard>"),
+    // -1 when it names none.
+    std::string group_name;
+    int shard = -1;
     std::string stream_template = "outbox:{topic}";
     int batch_size = 1000;
     // Bytes of entry fields per write to Redis (at least one event).
@@ -143,5 +147,10 @@ struct ParseResult {
 };
 
 ParseResult parse_command_line(int argc, const char* const* argv);
+
+// Splits a group name, "<group>" or "<group>/<shard>" (the extension's shard
+// names: a number from 0, without leading zeros), into the name and the
+// shard, -1 when none is named; ConfigError when the shard is no such number.
+void split_group_name(const std::string& group, std::string& name, int& shard);
 
 }  // namespace pg_outbox

@@ -115,6 +115,7 @@ public:
     void maybe_maintain(bool idle);
 
 private:
+    void check_shards();
     void send_fetch(const std::string* after, std::chrono::milliseconds wait = std::chrono::milliseconds(0));
     void send_next_fetch(std::chrono::milliseconds wait = std::chrono::milliseconds(0)) {
         send_fetch(unadvanced_ ? &unadvanced_->first : nullptr, wait);

@@ -20,9 +20,11 @@
 
 namespace pg_outbox {
 
-// Expands a stream key template: "{topic}" and "{group}" are replaced,
+// Expands a stream key template: "{topic}", "{group}" (the group's name)
+// and "{shard}" (the shard's number, 0 for a group of one) are replaced,
 // everything else (Redis Cluster hash tag braces included) is kept.
-std::string expand_stream_key(const std::string& tmpl, const std::string& topic, const std::string& group);
+std::string expand_stream_key(const std::string& tmpl, const std::string& topic, const std::string& group,
+                              int shard = 0);
 
 // Writes batches to Redis Streams: routes each event to its stream
 // (--stream), splits a batch into per-stream shares, and appends them by
