@@ -44,10 +44,13 @@ protected:
         for (const auto& t : kTopics) {
             const auto entries = read_stream(redis, "outbox:" + t);
             std::vector<std::string> got;
+            std::string prev = "0-0";  // each entry names the one before it in its stream
             for (const auto& e : entries) {
                 got.push_back(e.fields.at("event_id"));
                 EXPECT_EQ(e.id, e.fields.at("position"));
                 EXPECT_EQ(e.fields.at("topic"), t);
+                EXPECT_EQ(e.fields.count("prev") ? e.fields.at("prev") : "(none)", prev) << e.id;
+                prev = e.id;
             }
             total += got.size();
             const auto it = want.find(t);
