@@ -849,6 +849,8 @@ TEST_F(PublishTest, LateWritesOfAFencedLeaderAreHarmless) {
             for (std::size_t i = 0; i < batch.size(); ++i) {
                 EXPECT_EQ(entries[i].id, batch[i].position) << key;
                 EXPECT_EQ(entries[i].fields.at("event_id"), batch[i].event_id) << key;
+                // Whoever wrote it, each entry names the one before it.
+                EXPECT_EQ(entries[i].fields.at("prev"), i == 0 ? "0-0" : batch[i - 1].position) << key;
             }
         }
     }
