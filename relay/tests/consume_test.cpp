@@ -941,3 +941,42 @@ TEST_F(ConsumeTest, HostilePrevIsAnsweredAlone) {
     EXPECT_EQ(gaps_metric(port, s), 0);
     EXPECT_EQ(consumer.log().find("gap ("), std::string::npos) << consumer.log();
 }
+
+// The README's way to get a gap's events again: a second group publishes
+// the range from the outbox to a stream of its own, and the consumer reads
+// it; only the missing event applies, the others are duplicates.
+TEST_F(ConsumeTest, GapEventsComeBackThroughARepairGroup) {
+    start_relay();
+    publish(30);
+    const auto orders = stream("outbox:orders");
+    {
+        auto redis = redis_->connect();
+        redis.command({"XDEL", "outbox:orders", orders[4].id});
+    }
+    auto& consumer = start_consumer("w1");
+    ASSERT_TRUE(wait_applied(29)) << consumer.log();
+    ASSERT_TRUE(eventually([&] { return sink_count("SELECT count(*) FROM outbox.dead_letters") == 1; }, 10s));
+    EXPECT_EQ(dead_letter_ids(), std::vector<std::string>{"outbox:orders (" + orders[3].id + " " + orders[4].id + "]"});
+    {
+        auto pg = connect();
+        pg.exec("SELECT outbox_group_create('repair-orders', ARRAY['orders'], 'beginning')");
+        pg.exec("SELECT outbox_rewind('repair-orders', $1)", {orders[3].id});
+    }
+    start_process({PG_OUTBOX_RELAY_BINARY, "publish", "--group", "repair-orders", "--stream", "repair:{topic}",
+                   "--pg", pg_->conninfo("app", "relay_user"), "--redis", redis_->address(), "--poll-interval",
+                   "50ms", "--retry-min", "20ms", "--retry-max", "300ms"});
+    auto& repair = start_process({PG_OUTBOX_RELAY_BINARY, "consume", "--consumer", "accounting", "--pg",
+                                  pg_->conninfo("sink", "consumer_user"), "--redis", redis_->address(), "--worker",
+                                  "r1", "--stream", "repair:orders", "--group", "repair", "--handler", kHandler,
+                                  "--block", "100ms", "--retry-min", "20ms", "--retry-max", "300ms"});
+    ASSERT_TRUE(wait_applied(30)) << repair.log();
+    ASSERT_TRUE(eventually([&] { return stream("repair:orders").size() == 6; }, 10s));
+    std::this_thread::sleep_for(300ms);
+    expect_projection_exactly_once();
+    // The repair stream starts after A: its entries are the event at B
+    // and the five after it, the first naming 0-0 (a new stream).
+    const auto repaired = stream("repair:orders");
+    EXPECT_EQ(repaired[0].id, orders[4].id);
+    EXPECT_EQ(repaired[0].fields.at("prev"), "0-0");
+    EXPECT_EQ(repair.log().find("gap ("), std::string::npos) << repair.log();
+}
