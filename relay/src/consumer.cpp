@@ -265,8 +265,9 @@ std::vector<StreamEntry> Consumer::read_new() {
     // transaction: no other worker of the group reads in between, so the
     // first entry read of each stream follows the position read. XREADGROUP
     // does not block in a transaction; XREAD waits below instead.
+    const std::size_t looks = positions_refused_ ? 0 : streams.size();
     redis_->append({"MULTI"});
-    for (const auto& s : streams) redis_->append({"XINFO", "GROUPS", s});
+    for (std::size_t i = 0; i < looks; ++i) redis_->append({"XINFO", "GROUPS", streams[i]});
     std::vector<std::string_view> argv{"XREADGROUP", "GROUP", config_.consumer_group, config_.worker, "COUNT",
                                        count, "STREAMS"};
     for (const auto& s : streams) argv.emplace_back(s);
@@ -276,7 +277,7 @@ std::vector<StreamEntry> Consumer::read_new() {
     // Read every reply, whatever the first ones say.
     auto multi = redis_->get_reply_raw();
     std::vector<RedisReply> queued;
-    for (std::size_t i = 0; i <= streams.size(); ++i) queued.push_back(redis_->get_reply_raw());
+    for (std::size_t i = 0; i <= looks; ++i) queued.push_back(redis_->get_reply_raw());
     auto exec = redis_->get_reply_raw();
 
     // The replies: EXEC's, or, when Redis refused MULTI (an ACL, a proxy),
@@ -290,8 +291,15 @@ std::vector<StreamEntry> Consumer::read_new() {
                          reply_text(multi.get()));
         }
         for (const auto& r : queued) replies.push_back(r.get());
-    } else if (exec->type == REDIS_REPLY_ARRAY && exec->elements == streams.size() + 1) {
+    } else if (exec->type == REDIS_REPLY_ARRAY && exec->elements == looks + 1) {
         for (std::size_t i = 0; i < exec->elements; ++i) replies.push_back(exec->element[i]);
+    } else if (looks > 0 && queued[0]->type == REDIS_REPLY_ERROR && queued.back()->type != REDIS_REPLY_ERROR) {
+        // XINFO refused (an ACL): nothing ran. Read without the group's
+        // position from now on, and check no gaps.
+        positions_refused_ = true;
+        spdlog::warn("Redis refused XINFO GROUPS ({}); gaps in the streams are not checked",
+                     reply_text(queued[0].get()));
+        return {};
     } else {
         // Nothing ran: a command was refused when queued; its error names
         // the cause (NOPERM, ...).
@@ -308,7 +316,7 @@ std::vector<StreamEntry> Consumer::read_new() {
         throw RedisError(RedisError::Kind::reply, "XREADGROUP: " + std::string(reply_text(read)));
 
     std::map<std::string, Position> delivered;
-    for (std::size_t i = 0; i < streams.size(); ++i)
+    for (std::size_t i = 0; i < looks; ++i)
         if (auto last = group_last_delivered(replies[i], config_.consumer_group)) delivered[streams[i]] = *last;
 
     std::vector<StreamEntry> entries;

@@ -980,3 +980,41 @@ TEST_F(ConsumeTest, GapEventsComeBackThroughARepairGroup) {
     EXPECT_EQ(repaired[0].fields.at("prev"), "0-0");
     EXPECT_EQ(repair.log().find("gap ("), std::string::npos) << repair.log();
 }
+
+// Redis users that may not run XINFO or MULTI (ACLs): the worker still
+// applies everything; without MULTI the position and the read are two
+// commands (gaps still found, one worker); without XINFO gaps are not
+// checked. Each says so once.
+TEST_F(ConsumeTest, AclsWithoutXinfoOrMultiStillConsume) {
+    {
+        auto redis = redis_->connect();
+        redis.command({"ACL", "SETUSER", "no_xinfo", "on", ">pw", "~*", "&*", "+@all", "-xinfo"});
+        redis.command({"ACL", "SETUSER", "no_multi", "on", ">pw", "~*", "&*", "+@all", "-multi"});
+    }
+    start_relay();
+    publish(30);
+    const auto orders = stream("outbox:orders");
+    {
+        auto redis = redis_->connect();
+        redis.command({"XDEL", "outbox:orders", orders[4].id});
+    }
+    const auto url = [&](const std::string& user) {
+        return "redis://" + user + ":pw@127.0.0.1:" + std::to_string(redis_->port());
+    };
+    auto& no_xinfo = start_consumer("w1", {"--redis", url("no_xinfo")});
+    ASSERT_TRUE(wait_applied(29)) << no_xinfo.log();
+    no_xinfo.signal(SIGTERM);
+    EXPECT_EQ(no_xinfo.wait(10s), 0);
+    EXPECT_NE(no_xinfo.log().find("Redis refused XINFO GROUPS"), std::string::npos) << no_xinfo.log();
+    EXPECT_EQ(no_xinfo.log().find("gap ("), std::string::npos) << no_xinfo.log();
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.dead_letters"), 0);
+
+    auto& no_multi = start_consumer("w2", {"--redis", url("no_multi"), "--group", "other"});
+    ASSERT_TRUE(eventually([&] { return sink_count("SELECT count(*) FROM outbox.dead_letters") == 1; }, 10s))
+        << no_multi.log();
+    EXPECT_EQ(dead_letter_ids(), std::vector<std::string>{"outbox:orders (" + orders[3].id + " " + orders[4].id + "]"});
+    const auto log = no_multi.log();
+    EXPECT_NE(log.find("Redis refused MULTI"), std::string::npos) << log;
+    EXPECT_EQ(log.find("Redis refused MULTI", log.find("Redis refused MULTI") + 1), std::string::npos);
+    EXPECT_TRUE(no_multi.running());
+}

@@ -163,6 +163,9 @@ private:
     // Redis refused MULTI: the group's position and the read are then two
     // commands, exact with one worker per group (warned once).
     bool multi_refused_warned_ = false;
+    // Redis refused XINFO GROUPS (an ACL): reads go without the group's
+    // position, and gaps are not checked.
+    bool positions_refused_ = false;
     std::chrono::steady_clock::time_point next_claim_{};
     Held held_;
     Backoff hold_backoff_;
