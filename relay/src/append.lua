@@ -14,17 +14,20 @@ end
 
 local maxlen = ARGV[1]
 local expected = ARGV[2]
-if expected ~= '' then
-  local last = '0-0'
-  local info = redis.pcall('XINFO', 'STREAM', KEYS[1])
-  if type(info) == 'table' and not info.err then
-    for i = 1, #info, 2 do
-      if info[i] == 'last-generated-id' then last = info[i + 1] end
-    end
+-- The stream's last id: the "prev" of the next entry written. Read from
+-- Redis, not taken from the relay, so that a replay, another relay or a
+-- republish after a loss names the entry really before it in the stream.
+-- It is the last id generated, so an entry deleted since still counts:
+-- a consumer then sees that it is missing.
+local last = '0-0'
+local info = redis.pcall('XINFO', 'STREAM', KEYS[1])
+if type(info) == 'table' and not info.err then
+  for i = 1, #info, 2 do
+    if info[i] == 'last-generated-id' then last = info[i + 1] end
   end
-  if less(last, expected) then
-    return {0, 0, 'PGOUTBOX_BEHIND ' .. last}
-  end
+end
+if expected ~= '' and less(last, expected) then
+  return {0, 0, 'PGOUTBOX_BEHIND ' .. last}
 end
 
 -- Redis refused an id as not above the top. It is a replay when the entry
@@ -51,17 +54,21 @@ local function published_before(id, event_id)
   return not less(max_deleted, id)
 end
 
-local trim = tonumber(maxlen) > 0
+local head = {'XADD', KEYS[1]}
+if tonumber(maxlen) > 0 then
+  head = {'XADD', KEYS[1], 'MAXLEN', '~', maxlen}
+end
 local written, already = 0, 0
 local i = 3
 while i <= #ARGV do
-  local last = i + 1 + tonumber(ARGV[i + 1])
-  local r
-  if trim then
-    r = redis.pcall('XADD', KEYS[1], 'MAXLEN', '~', maxlen, ARGV[i], unpack(ARGV, i + 2, last))
-  else
-    r = redis.pcall('XADD', KEYS[1], ARGV[i], unpack(ARGV, i + 2, last))
-  end
+  local to = i + 1 + tonumber(ARGV[i + 1])
+  -- XADD key [MAXLEN ~ n] id fields... prev <last>
+  local args = {unpack(head)}
+  args[#args + 1] = ARGV[i]
+  for j = i + 2, to do args[#args + 1] = ARGV[j] end
+  args[#args + 1] = 'prev'
+  args[#args + 1] = last
+  local r = redis.pcall(unpack(args))
   if type(r) == 'table' and r.err then
     if not string.find(r.err, 'equal or smaller than the target stream top item', 1, true) then
       return {written, already, r.err}
@@ -73,7 +80,8 @@ while i <= #ARGV do
     already = already + 1
   else
     written = written + 1
+    last = r
   end
-  i = last + 1
+  i = to + 1
 end
 return {written, already}

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "pg_outbox/errors.hpp"
+#include "pg_outbox/event.hpp"
 #include "pg_outbox/position.hpp"
 
 namespace pg_outbox {
@@ -121,12 +122,62 @@ std::optional<std::pair<std::string, std::string>> framing_fault(const StreamEnt
         return std::pair{"the entry is " + human_bytes(bytes) + "; the consumer applies entries of up to " +
                              human_bytes(kMaxEntryBytes),
                          std::string("54000")};
+    if (auto prev = entry_prev(entry); prev.kind == EntryPrev::Kind::malformed)
+        return std::pair{std::move(prev.fault), std::move(prev.sqlstate)};
     return std::nullopt;
+}
+
+EntryPrev entry_prev(const StreamEntry& entry) {
+    EntryPrev out;
+    const std::string* value = entry.field(kPrevField);
+    if (value == nullptr) return out;
+    out.kind = EntryPrev::Kind::malformed;
+    if (const auto n = entry.count(kPrevField); n > 1) {
+        out.fault = "field \"prev\" appears " + std::to_string(n) + " times in the entry";
+        out.sqlstate = "22023";
+        return out;
+    }
+    // "<u64>-<u64>": at most 41 bytes. Anything else is not quoted (it
+    // may be huge or hold any bytes); the dead letter keeps it.
+    const auto parsed = value->size() <= 41 ? Position::parse(*value) : std::nullopt;
+    if (!parsed || !std::all_of(value->begin(), value->end(), [](char c) { return c == '-' || (c >= '0' && c <= '9'); })) {
+        out.fault = "field \"prev\" is not a stream entry id (" + std::to_string(value->size()) + " bytes)";
+        out.sqlstate = "22P02";
+        return out;
+    }
+    const auto own = Position::parse(entry.id);
+    if (own && !(*parsed < *own)) {
+        out.fault = "field \"prev\" names " + parsed->to_string() + ", not an entry before the entry itself";
+        out.sqlstate = "22023";
+        return out;
+    }
+    out.kind = EntryPrev::Kind::valid;
+    out.prev = *parsed;
+    return out;
+}
+
+std::string Gap::range() const { return "(" + after.to_string() + " " + through.to_string() + "]"; }
+
+std::vector<Gap> find_gaps(std::map<std::string, Position> delivered, const std::vector<StreamEntry>& entries) {
+    std::vector<Gap> gaps;
+    for (const auto& e : entries) {
+        const auto last = delivered.find(e.stream);
+        if (last == delivered.end()) continue;  // the group's position is unknown
+        const auto prev = entry_prev(e);
+        if (prev.kind == EntryPrev::Kind::valid && last->second < prev.prev)
+            gaps.push_back(Gap{e.stream, last->second, prev.prev, e.id});
+        if (const auto id = Position::parse(e.id))
+            last->second = *id;
+        else
+            delivered.erase(last);
+    }
+    return gaps;
 }
 
 Consumer::Consumer(const Config& config, Metrics& metrics, const std::atomic<bool>& stop)
     : Service(config, metrics, stop, "pg_outbox_relay consume " + config.consumer),
       hold_backoff_(config.retry_min, config.retry_max) {
+    for (const auto& stream : config_.streams) metrics_.add_gap_stream(stream);
     spdlog::info("consumer \"{}\" (worker \"{}\", group \"{}\") reading {} stream(s) from {}", config_.consumer,
                  config_.worker, config_.consumer_group, config_.streams.size(), config_.redis.to_string());
 }
@@ -190,22 +241,126 @@ void Consumer::ensure_groups() {
     groups_ready_ = true;
 }
 
+namespace {
+
+// The last id delivered to a consumer group, from XINFO GROUPS; nullopt
+// when the reply does not show it.
+std::optional<Position> group_last_delivered(const redisReply* groups, std::string_view group) {
+    if (groups == nullptr || groups->type != REDIS_REPLY_ARRAY) return std::nullopt;
+    for (std::size_t g = 0; g < groups->elements; ++g) {
+        const redisReply* name = map_field(groups->element[g], "name");
+        if (name == nullptr || reply_text(name) != group) continue;
+        if (const redisReply* id = map_field(groups->element[g], "last-delivered-id"))
+            return Position::parse(reply_text(id));
+    }
+    return std::nullopt;
+}
+
+}  // namespace
+
 std::vector<StreamEntry> Consumer::read_new() {
     const auto count = std::to_string(config_.consume_batch_size);
-    const auto block = std::to_string(config_.block.count());
+    const auto& streams = config_.streams;
+    // The group's position in each stream and the read, in one
+    // transaction: no other worker of the group reads in between, so the
+    // first entry read of each stream follows the position read. XREADGROUP
+    // does not block in a transaction; XREAD waits below instead.
+    const std::size_t looks = positions_refused_ ? 0 : streams.size();
+    redis_->append({"MULTI"});
+    for (std::size_t i = 0; i < looks; ++i) redis_->append({"XINFO", "GROUPS", streams[i]});
     std::vector<std::string_view> argv{"XREADGROUP", "GROUP", config_.consumer_group, config_.worker, "COUNT",
-                                       count, "BLOCK", block, "STREAMS"};
-    for (const auto& s : config_.streams) argv.emplace_back(s);
-    for (std::size_t i = 0; i < config_.streams.size(); ++i) argv.emplace_back(">");
-    auto r = redis_->command(argv, "XREADGROUP");
-    std::vector<StreamEntry> entries;
-    if (r->type != REDIS_REPLY_ARRAY) return entries;  // timeout
-    for (std::size_t i = 0; i < r->elements; ++i) {
-        const redisReply* s = r->element[i];
-        auto part = parse_entries(std::string(reply_text(s->element[0])), s->element[1]);
-        entries.insert(entries.end(), std::make_move_iterator(part.begin()), std::make_move_iterator(part.end()));
+                                       count, "STREAMS"};
+    for (const auto& s : streams) argv.emplace_back(s);
+    for (std::size_t i = 0; i < streams.size(); ++i) argv.emplace_back(">");
+    redis_->append(argv);
+    redis_->append({"EXEC"});
+    // Read every reply, whatever the first ones say.
+    auto multi = redis_->get_reply_raw();
+    std::vector<RedisReply> queued;
+    for (std::size_t i = 0; i <= looks; ++i) queued.push_back(redis_->get_reply_raw());
+    auto exec = redis_->get_reply_raw();
+
+    // The replies: EXEC's, or, when Redis refused MULTI (an ACL, a proxy),
+    // the commands' own.
+    std::vector<const redisReply*> replies;
+    if (multi->type == REDIS_REPLY_ERROR) {
+        if (!multi_refused_warned_) {
+            multi_refused_warned_ = true;
+            spdlog::warn("Redis refused MULTI ({}); the group's position and the read are two commands: gaps are "
+                         "reported exactly only while this worker reads the group alone",
+                         reply_text(multi.get()));
+        }
+        for (const auto& r : queued) replies.push_back(r.get());
+    } else if (exec->type == REDIS_REPLY_ARRAY && exec->elements == looks + 1) {
+        for (std::size_t i = 0; i < exec->elements; ++i) replies.push_back(exec->element[i]);
+    } else if (looks > 0 && queued[0]->type == REDIS_REPLY_ERROR && queued.back()->type != REDIS_REPLY_ERROR) {
+        // XINFO refused (an ACL): nothing ran. Read without the group's
+        // position from now on, and check no gaps.
+        positions_refused_ = true;
+        spdlog::warn("Redis refused XINFO GROUPS ({}); gaps in the streams are not checked",
+                     reply_text(queued[0].get()));
+        return {};
+    } else {
+        // Nothing ran: a command was refused when queued; its error names
+        // the cause (NOPERM, ...).
+        std::string why(reply_text(exec.get()));
+        for (const auto& r : queued)
+            if (r->type == REDIS_REPLY_ERROR) {
+                why = std::string(reply_text(r.get()));
+                break;
+            }
+        throw RedisError(RedisError::Kind::reply, "XREADGROUP: " + why);
     }
+    const redisReply* read = replies.back();
+    if (read->type == REDIS_REPLY_ERROR)
+        throw RedisError(RedisError::Kind::reply, "XREADGROUP: " + std::string(reply_text(read)));
+
+    std::map<std::string, Position> delivered;
+    for (std::size_t i = 0; i < looks; ++i)
+        if (auto last = group_last_delivered(replies[i], config_.consumer_group)) delivered[streams[i]] = *last;
+
+    std::vector<StreamEntry> entries;
+    if (read->type == REDIS_REPLY_ARRAY) {
+        for (std::size_t i = 0; i < read->elements; ++i) {
+            const redisReply* s = read->element[i];
+            auto part = parse_entries(std::string(reply_text(s->element[0])), s->element[1]);
+            entries.insert(entries.end(), std::make_move_iterator(part.begin()), std::make_move_iterator(part.end()));
+        }
+    }
+    if (entries.empty()) {
+        // Nothing new: wait for an entry after the group's position (or
+        // --block), without reading it for the group; the next turn reads.
+        const auto block = std::to_string(config_.block.count());
+        std::vector<std::string> after;
+        for (const auto& s : streams) {
+            const auto d = delivered.find(s);
+            after.push_back(d == delivered.end() ? std::string("$") : d->second.to_string());
+        }
+        std::vector<std::string_view> wait{"XREAD", "COUNT", "1", "BLOCK", block, "STREAMS"};
+        for (const auto& s : streams) wait.emplace_back(s);
+        for (const auto& a : after) wait.emplace_back(a);
+        redis_->command(wait, "XREAD");
+        return entries;
+    }
+    for (const auto& gap : find_gaps(std::move(delivered), entries)) report_gap(gap);
     return entries;
+}
+
+void Consumer::report_gap(const Gap& gap) {
+    metrics_.count_gap(gap.stream);
+    const std::string reason = "entries with ids after " + gap.after.to_string() + " up to and including " +
+                               gap.through.to_string() +
+                               " are missing from the stream (deleted, trimmed or lost before this consumer group "
+                               "read them): entry " + gap.found + " names " + gap.through.to_string() +
+                               " as the entry before it, and the group's last entry read was " +
+                               gap.after.to_string();
+    spdlog::warn("stream \"{}\": gap {}: {}", gap.stream, gap.range(), reason);
+    StreamEntry range;
+    range.stream = gap.stream;
+    range.id = gap.range();
+    if (auto fault = dead_letter(range, reason, std::nullopt))
+        spdlog::error("stream \"{}\": the gap {} could not be dead-lettered: {} (SQLSTATE {})", gap.stream,
+                      gap.range(), fault->second, fault->first);
 }
 
 // Claims the pending entries of workers that died or hang (idle longer

@@ -35,11 +35,11 @@ std::size_t entry_bytes(const Event& e) {
     append_entry_fields(fields, e);
     std::size_t n = e.position.size();
     for (const auto f : fields) n += f.size();
-    return n;
+    return n + kPrevField.size() + e.position.size();
 }
 
 void xadd_argv(std::vector<std::string_view>& argv, std::string_view stream_key, const Event& event,
-               std::string_view maxlen) {
+               std::string_view prev, std::string_view maxlen) {
     argv.clear();
     argv.emplace_back("XADD");
     argv.emplace_back(stream_key);
@@ -50,6 +50,8 @@ void xadd_argv(std::vector<std::string_view>& argv, std::string_view stream_key,
     }
     argv.emplace_back(event.position);
     append_entry_fields(argv, event);
+    argv.emplace_back(kPrevField);
+    argv.emplace_back(prev);
 }
 
 std::vector<std::string_view> append_script_argv(const std::string& sha, const std::string& stream_key,

@@ -131,6 +131,16 @@ void Metrics::set_extension_version(std::string version) {
     extension_version_ = std::move(version);
 }
 
+void Metrics::add_gap_stream(const std::string& stream) {
+    std::lock_guard lock(errors_mutex_);
+    gaps_.try_emplace(stream, 0);
+}
+
+void Metrics::count_gap(const std::string& stream) {
+    std::lock_guard lock(errors_mutex_);
+    gaps_[stream]++;
+}
+
 void Metrics::heartbeat() { last_heartbeat_ms_.store(now_ms()); }
 
 void Metrics::batch_waiting() {
@@ -200,6 +210,15 @@ std::string Metrics::render() const {
                "Entries that could not be read (bad bytes, missing or repeated fields, too large): dead-lettered "
                "with their raw fields and acknowledged.",
                entries_malformed.load());
+        {
+            out << "# HELP pg_outbox_relay_gaps_total Gaps found in a stream: entries missing (deleted, trimmed, "
+                   "lost) before the consumer group read them, each dead-lettered as a range of ids.\n"
+                   "# TYPE pg_outbox_relay_gaps_total counter\n";
+            std::lock_guard lock(errors_mutex_);
+            for (const auto& [stream, n] : gaps_)
+                out << "pg_outbox_relay_gaps_total{" << labels << ",stream=\"" << prometheus_label_value(stream)
+                    << "\"} " << n << '\n';
+        }
         metric("pg_outbox_relay_pending_oldest_idle_seconds", "gauge",
                "Idle time of the oldest pending entry of the consumer group.", pending_oldest_idle_seconds.load());
         metric("pg_outbox_relay_pg_rtt_seconds", "gauge", "Duration of the last apply transaction.",

@@ -298,9 +298,16 @@ StreamWriter::Transaction StreamWriter::write_transaction(const Shares& shares, 
     std::vector<std::string_view> argv;
     std::size_t entries = 0;
     for (std::size_t s = 0; s < shares.keys.size(); ++s) {
+        // Each entry's prev: the stream's last id before it. The look
+        // below must find the stream's last id at what this relay knows
+        // (known_), or nothing of this is sent.
+        const auto known = known_.find(shares.keys[s]);
+        const std::string first_prev = (known == known_.end() ? Position{} : known->second).to_string();
+        std::string_view prev = first_prev;
         for (const Event* e : shares.events[s]) {
-            xadd_argv(argv, shares.keys[s], *e, maxlen);
+            xadd_argv(argv, shares.keys[s], *e, prev, maxlen);
             format_command(transaction_, argv);
+            prev = e->position;
         }
         entries += shares.events[s].size();
     }

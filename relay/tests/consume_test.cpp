@@ -138,6 +138,54 @@ protected:
         return std::stod(res->body.substr(at + series.size() + 1));
     }
 
+    // pg_outbox_relay_gaps_total of a stream, -1 when absent.
+    static double gaps_metric(int port, const std::string& stream) {
+        httplib::Client client("127.0.0.1", port);
+        auto res = client.Get("/metrics");
+        if (!res || res->status != 200) return -1;
+        const std::string series = "pg_outbox_relay_gaps_total{mode=\"consume\",consumer=\"accounting\","
+                                   "group=\"accounting\",stream=\"" + stream + "\"} ";
+        const auto at = res->body.find("\n" + series);
+        if (at == std::string::npos) return -1;
+        return std::stod(res->body.substr(at + series.size() + 1));
+    }
+
+    // The dead letters' stream and entry id, "stream entry_id" each, sorted.
+    std::vector<std::string> dead_letter_ids() {
+        auto db = sink();
+        return query_column(db, "SELECT stream || ' ' || entry_id FROM outbox.dead_letters ORDER BY 1");
+    }
+
+    // Emits n events (a third on each topic) and waits until the relay
+    // published them: each stream's last id is its topic's last position
+    // (entries deleted from the streams do not matter).
+    void publish(int n, int from = 0) {
+        emit(n, from);
+        std::map<std::string, std::string> last;
+        {
+            auto pg = connect();
+            auto r = pg.exec("SELECT DISTINCT ON (topic) topic, txid::text || '-' || seq FROM outbox.event "
+                             "ORDER BY topic, txid DESC, seq DESC");
+            for (int i = 0; i < r.rows(); ++i) last["outbox:" + std::string(r.get(i, 0))] = r.get(i, 1);
+        }
+        ASSERT_TRUE(eventually(
+            [&] {
+                auto redis = redis_->connect();
+                for (const auto& [key, id] : last) {
+                    auto info = redis.command_raw({"XINFO", "STREAM", key});
+                    const redisReply* top = map_field(info.get(), "last-generated-id");
+                    if (top == nullptr || reply_text(top) != id) return false;
+                }
+                return true;
+            },
+            30s));
+    }
+
+    std::vector<Entry> stream(const std::string& key) {
+        auto redis = redis_->connect();
+        return read_stream(redis, key);
+    }
+
     std::string sink_;
 };
 
@@ -368,6 +416,9 @@ TEST_F(ConsumeTest, TwoWorkersRacingApplyOnce) {
     ASSERT_TRUE(eventually(
         [&] { return pending("outbox:orders") + pending("outbox:payments") + pending("outbox:audit") == 0; }, 20s));
     expect_projection_exactly_once();
+    // Each worker reads a part of each stream; the group's position read
+    // with each batch tells no gap.
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.dead_letters"), 0);
 }
 
 // SIGTERM finishes the batch and exits 0; a bad setting exits 2 at once.
@@ -613,4 +664,357 @@ TEST_F(ConsumeTest, WholeBatchFailureIsChargedToItsEntry) {
     EXPECT_TRUE(consumer.running()) << consumer.log();
     EXPECT_EQ(sink_count("SELECT count(*) FROM projection"), 11);
     EXPECT_NE(consumer.log().find("failed as a whole, applying them one by one"), std::string::npos);
+}
+
+// A gap in the middle of a stream (an entry deleted before the group read
+// it): the consumer reports exactly that entry's range, once, as a
+// warning, a metric of its stream and a dead letter, and applies the rest.
+TEST_F(ConsumeTest, DeletedEntryIsReportedAsAGap) {
+    auto& relay = start_relay();
+    publish(30);
+    ASSERT_EQ(published_count(), 30u) << relay.log();
+    const auto orders = stream("outbox:orders");
+    ASSERT_EQ(orders.size(), 10u);
+    EXPECT_EQ(orders[0].fields.at("prev"), "0-0");
+    for (std::size_t i = 1; i < orders.size(); ++i) EXPECT_EQ(orders[i].fields.at("prev"), orders[i - 1].id);
+    {
+        auto redis = redis_->connect();
+        redis.command({"XDEL", "outbox:orders", orders[4].id});
+    }
+    const int port = free_port();
+    auto& consumer = start_consumer("w1", {"--metrics-address", "127.0.0.1:" + std::to_string(port)});
+    ASSERT_TRUE(wait_applied(29)) << consumer.log();
+    const std::string range = "(" + orders[3].id + " " + orders[4].id + "]";
+    ASSERT_TRUE(eventually([&] { return sink_count("SELECT count(*) FROM outbox.dead_letters") == 1; }, 10s));
+    EXPECT_EQ(dead_letter_ids(), std::vector<std::string>{"outbox:orders " + range});
+    {
+        auto db = sink();
+        auto r = db.exec("SELECT reason, fields IS NULL, event_id IS NULL FROM outbox.dead_letters");
+        EXPECT_NE(std::string(r.get(0, 0)).find("up to and including " + orders[4].id), std::string::npos)
+            << r.get(0, 0);
+        EXPECT_EQ(r.get(0, 1), "t");
+        EXPECT_EQ(r.get(0, 2), "t");
+    }
+    EXPECT_TRUE(eventually([&] { return gaps_metric(port, "outbox:orders") == 1; }, 5s));
+    EXPECT_EQ(gaps_metric(port, "outbox:payments"), 0);
+    EXPECT_EQ(gaps_metric(port, "outbox:audit"), 0);
+    const auto log = consumer.log();
+    const auto line = "stream \"outbox:orders\": gap " + range;
+    EXPECT_NE(log.find(line), std::string::npos) << log;
+    EXPECT_EQ(log.find(line, log.find(line) + 1), std::string::npos) << "reported twice";
+    EXPECT_NE(log.find("warning " + line), std::string::npos) << log;
+    // More entries: nothing more to report.
+    emit(9, 30);
+    ASSERT_TRUE(wait_applied(38));
+    std::this_thread::sleep_for(300ms);
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.dead_letters"), 1);
+    EXPECT_EQ(gaps_metric(port, "outbox:orders"), 1);
+}
+
+// Entries trimmed (XTRIM) after the group's position while the worker
+// waits: the first entry read names the last one trimmed; the range
+// reported starts at the group's position. Trimmed before a worker
+// starts, the range is reported once (by the group's lag), not twice.
+TEST_F(ConsumeTest, TrimmedEntriesAreReportedOnce) {
+    start_relay();
+    publish(30);
+    const int port = free_port();
+    auto& consumer = start_consumer("w1", {"--metrics-address", "127.0.0.1:" + std::to_string(port),
+                                           "--claim-interval", "60m"});
+    ASSERT_TRUE(wait_applied(30)) << consumer.log();
+    const auto before = stream("outbox:orders").back().id;
+    consumer.signal(SIGSTOP);
+    publish(30, 30);  // ten more on each stream
+    {
+        auto redis = redis_->connect();
+        redis.command({"XTRIM", "outbox:orders", "MAXLEN", "3"});
+    }
+    const auto left = stream("outbox:orders");
+    ASSERT_EQ(left.size(), 3u);
+    consumer.signal(SIGCONT);
+    ASSERT_TRUE(wait_applied(53)) << consumer.log();
+    const std::string range = "(" + before + " " + left[0].fields.at("prev") + "]";
+    ASSERT_TRUE(eventually([&] { return sink_count("SELECT count(*) FROM outbox.dead_letters") == 1; }, 10s));
+    EXPECT_EQ(dead_letter_ids(), std::vector<std::string>{"outbox:orders " + range});
+    EXPECT_TRUE(eventually([&] { return gaps_metric(port, "outbox:orders") == 1; }, 5s));
+    consumer.signal(SIGTERM);
+    EXPECT_EQ(consumer.wait(10s), 0);
+
+    // Trimmed while no worker runs: at start the group's lag shows the
+    // range (reported as "(A B)"), and the group moves past it; the first
+    // entry's prev is then behind the group's position: no second report.
+    publish(30, 60);
+    {
+        auto redis = redis_->connect();
+        redis.command({"XTRIM", "outbox:orders", "MAXLEN", "2"});
+    }
+    auto& second = start_consumer("w2");
+    ASSERT_TRUE(eventually([&] { return second.log().find("were trimmed from the stream") != std::string::npos; },
+                           10s))
+        << second.log();
+    ASSERT_TRUE(wait_applied(53 + 22)) << second.log();
+    std::this_thread::sleep_for(500ms);
+    EXPECT_EQ(second.log().find("gap ("), std::string::npos) << second.log();
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.dead_letters"), 2);
+}
+
+// A replay (the relay publishes the same positions again after a rewind),
+// a restart of the consumer in the middle of a stream, a redelivery of
+// pending entries to another worker: no gap is reported.
+TEST_F(ConsumeTest, ReplayRestartAndRedeliveryRaiseNoGap) {
+    auto& relay = start_relay();
+    publish(30);
+    auto& first = start_consumer("w1");
+    ASSERT_TRUE(wait_applied(30)) << first.log();
+    // Replay: everything published again; Redis refuses it as present.
+    {
+        auto pg = connect();
+        pg.exec("SELECT outbox_rewind('g', 'beginning')");
+    }
+    ASSERT_TRUE(eventually([&] { return relay.log().find("were already in Redis") != std::string::npos; }, 10s))
+        << relay.log();
+    publish(15, 30);
+    ASSERT_TRUE(wait_applied(45)) << first.log();
+    // Restart mid-stream.
+    first.signal(SIGTERM);
+    EXPECT_EQ(first.wait(10s), 0);
+    publish(15, 45);
+    auto& second = start_consumer("w2");
+    ASSERT_TRUE(wait_applied(60)) << second.log();
+    second.signal(SIGTERM);
+    EXPECT_EQ(second.wait(10s), 0);
+    // Pending redelivery: a worker reads entries and dies before applying
+    // them; another reclaims them, and goes on reading new ones.
+    publish(15, 60);
+    {
+        auto redis = redis_->connect();
+        for (const auto& t : kTopics)
+            redis.command({"XREADGROUP", "GROUP", "accounting", "dead-worker", "COUNT", "3", "STREAMS",
+                           "outbox:" + t, ">"});
+    }
+    auto& third = start_consumer("w3", {"--min-idle", "200ms", "--claim-interval", "100ms"});
+    ASSERT_TRUE(wait_applied(75)) << third.log();
+    publish(15, 75);
+    ASSERT_TRUE(wait_applied(90)) << third.log();
+    ASSERT_TRUE(eventually(
+        [&] { return pending("outbox:orders") + pending("outbox:payments") + pending("outbox:audit") == 0; }, 15s));
+    expect_projection_exactly_once();
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.dead_letters"), 0);
+    for (const auto* p : {&first, &second, &third}) EXPECT_EQ(p->log().find("gap ("), std::string::npos) << p->log();
+    // The chain in each stream is whole.
+    for (const auto& t : kTopics) {
+        std::string prev = "0-0";
+        for (const auto& e : stream("outbox:" + t)) {
+            EXPECT_EQ(e.fields.at("prev"), prev) << t;
+            prev = e.id;
+        }
+    }
+}
+
+// A stream that lost its tail is republished by the relay: the entries
+// appended again name the entry now before them, and a consumer that reads
+// on sees no gap.
+TEST_F(ConsumeTest, RepublishAfterLossKeepsTheChain) {
+    auto& relay = start_relay();
+    publish(30);
+    auto entries = stream("outbox:orders");
+    {
+        // The lost tail: the stream recreated with its first 4 entries.
+        auto redis = redis_->connect();
+        redis.command({"DEL", "outbox:orders"});
+        for (int i = 0; i < 4; ++i) {
+            std::vector<std::string_view> argv{"XADD", "outbox:orders", entries[i].id};
+            for (const auto& [f, v] : entries[i].fields) {
+                argv.push_back(f);
+                argv.push_back(v);
+            }
+            redis.command(argv);
+        }
+    }
+    ASSERT_TRUE(eventually([&] { return relay.log().find("is behind") != std::string::npos; }, 10s)) << relay.log();
+    ASSERT_TRUE(wait_all_published());
+    const auto again = stream("outbox:orders");
+    ASSERT_EQ(again.size(), 10u);
+    for (std::size_t i = 0; i < again.size(); ++i) {
+        EXPECT_EQ(again[i].id, entries[i].id);
+        EXPECT_EQ(again[i].fields.at("prev"), i == 0 ? "0-0" : again[i - 1].id) << i;
+    }
+    auto& consumer = start_consumer("w1");
+    ASSERT_TRUE(wait_applied(30)) << consumer.log();
+    publish(6, 30);
+    ASSERT_TRUE(wait_applied(36)) << consumer.log();
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.dead_letters"), 0);
+    EXPECT_EQ(consumer.log().find("gap ("), std::string::npos) << consumer.log();
+}
+
+// Redis-generated ids: prev is still the entry before in the stream, and
+// a deleted entry is reported.
+TEST_F(ConsumeTest, GapWithRedisGeneratedIds) {
+    start_relay({"--id-mode", "redis"});
+    emit(15);
+    ASSERT_TRUE(wait_all_published());
+    const auto orders = stream("outbox:orders");
+    ASSERT_EQ(orders.size(), 5u);
+    for (std::size_t i = 0; i < orders.size(); ++i)
+        EXPECT_EQ(orders[i].fields.at("prev"), i == 0 ? "0-0" : orders[i - 1].id) << i;
+    {
+        auto redis = redis_->connect();
+        redis.command({"XDEL", "outbox:orders", orders[2].id});
+    }
+    auto& consumer = start_consumer("w1");
+    ASSERT_TRUE(wait_applied(14)) << consumer.log();
+    ASSERT_TRUE(eventually([&] { return sink_count("SELECT count(*) FROM outbox.dead_letters") == 1; }, 10s));
+    EXPECT_EQ(dead_letter_ids(),
+              std::vector<std::string>{"outbox:orders (" + orders[1].id + " " + orders[2].id + "]"});
+}
+
+// Hostile prev fields, each between valid entries: each entry is
+// dead-lettered alone as malformed, with its fields as received; the
+// valid ones apply; no gap is reported around them; the worker runs on.
+TEST_F(ConsumeTest, HostilePrevIsAnsweredAlone) {
+    const std::string s = "outbox:orders";
+    auto uuid = [](int i) {
+        char buf[40];
+        std::snprintf(buf, sizeof buf, "00000000-0000-4000-8000-%012d", i);
+        return std::string(buf);
+    };
+    auto fields = [&](int i, const std::vector<std::string>& prevs) {
+        std::vector<std::string> f{"event_id", uuid(i), "topic", "orders", "key", "k" + std::to_string(i),
+                                   "payload", "{\"n\": " + std::to_string(i) + ", \"amount\": 1}"};
+        for (const auto& p : prevs) f.insert(f.end(), {"prev", p});
+        return f;
+    };
+    const std::vector<std::pair<std::string, std::vector<std::string>>> bad{
+        {"22P02", {"abc"}},
+        {"22P02", {""}},
+        {"22P02", {std::string(1u << 20, '7')}},
+        {"22P02", {std::string("5-1\0", 4)}},
+        {"22023", {"prev-twice", "prev-twice"}},  // replaced below by the id before
+        {"22023", {"999-0"}},                     // after the entry itself
+        {"22023", {"self"}},                      // the entry's own id
+    };
+    auto redis = redis_->connect();
+    std::string last = "0-0";
+    int n = 0;
+    auto add = [&](const std::vector<std::string>& f) {
+        const std::string id = "100-" + std::to_string(n);
+        std::vector<std::string_view> argv{"XADD", s, id};
+        for (const auto& x : f) argv.emplace_back(x);
+        auto r = redis.command(argv);
+        last = id;
+        return id;
+    };
+    std::vector<std::string> bad_ids;
+    for (const auto& [state, prevs] : bad) {
+        ++n;
+        add(fields(n, {last}));
+        ++n;
+        std::vector<std::string> p = prevs;
+        for (auto& x : p) {
+            if (x == "prev-twice") x = last;
+            if (x == "self") x = "100-" + std::to_string(n);
+        }
+        bad_ids.push_back(add(fields(n, p)));
+    }
+    ++n;
+    add(fields(n, {last}));
+    const int port = free_port();
+    auto& consumer = start_consumer("w1", {"--metrics-address", "127.0.0.1:" + std::to_string(port)});
+    ASSERT_TRUE(wait_applied(static_cast<long long>(bad.size()) + 1)) << consumer.log();
+    ASSERT_TRUE(eventually([&] { return pending(s) == 0; }, 10s)) << consumer.log();
+    ASSERT_TRUE(eventually(
+        [&] { return sink_count("SELECT count(*) FROM outbox.dead_letters") == static_cast<long long>(bad.size()); },
+        10s))
+        << consumer.log();
+    EXPECT_TRUE(consumer.running());
+    auto db = sink();
+    for (std::size_t i = 0; i < bad.size(); ++i) {
+        auto r = db.exec("SELECT sqlstate, reason FROM outbox.dead_letters WHERE entry_id = $1", {bad_ids[i]});
+        ASSERT_EQ(r.rows(), 1) << bad_ids[i];
+        EXPECT_EQ(r.get(0, 0), bad[i].first) << i << ": " << r.get(0, 1);
+        EXPECT_NE(std::string(r.get(0, 1)).find("\"prev\""), std::string::npos) << r.get(0, 1);
+    }
+    // The huge value and the NUL byte are kept as received.
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.dead_letters WHERE length(fields[10]) = 1048576"), 1);
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.dead_letters WHERE fields[10] = '\\x352d3100'::bytea"), 1);
+    EXPECT_TRUE(eventually([&] { return metric(port, "pg_outbox_relay_entries_malformed_total") == 7; }, 5s));
+    EXPECT_EQ(gaps_metric(port, s), 0);
+    EXPECT_EQ(consumer.log().find("gap ("), std::string::npos) << consumer.log();
+}
+
+// The README's way to get a gap's events again: a second group publishes
+// the range from the outbox to a stream of its own, and the consumer reads
+// it; only the missing event applies, the others are duplicates.
+TEST_F(ConsumeTest, GapEventsComeBackThroughARepairGroup) {
+    start_relay();
+    publish(30);
+    const auto orders = stream("outbox:orders");
+    {
+        auto redis = redis_->connect();
+        redis.command({"XDEL", "outbox:orders", orders[4].id});
+    }
+    auto& consumer = start_consumer("w1");
+    ASSERT_TRUE(wait_applied(29)) << consumer.log();
+    ASSERT_TRUE(eventually([&] { return sink_count("SELECT count(*) FROM outbox.dead_letters") == 1; }, 10s));
+    EXPECT_EQ(dead_letter_ids(), std::vector<std::string>{"outbox:orders (" + orders[3].id + " " + orders[4].id + "]"});
+    {
+        auto pg = connect();
+        pg.exec("SELECT outbox_group_create('repair-orders', ARRAY['orders'], 'beginning')");
+        pg.exec("SELECT outbox_rewind('repair-orders', $1)", {orders[3].id});
+    }
+    start_process({PG_OUTBOX_RELAY_BINARY, "publish", "--group", "repair-orders", "--stream", "repair:{topic}",
+                   "--pg", pg_->conninfo("app", "relay_user"), "--redis", redis_->address(), "--poll-interval",
+                   "50ms", "--retry-min", "20ms", "--retry-max", "300ms"});
+    auto& repair = start_process({PG_OUTBOX_RELAY_BINARY, "consume", "--consumer", "accounting", "--pg",
+                                  pg_->conninfo("sink", "consumer_user"), "--redis", redis_->address(), "--worker",
+                                  "r1", "--stream", "repair:orders", "--group", "repair", "--handler", kHandler,
+                                  "--block", "100ms", "--retry-min", "20ms", "--retry-max", "300ms"});
+    ASSERT_TRUE(wait_applied(30)) << repair.log();
+    ASSERT_TRUE(eventually([&] { return stream("repair:orders").size() == 6; }, 10s));
+    std::this_thread::sleep_for(300ms);
+    expect_projection_exactly_once();
+    // The repair stream starts after A: its entries are the event at B
+    // and the five after it, the first naming 0-0 (a new stream).
+    const auto repaired = stream("repair:orders");
+    EXPECT_EQ(repaired[0].id, orders[4].id);
+    EXPECT_EQ(repaired[0].fields.at("prev"), "0-0");
+    EXPECT_EQ(repair.log().find("gap ("), std::string::npos) << repair.log();
+}
+
+// Redis users that may not run XINFO or MULTI (ACLs): the worker still
+// applies everything; without MULTI the position and the read are two
+// commands (gaps still found, one worker); without XINFO gaps are not
+// checked. Each says so once.
+TEST_F(ConsumeTest, AclsWithoutXinfoOrMultiStillConsume) {
+    {
+        auto redis = redis_->connect();
+        redis.command({"ACL", "SETUSER", "no_xinfo", "on", ">pw", "~*", "&*", "+@all", "-xinfo"});
+        redis.command({"ACL", "SETUSER", "no_multi", "on", ">pw", "~*", "&*", "+@all", "-multi"});
+    }
+    start_relay();
+    publish(30);
+    const auto orders = stream("outbox:orders");
+    {
+        auto redis = redis_->connect();
+        redis.command({"XDEL", "outbox:orders", orders[4].id});
+    }
+    const auto url = [&](const std::string& user) {
+        return "redis://" + user + ":pw@127.0.0.1:" + std::to_string(redis_->port());
+    };
+    auto& no_xinfo = start_consumer("w1", {"--redis", url("no_xinfo")});
+    ASSERT_TRUE(wait_applied(29)) << no_xinfo.log();
+    no_xinfo.signal(SIGTERM);
+    EXPECT_EQ(no_xinfo.wait(10s), 0);
+    EXPECT_NE(no_xinfo.log().find("Redis refused XINFO GROUPS"), std::string::npos) << no_xinfo.log();
+    EXPECT_EQ(no_xinfo.log().find("gap ("), std::string::npos) << no_xinfo.log();
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.dead_letters"), 0);
+
+    auto& no_multi = start_consumer("w2", {"--redis", url("no_multi"), "--group", "other"});
+    ASSERT_TRUE(eventually([&] { return sink_count("SELECT count(*) FROM outbox.dead_letters") == 1; }, 10s))
+        << no_multi.log();
+    EXPECT_EQ(dead_letter_ids(), std::vector<std::string>{"outbox:orders (" + orders[3].id + " " + orders[4].id + "]"});
+    const auto log = no_multi.log();
+    EXPECT_NE(log.find("Redis refused MULTI"), std::string::npos) << log;
+    EXPECT_EQ(log.find("Redis refused MULTI", log.find("Redis refused MULTI") + 1), std::string::npos);
+    EXPECT_TRUE(no_multi.running());
 }

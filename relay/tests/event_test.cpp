@@ -75,20 +75,23 @@ TEST(Event, ScriptArgvCarriesIdsAndFieldCounts) {
 TEST(Event, XaddArgvIsTheScriptsEntry) {
     Event a{"5-1", "id-a", "t", std::string("k"), "1", std::nullopt, "ts"};
     std::vector<std::string_view> argv{"left over"};
-    xadd_argv(argv, "outbox:t", a, "");
+    xadd_argv(argv, "outbox:t", a, "4-7", "");
     std::vector<std::string_view> fields;
     append_entry_fields(fields, a);
     std::vector<std::string_view> want{"XADD", "outbox:t", "5-1"};
     want.insert(want.end(), fields.begin(), fields.end());
+    want.insert(want.end(), {"prev", "4-7"});  // last, as the script adds it
     EXPECT_EQ(argv, want);
 
-    xadd_argv(argv, "outbox:t", a, "100");
+    xadd_argv(argv, "outbox:t", a, "0-0", "100");
     ASSERT_GE(argv.size(), 6u);
     EXPECT_EQ(argv[2], "MAXLEN");
     EXPECT_EQ(argv[3], "~");
     EXPECT_EQ(argv[4], "100");
     EXPECT_EQ(argv[5], "5-1");
     EXPECT_EQ(argv.size(), want.size() + 3);
+    EXPECT_EQ(argv[argv.size() - 2], "prev");
+    EXPECT_EQ(argv.back(), "0-0");
 }
 
 TEST(Redis, FormatsCommandsInTheProtocol) {
@@ -99,8 +102,9 @@ TEST(Redis, FormatsCommandsInTheProtocol) {
 
 TEST(Event, EntryBytesCountTheIdAndEveryFieldPresent) {
     Event e{"5-1", "0193-id", "orders", std::nullopt, "{\"a\": 1}", std::nullopt, "2026-01-01T00:00:00.000000Z"};
-    // id, then names and values: event_id topic payload position created_at
-    const std::size_t plain = 3 + (8 + 7) + (5 + 6) + (7 + 8) + (8 + 3) + (10 + 27);
+    // id, then names and values: event_id topic payload position
+    // created_at, and prev counted as long as the id
+    const std::size_t plain = 3 + (8 + 7) + (5 + 6) + (7 + 8) + (8 + 3) + (10 + 27) + (4 + 3);
     EXPECT_EQ(entry_bytes(e), plain);
     e.key = "k1";
     e.headers = "{}";

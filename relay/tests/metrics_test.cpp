@@ -283,3 +283,22 @@ TEST(Metrics, ProcessMetrics) {
     EXPECT_LE(start, now + 1);
     EXPECT_GT(start, now - 600) << "this test process started minutes ago at most";
 }
+
+TEST(Metrics, GapsPerStreamFromZero) {
+    Metrics m("consume", "g", 0ms, "c");
+    m.add_gap_stream("outbox:orders");
+    m.add_gap_stream("odd\"stream\n");
+    m.count_gap("outbox:orders");
+    m.count_gap("outbox:orders");
+    const auto text = m.render();
+    const std::string labels = "mode=\"consume\",consumer=\"c\",group=\"g\"";
+    EXPECT_NE(text.find("# TYPE pg_outbox_relay_gaps_total counter\n"), std::string::npos);
+    EXPECT_NE(text.find("\npg_outbox_relay_gaps_total{" + labels + ",stream=\"outbox:orders\"} 2\n"),
+              std::string::npos)
+        << text;
+    EXPECT_NE(text.find("\npg_outbox_relay_gaps_total{" + labels + ",stream=\"odd\\\"stream\\n\"} 0\n"),
+              std::string::npos)
+        << text;
+    Metrics publish("publish", "g");
+    EXPECT_EQ(publish.render().find("pg_outbox_relay_gaps_total"), std::string::npos);
+}

@@ -44,10 +44,13 @@ protected:
         for (const auto& t : kTopics) {
             const auto entries = read_stream(redis, "outbox:" + t);
             std::vector<std::string> got;
+            std::string prev = "0-0";  // each entry names the one before it in its stream
             for (const auto& e : entries) {
                 got.push_back(e.fields.at("event_id"));
                 EXPECT_EQ(e.id, e.fields.at("position"));
                 EXPECT_EQ(e.fields.at("topic"), t);
+                EXPECT_EQ(e.fields.count("prev") ? e.fields.at("prev") : "(none)", prev) << e.id;
+                prev = e.id;
             }
             total += got.size();
             const auto it = want.find(t);
@@ -846,6 +849,8 @@ TEST_F(PublishTest, LateWritesOfAFencedLeaderAreHarmless) {
             for (std::size_t i = 0; i < batch.size(); ++i) {
                 EXPECT_EQ(entries[i].id, batch[i].position) << key;
                 EXPECT_EQ(entries[i].fields.at("event_id"), batch[i].event_id) << key;
+                // Whoever wrote it, each entry names the one before it.
+                EXPECT_EQ(entries[i].fields.at("prev"), i == 0 ? "0-0" : batch[i - 1].position) << key;
             }
         }
     }

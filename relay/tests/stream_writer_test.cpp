@@ -75,8 +75,12 @@ protected:
                 for (const auto& e : b)
                     if (e.topic == topic) want.push_back(e.position + " " + e.event_id);
             std::vector<std::string> got;
-            for (const auto& entry : read_stream(redis, "outbox:" + topic))
+            std::string prev = "0-0";  // each entry names the one before it
+            for (const auto& entry : read_stream(redis, "outbox:" + topic)) {
                 got.push_back(entry.id + " " + entry.fields.at("event_id"));
+                EXPECT_EQ(entry.fields.count("prev") ? entry.fields.at("prev") : "(none)", prev) << entry.id;
+                prev = entry.id;
+            }
             EXPECT_EQ(got, want) << topic;
         }
     }
@@ -160,8 +164,11 @@ TEST_F(StreamWriterTest, ForeignWriteUnderWatchFallsBackToTheScript) {
     const auto second = batch(301, 6, kThree);
     {
         auto foreign = redis_->connect();
+        const auto key = "outbox:" + second[0].topic;
+        const auto top = foreign.command({"XREVRANGE", key, "+", "-", "COUNT", "1"});
+        const std::string prev(reply_text(top->element[0]->element[0]));
         std::vector<std::string_view> argv;
-        xadd_argv(argv, "outbox:" + second[0].topic, second[0], {});
+        xadd_argv(argv, key, second[0], prev, {});
         foreign.command(argv);
     }
     w->writer.write(second);

@@ -234,7 +234,7 @@ for s in outbox:t0 outbox:t1 outbox:t2; do
 		echo "$chunk" | awk -v s="$s" '
 			/^[0-9]+-[0-9]+$/ && expect_id { id = $0; expect_id = 0; next }
 			{ if (key == "") { key = $0 } else { f[key] = $0; key = "" } }
-			key == "" && "created_at" in f { print s "\t" id "\t" f["event_id"] "\t" f["position"]; delete f; expect_id = 1 }
+			key == "" && "prev" in f { print s "\t" id "\t" f["event_id"] "\t" f["position"]; delete f; expect_id = 1 }
 			BEGIN { expect_id = 1 }' >>"$H/streams.tsv"
 		last=$(tail -n 1 "$H/streams.tsv" | cut -f 2)
 		[ "$start_id" = "($last" ] && break

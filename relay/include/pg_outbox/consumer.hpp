@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -11,6 +12,7 @@
 
 #include "pg_outbox/backoff.hpp"
 #include "pg_outbox/errors.hpp"
+#include "pg_outbox/position.hpp"
 #include "pg_outbox/service.hpp"
 
 namespace pg_outbox {
@@ -54,9 +56,51 @@ std::string pg_bytea_array(const std::vector<const std::string*>& values);
 std::vector<StreamEntry> parse_entries(const std::string& stream, const redisReply* list);
 
 // Why the relay cannot hand an entry to inbox_consume() (a field it reads
-// appears twice, or the entry is too large), with a SQLSTATE; nullopt when
-// it can. Everything about the content is decided by the server.
+// appears twice, or the entry is too large, or its "prev" field is not
+// what a relay writes: see entry_prev()), with a SQLSTATE; nullopt when it
+// can. Everything about the content is decided by the server.
 std::optional<std::pair<std::string, std::string>> framing_fault(const StreamEntry& entry);
+
+// What an entry's "prev" field says: the id of the entry appended to the
+// stream just before it. Absent in entries of earlier relays and of
+// other writers (nothing to check); malformed when the field appears more
+// than once (22023), is not a stream id "<ms>-<seq>" of two decimal
+// numbers below 2^64 (22P02: empty, too long, NUL or other bytes), or is
+// not below the entry's own id (22023).
+struct EntryPrev {
+    enum class Kind { absent, valid, malformed };
+    Kind kind = Kind::absent;
+    Position prev{};         // when valid
+    std::string fault;       // when malformed: why
+    std::string sqlstate;    // when malformed
+};
+EntryPrev entry_prev(const StreamEntry& entry);
+
+// Entries missing from a stream before this consumer group read them:
+// the ids after "after" (the last entry delivered to the group) up to and
+// including "through" (the prev of the entry delivered next, "found"). Ids
+// are not dense: the range is exact, the number of entries in it unknown
+// (one at least).
+struct Gap {
+    std::string stream;
+    Position after{};
+    Position through{};
+    std::string found;  // the id of the entry that named "through"
+
+    // "(after through]", as the dead letter's entry id.
+    std::string range() const;
+};
+
+// The gaps a read of the consumer group reveals. "delivered": per stream,
+// the last id delivered to the group just before the read (the group's
+// last-delivered-id, read in the same transaction); a stream not in it is
+// not checked. "entries": what the read delivered, each stream's in
+// order. An entry whose valid prev lies beyond the last id delivered
+// (the one before it in the read, or the group's) reveals a gap. A prev at
+// or before it is no gap: the group was moved past entries on purpose
+// (XGROUP SETID, the report of a trimmed range). Entries without a valid
+// prev are not checked but count as delivered.
+std::vector<Gap> find_gaps(std::map<std::string, Position> delivered, const std::vector<StreamEntry>& entries);
 
 class Consumer : public Service {
 public:
@@ -87,7 +131,14 @@ private:
     // objects are accessible. A failure is a ConfigError (exit 2).
     void validate_settings();
     void ensure_groups();
+    // Reads new entries for this worker, and in the same transaction the
+    // group's last-delivered id in each stream, which tells gaps (see
+    // find_gaps()) whatever the other workers of the group read. Waits up
+    // to --block for an entry when there is none.
     std::vector<StreamEntry> read_new();
+    // Reports a gap: a warning, pg_outbox_relay_gaps_total, a dead letter
+    // for the range.
+    void report_gap(const Gap& gap);
     void reclaim();
     void report_trimmed_unread(const std::string& stream);
     // Applies entries (each in its own subtransaction, in calls of at most
@@ -112,6 +163,12 @@ private:
 
     bool groups_ready_ = false;
     bool validated_ = false;
+    // Redis refused MULTI: the group's position and the read are then two
+    // commands, exact with one worker per group (warned once).
+    bool multi_refused_warned_ = false;
+    // Redis refused XINFO GROUPS (an ACL): reads go without the group's
+    // position, and gaps are not checked.
+    bool positions_refused_ = false;
     std::chrono::steady_clock::time_point next_claim_{};
     Held held_;
     Backoff hold_backoff_;

@@ -30,21 +30,33 @@ struct Event {
 // published before.
 bool is_already_published_error(std::string_view reply_error);
 
-// The fields of an event's stream entry: event_id, topic, key (absent when
-// NULL), payload, headers (absent when NULL), position, created_at. The
-// views point into "event".
+// The fields of an event's stream entry that come from the event:
+// event_id, topic, key (absent when NULL), payload, headers (absent when
+// NULL), position, created_at. The views point into "event". The entry's
+// last field, "prev" (kPrevField), is not the event's: it is the stream's
+// last id when the entry is appended, added by xadd_argv() and by the
+// append script.
 void append_entry_fields(std::vector<std::string_view>& out, const Event& event);
 
+// The field that names an entry's predecessor: the id of the entry
+// appended to the stream just before it ("0-0" for the first entry of a
+// stream), as Redis knew it when it appended the entry
+// (last-generated-id). A consumer that reads an entry whose prev lies
+// beyond the last entry it was delivered knows entries are missing.
+inline constexpr std::string_view kPrevField = "prev";
+
 // The bytes of an event's stream entry: its id and its fields' names and
-// values, as append_entry_fields() gives them.
+// values, as append_entry_fields() gives them, and "prev" with a value
+// counted as long as the entry's id.
 std::size_t entry_bytes(const Event& event);
 
 // The argv of a plain XADD of an event with its position as id (explicit
-// ids only), trimmed to about "maxlen" entries unless it is empty: the
-// same entry as the append script writes. Replaces the content of argv;
-// the views point into the arguments.
+// ids only), trimmed to about "maxlen" entries unless it is empty, its
+// last field "prev" with the value given (the stream's last id when the
+// entry is appended): the same entry as the append script writes.
+// Replaces the content of argv; the views point into the arguments.
 void xadd_argv(std::vector<std::string_view>& argv, std::string_view stream_key, const Event& event,
-               std::string_view maxlen);
+               std::string_view prev, std::string_view maxlen);
 
 // Lua script that appends a stream's share of a batch, in order.
 //
@@ -55,15 +67,19 @@ void xadd_argv(std::vector<std::string_view>& argv, std::string_view stream_key,
 // top). "Already there" is checked, not assumed: the entry with that id
 // must be in the stream with the same event id, or have been trimmed;
 // otherwise another writer put higher ids into the stream, and the script
-// stops with "PGOUTBOX_FOREIGN <id>" rather than skip the event. And it
-// writes nothing when the stream's last id is below the last
+// stops with "PGOUTBOX_FOREIGN <id>" rather than skip the event. Each
+// entry it writes gets a last field "prev": the stream's last id just
+// before it (last-generated-id, "0-0" for a new stream), read from Redis
+// in the same script, so that a replay, a takeover by another relay or a
+// republish after Redis lost entries names the entry really before it in
+// the stream. And it writes nothing when the stream's last id is below the last
 // position the relay knows it published there: Redis lost entries
 // (FLUSHALL, a restart without the last writes, a failover), and writing
 // newer entries first would make the lost ones impossible to republish.
 //
 // KEYS[1]: the stream. ARGV: maxlen (0: none), the expected last id ('':
-// none), then per entry: id, number of field and value strings, the
-// strings. Returns {written, already} or {written, already, error}; the
+// none), then per entry: id ("*" for an id Redis generates), number of
+// field and value strings, the strings (without "prev"). Returns {written, already} or {written, already, error}; the
 // error "PGOUTBOX_BEHIND <last id>" means nothing was written.
 extern const char* const kAppendScript;
 

@@ -68,6 +68,11 @@ public:
     // The PostgreSQL server is a standby: the relay waits for a primary.
     std::atomic<bool> pg_in_recovery{false};
 
+    // Gaps found in a stream (consume): entries missing before the group
+    // read them. add_gap_stream() exposes a stream's series at 0.
+    void add_gap_stream(const std::string& stream);
+    void count_gap(const std::string& stream);
+
     // Counts an error by kind: one of error_kinds(mode) ("pg",
     // "redis_io", redis_error_kind(...), ...).
     void count_error(const std::string& kind);
@@ -105,6 +110,7 @@ private:
     std::string labels_;  // mode, consumer (consume mode), group
     mutable std::mutex errors_mutex_;
     std::map<std::string, std::uint64_t> errors_;
+    std::map<std::string, std::uint64_t> gaps_;  // under errors_mutex_
     std::string last_error_;
     std::string extension_version_;  // under errors_mutex_
     std::atomic<std::int64_t> last_heartbeat_ms_{0};
