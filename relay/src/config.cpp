@@ -448,7 +448,8 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
         ->envname("PG_OUTBOX_BATCH_SIZE")
         ->check(CLI::Range(1, 10000))
         ->capture_default_str();
-    consume->add_option("--block", block, "longest wait for new entries (XREADGROUP BLOCK)")
+    consume->add_option("--block", block,
+                        "longest wait for new entries (XREAD BLOCK after the consumer group's position)")
         ->envname("PG_OUTBOX_BLOCK")
         ->capture_default_str();
     consume->add_option("--start", c.start_id,
