@@ -14,6 +14,7 @@
 #include "pg_outbox/errors.hpp"
 #include "pg_outbox/log.hpp"
 #include "pg_outbox/pg.hpp"
+#include "pg_outbox/redis_cluster.hpp"
 
 #ifndef PG_OUTBOX_VERSION
 #define PG_OUTBOX_VERSION "unknown"
@@ -172,6 +173,11 @@ RedisAddress RedisAddress::parse(const std::string& text) {
 }
 
 std::string RedisAddress::to_string() const {
+    if (!cluster_seeds.empty()) {
+        std::string out = "redis+cluster://";
+        for (const auto& seed : cluster_seeds) out += (&seed == &cluster_seeds.front() ? "" : ",") + seed.to_string();
+        return out;
+    }
     if (!unix_path.empty()) return "unix:" + unix_path;
     return (host.find(':') == std::string::npos ? host : "[" + host + "]") + ":" + std::to_string(port);
 }
@@ -235,7 +241,8 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
         ->envname("PG_OUTBOX_PG");
     app.add_option("--redis", redis,
                    "Redis address: host:port, [v6addr]:port, host, a bare IPv6 address (default port), "
-                   "unix:/path, /path or redis://[user:password@]host[:port][/db]")
+                   "unix:/path, /path, redis://[user:password@]host[:port][/db], or a Redis Cluster's seed nodes: "
+                   "redis+cluster://[user:password@]host:port[,host:port...]")
         ->envname("PG_OUTBOX_REDIS")
         ->capture_default_str();
     auto* password_option = app.add_option("--redis-password", c.redis_password, "Redis password (AUTH)")
@@ -391,7 +398,13 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
     };
     try {
         try {
-            c.redis = RedisAddress::parse(redis);
+            if (redis.rfind("redis+cluster://", 0) == 0) {
+                auto seeds = parse_cluster_url(redis);
+                c.redis = seeds.front();
+                c.redis.cluster_seeds = std::move(seeds);
+            } else {
+                c.redis = RedisAddress::parse(redis);
+            }
         } catch (const ConfigError& e) {
             throw ConfigError(std::string("--redis: ") + e.what());
         }
@@ -407,6 +420,9 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
                                   std::to_string(*c.redis.db) + " of the --redis URL");
             c.redis_db = *c.redis.db;
         }
+        if (!c.redis.cluster_seeds.empty() && c.redis_db != 0)
+            throw ConfigError("--redis-db: a Redis Cluster has database 0 only; leave --redis-db out with a "
+                              "redis+cluster:// address");
         check_conninfo(c.pg_conninfo);
         if (!metrics_address.empty()) {
             try {

@@ -50,6 +50,22 @@ const redisReply* map_field(const redisReply* map, std::string_view name) {
 
 RedisConnection::RedisConnection(const RedisAddress& address, const std::string& password, int db,
                                  std::chrono::milliseconds timeout) {
+    if (!address.cluster_seeds.empty()) {
+        // A Redis Cluster: the first seed node that answers (the slot map,
+        // read from it, leads to the others).
+        std::string errors;
+        for (const auto& seed : address.cluster_seeds) {
+            try {
+                *this = RedisConnection(seed, password, 0, timeout);
+                return;
+            } catch (const RedisSetupError&) {
+                throw;
+            } catch (const RedisError& e) {
+                errors += (errors.empty() ? "" : "; ") + std::string(e.what());
+            }
+        }
+        throw RedisError(RedisError::Kind::io, "could not connect to any seed node of the Redis cluster (" + errors + ")");
+    }
     const auto tv = to_timeval(timeout);
     redisContext* c = address.unix_path.empty()
                           ? redisConnectWithTimeout(address.host.c_str(), address.port, tv)

@@ -19,6 +19,9 @@ struct RedisAddress {
     std::string user;       // from a URL: AUTH user password (Redis 6 ACL)
     std::string password;   // from a URL
     std::optional<int> db;  // from a URL's path
+    // A Redis Cluster (redis+cluster://host:port,host:port): its seed
+    // nodes, this address being the first; empty for a single server.
+    std::vector<RedisAddress> cluster_seeds;
 
     // "host:port", "[v6addr]:port", "host", a bare IPv6 address ("::1":
     // more than one colon is an address with the default port),
