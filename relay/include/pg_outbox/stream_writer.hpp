@@ -20,6 +20,8 @@
 
 namespace pg_outbox {
 
+class RedisCluster;
+
 // Expands a stream key template: "{topic}" and "{group}" are replaced,
 // everything else (Redis Cluster hash tag braces included) is kept.
 std::string expand_stream_key(const std::string& tmpl, const std::string& topic, const std::string& group);
@@ -43,6 +45,11 @@ public:
     // and checks whether the connection takes MULTI. The connection must
     // outlive its use here, until the next reset().
     void reset(RedisConnection& redis);
+    // The same for a Redis Cluster: each stream's commands go to the
+    // master of its slot, pipelined per node, and every batch goes
+    // through the append script (one key, so one slot, per call; WATCH
+    // and MULTI would need every stream of a node in one slot).
+    void reset(RedisCluster& cluster);
     // A command failed: what was watched on the connection is unknown.
     void fault() { watched_.clear(); }
 
@@ -100,6 +107,7 @@ private:
     Metrics& metrics_;
     const std::atomic<bool>& stop_;
     RedisConnection* redis_ = nullptr;  // set by reset()
+    RedisCluster* cluster_ = nullptr;   // set by reset() for a cluster
     std::string maxlen_text_;
     std::string script_sha_;
     std::string transaction_;  // the last transaction formatted, its capacity kept
