@@ -127,8 +127,29 @@ std::optional<std::pair<std::string, std::string>> framing_fault(const StreamEnt
 Consumer::Consumer(const Config& config, Metrics& metrics, const std::atomic<bool>& stop)
     : Service(config, metrics, stop, "pg_outbox_relay consume " + config.consumer),
       hold_backoff_(config.retry_min, config.retry_max) {
+    if (!config.redis.cluster_seeds.empty())
+        cluster_.emplace(config.redis.cluster_seeds, config.redis_password, config.redis_timeout);
     spdlog::info("consumer \"{}\" (worker \"{}\", group \"{}\") reading {} stream(s) from {}", config_.consumer,
                  config_.worker, config_.consumer_group, config_.streams.size(), config_.redis.to_string());
+}
+
+void Consumer::on_redis_connected() {
+    groups_ready_ = false;
+    if (cluster_) cluster_->fault();  // the slot map is read again at first use
+}
+
+void Consumer::on_redis_fault() {
+    groups_ready_ = false;
+    if (cluster_) cluster_->fault();
+}
+
+RedisReply Consumer::command(std::string_view stream, const std::vector<std::string_view>& argv,
+                             std::string_view context) {
+    return cluster_ ? cluster_->command(stream, argv, context) : redis_->command(argv, context);
+}
+
+RedisReply Consumer::command_raw(std::string_view stream, const std::vector<std::string_view>& argv) {
+    return cluster_ ? cluster_->command_raw(stream, argv) : redis_->command_raw(argv);
 }
 
 void Consumer::on_pg_connected() {
@@ -177,7 +198,7 @@ void Consumer::ensure_groups() {
     for (const auto& stream : config_.streams) {
         // An existing group (BUSYGROUP) is fine: the reply is looked at.
         auto r =
-            redis_->command_raw({"XGROUP", "CREATE", stream, config_.consumer_group, config_.start_id, "MKSTREAM"});
+            command_raw(stream, {"XGROUP", "CREATE", stream, config_.consumer_group, config_.start_id, "MKSTREAM"});
         if (r->type == REDIS_REPLY_ERROR) {
             const auto msg = reply_text(r.get());
             if (msg.rfind("BUSYGROUP", 0) != 0)
@@ -191,6 +212,7 @@ void Consumer::ensure_groups() {
 }
 
 std::vector<StreamEntry> Consumer::read_new() {
+    if (cluster_) return read_new_cluster();
     const auto count = std::to_string(config_.consume_batch_size);
     const auto block = std::to_string(config_.block.count());
     std::vector<std::string_view> argv{"XREADGROUP", "GROUP", config_.consumer_group, config_.worker, "COUNT",
@@ -208,6 +230,43 @@ std::vector<StreamEntry> Consumer::read_new() {
     return entries;
 }
 
+// In a Redis Cluster one XREADGROUP names the streams of one slot only
+// (CROSSSLOT otherwise): the streams are read slot by slot, each on its
+// master, first without blocking; when none had anything, each slot's
+// read blocks for an equal share of --block, so that the wait for a new
+// entry stays about --block.
+std::vector<StreamEntry> Consumer::read_new_cluster() {
+    std::map<int, std::vector<std::string_view>> by_slot;
+    for (const auto& s : config_.streams) by_slot[key_slot(s)].emplace_back(s);
+    const auto count = std::to_string(config_.consume_batch_size);
+    std::vector<StreamEntry> entries;
+    auto read = [&](const std::vector<std::string_view>& streams, std::optional<std::chrono::milliseconds> block) {
+        const auto block_text = block ? std::to_string(block->count()) : std::string();
+        std::vector<std::string_view> argv{"XREADGROUP", "GROUP", config_.consumer_group, config_.worker, "COUNT",
+                                           count};
+        if (block) argv.insert(argv.end(), {"BLOCK", block_text});
+        argv.emplace_back("STREAMS");
+        argv.insert(argv.end(), streams.begin(), streams.end());
+        for (std::size_t i = 0; i < streams.size(); ++i) argv.emplace_back(">");
+        auto r = cluster_->command(streams.front(), argv, "XREADGROUP");
+        if (r->type != REDIS_REPLY_ARRAY) return;  // nothing new, or a timeout
+        for (std::size_t i = 0; i < r->elements; ++i) {
+            const redisReply* s = r->element[i];
+            auto part = parse_entries(std::string(reply_text(s->element[0])), s->element[1]);
+            entries.insert(entries.end(), std::make_move_iterator(part.begin()), std::make_move_iterator(part.end()));
+        }
+    };
+    for (const auto& [slot, streams] : by_slot) read(streams, std::nullopt);
+    if (!entries.empty() || stop_) return entries;
+    const auto share = std::max(std::chrono::milliseconds(1),
+                                config_.block / static_cast<std::chrono::milliseconds::rep>(by_slot.size()));
+    for (const auto& [slot, streams] : by_slot) {
+        read(streams, share);
+        if (!entries.empty() || stop_) break;
+    }
+    return entries;
+}
+
 // Claims the pending entries of workers that died or hang (idle longer
 // than --min-idle; this worker's own failed entries included), looping on
 // XAUTOCLAIM's cursor, and applies them. Entries trimmed from the stream
@@ -219,8 +278,8 @@ void Consumer::reclaim() {
     for (const auto& stream : config_.streams) {
         std::string cursor = "0-0";
         do {
-            auto r = redis_->command(
-                {"XAUTOCLAIM", stream, config_.consumer_group, config_.worker, min_idle, cursor, "COUNT", count},
+            auto r = command(
+                stream, {"XAUTOCLAIM", stream, config_.consumer_group, config_.worker, min_idle, cursor, "COUNT", count},
                 "XAUTOCLAIM " + stream);
             if (r->type != REDIS_REPLY_ARRAY || r->elements < 2) break;
             cursor = std::string(reply_text(r->element[0]));
@@ -241,7 +300,7 @@ void Consumer::reclaim() {
             }
             if (entries.empty()) continue;
             // Delivery counts, XAUTOCLAIM's own included.
-            auto p = redis_->command({"XPENDING", stream, config_.consumer_group, entries.front().id,
+            auto p = command(stream, {"XPENDING", stream, config_.consumer_group, entries.front().id,
                                       entries.back().id, std::to_string(entries.size()), config_.worker},
                                      "XPENDING " + stream);
             std::map<std::string, long long> deliveries;
@@ -254,7 +313,7 @@ void Consumer::reclaim() {
         } while (cursor != "0-0" && !stop_);
         report_trimmed_unread(stream);
         // Best effort: an error reply leaves the gauge as it is.
-        auto oldest = redis_->command_raw({"XPENDING", stream, config_.consumer_group, "-", "+", "1"});
+        auto oldest = command_raw(stream, {"XPENDING", stream, config_.consumer_group, "-", "+", "1"});
         if (oldest->type == REDIS_REPLY_ARRAY && oldest->elements > 0)
             oldest_idle = std::max(oldest_idle, oldest->element[0]->element[2]->integer / 1000.0);
     }
@@ -270,8 +329,8 @@ void Consumer::reclaim() {
 // matter), and the group moves to the first entry left.
 void Consumer::report_trimmed_unread(const std::string& stream) {
     // An error reply (no such key, ...) leaves nothing to tell.
-    auto info = redis_->command_raw({"XINFO", "STREAM", stream});
-    auto groups = redis_->command_raw({"XINFO", "GROUPS", stream});
+    auto info = command_raw(stream, {"XINFO", "STREAM", stream});
+    auto groups = command_raw(stream, {"XINFO", "GROUPS", stream});
     if (info->type != REDIS_REPLY_ARRAY || groups->type != REDIS_REPLY_ARRAY) return;
     const redisReply* length_field = map_field(info.get(), "length");
     const redisReply* added_field = map_field(info.get(), "entries-added");
@@ -308,7 +367,7 @@ void Consumer::report_trimmed_unread(const std::string& stream) {
     // of entries read made right, so that the range is reported once.
     const Position before = first->minor > 0 ? Position{first->major, first->minor - 1}
                                              : Position{first->major - 1, UINT64_MAX};
-    redis_->command({"XGROUP", "SETID", stream, config_.consumer_group, before.to_string(), "ENTRIESREAD",
+    command(stream, {"XGROUP", "SETID", stream, config_.consumer_group, before.to_string(), "ENTRIESREAD",
                      std::to_string(added - length)},
                     "XGROUP SETID " + stream);
 }
@@ -446,7 +505,7 @@ void Consumer::hold(const StreamEntry& e, std::string_view sqlstate, std::string
     // This delivery does not count: the entry's delivery counter goes back
     // to what it was before (and its idle time restarts, so that no other
     // worker reclaims it while this one retries).
-    redis_->command({"XCLAIM", e.stream, config_.consumer_group, config_.worker, "0", e.id, "RETRYCOUNT",
+    command(e.stream, {"XCLAIM", e.stream, config_.consumer_group, config_.worker, "0", e.id, "RETRYCOUNT",
                      std::to_string(std::max(0LL, e.deliveries - 1)), "JUSTID"},
                     "XCLAIM " + e.stream);
     if (held_.entries.empty()) {
@@ -512,7 +571,7 @@ void Consumer::ack(const std::vector<const StreamEntry*>& entries) {
     for (auto& [stream, ids] : by_stream) {
         std::vector<std::string_view> argv{"XACK", stream, config_.consumer_group};
         argv.insert(argv.end(), ids.begin(), ids.end());
-        redis_->command(argv, "XACK " + stream);
+        command(stream, argv, "XACK " + stream);
     }
 }
 

@@ -11,6 +11,7 @@
 
 #include "pg_outbox/backoff.hpp"
 #include "pg_outbox/errors.hpp"
+#include "pg_outbox/redis_cluster.hpp"
 #include "pg_outbox/service.hpp"
 
 namespace pg_outbox {
@@ -76,8 +77,13 @@ private:
 
     void turn() override;
     void on_pg_connected() override;
-    void on_redis_connected() override { groups_ready_ = false; }
-    void on_redis_fault() override { groups_ready_ = false; }
+    void on_redis_connected() override;
+    void on_redis_fault() override;
+    // A command on a stream: on the connection, or in a Redis Cluster on
+    // the master of the stream's slot (MOVED and ASK followed).
+    RedisReply command(std::string_view stream, const std::vector<std::string_view>& argv,
+                       std::string_view context = {});
+    RedisReply command_raw(std::string_view stream, const std::vector<std::string_view>& argv);
 
     // At start-up: the consumer may be used by this role, the streams are
     // text, and the handler prepares with the five parameter types and its
@@ -85,6 +91,7 @@ private:
     void validate_settings();
     void ensure_groups();
     std::vector<StreamEntry> read_new();
+    std::vector<StreamEntry> read_new_cluster();
     void reclaim();
     void report_trimmed_unread(const std::string& stream);
     // Applies entries (each in its own subtransaction, in calls of at most
@@ -112,6 +119,8 @@ private:
     std::chrono::steady_clock::time_point next_claim_{};
     Held held_;
     Backoff hold_backoff_;
+    // With a redis+cluster:// address: the nodes, one connection each.
+    std::optional<RedisCluster> cluster_;
 };
 
 }  // namespace pg_outbox
