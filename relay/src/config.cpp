@@ -247,7 +247,7 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
         ->capture_default_str();
     auto* password_option = app.add_option("--redis-password", c.redis_password, "Redis password (AUTH)")
                                 ->envname("PG_OUTBOX_REDIS_PASSWORD");
-    auto* db_option = app.add_option("--redis-db", c.redis_db, "Redis database number")
+    auto* db_option = app.add_option("--redis-db", c.redis_db, "Redis database number (0 only with a redis+cluster:// address)")
         ->envname("PG_OUTBOX_REDIS_DB")
         ->check(CLI::Range(0, 1024))
         ->capture_default_str();
