@@ -51,8 +51,9 @@ const redisReply* map_field(const redisReply* map, std::string_view name) {
 RedisConnection::RedisConnection(const RedisAddress& address, const std::string& password, int db,
                                  std::chrono::milliseconds timeout) {
     if (!address.cluster_seeds.empty()) {
-        // A Redis Cluster: the first seed node that answers (the slot map,
-        // read from it, leads to the others).
+        // A Redis Cluster: the first seed node that answers, which tells
+        // that the cluster is reachable and the credentials work (the
+        // relay's RedisCluster keeps a connection per node beside it).
         std::string errors;
         for (const auto& seed : address.cluster_seeds) {
             try {

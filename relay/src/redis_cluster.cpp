@@ -225,12 +225,6 @@ RedisConnection& RedisCluster::node_for(std::string_view key) {
     return node(*master);
 }
 
-std::string RedisCluster::name_for(std::string_view key) {
-    if (!map_) refresh();
-    const RedisAddress* master = map_->master(key_slot(key));
-    return master ? node_name(*master) : std::string();
-}
-
 RedisConnection& RedisCluster::redirected(const Redirect& r, std::string_view key) {
     std::string host = r.host;
     if (host.empty()) {

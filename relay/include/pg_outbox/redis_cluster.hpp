@@ -96,8 +96,6 @@ public:
     // The connection to the master of a key's slot, or to a node.
     RedisConnection& node_for(std::string_view key);
     RedisConnection& node(const RedisAddress& address);
-    // A name for a node, "host:port".
-    std::string name_for(std::string_view key);
 
     // Runs one command on a key's master, following MOVED (the map is
     // read again) and ASK (ASKING, then the command, on the node named)
@@ -110,8 +108,6 @@ public:
     // The connection to a redirection's target; when Redis printed no
     // host, the host of the key's master in the map.
     RedisConnection& redirected(const Redirect& r, std::string_view key);
-
-    const SlotMap* map() const { return map_ ? &*map_ : nullptr; }
 
 private:
     RedisAddress address(const std::string& host, int port) const;
