@@ -14,6 +14,7 @@
 #include "pg_outbox/errors.hpp"
 #include "pg_outbox/log.hpp"
 #include "pg_outbox/pg.hpp"
+#include "pg_outbox/redis_cluster.hpp"
 
 #ifndef PG_OUTBOX_VERSION
 #define PG_OUTBOX_VERSION "unknown"
@@ -130,19 +131,26 @@ bool is_master_name(const std::string& name) {
     return true;
 }
 
+// A URL that lists several servers (sentinel://, redis+cluster://): at most
+// 4096 characters, no whitespace or control character. The message does
+// not quote the text, which would carry the character into it.
+void check_url_text(const std::string& text, const char* scheme) {
+    if (text.size() > 4096)
+        throw ConfigError(std::string("the ") + scheme + " URL is too long (at most 4096 characters)");
+    for (std::size_t i = 0; i < text.size(); ++i)
+        if (const auto c = static_cast<unsigned char>(text[i]); c <= 0x20 || c == 0x7f) {
+            static constexpr char kHex[] = "0123456789abcdef";
+            throw ConfigError(std::string("the ") + scheme + " URL holds whitespace or a control character (\\x" +
+                              kHex[c >> 4] + kHex[c & 15] + " at offset " + std::to_string(i) +
+                              "; percent-encode it in a password)");
+        }
+}
+
 // "sentinel://[user:password@]host[:port][,host[:port]...]/master-name".
 RedisAddress parse_sentinel_url(const std::string& text) {
     const std::string shown = mask_redis_url(text);
     const std::string usage = "; write sentinel://[user:password@]host:port[,host:port...]/master-name";
-    if (text.size() > 4096) throw ConfigError("the sentinel:// URL is too long (at most 4096 characters)");
-    // Not quoted: the text would carry the character into the message.
-    for (std::size_t i = 0; i < text.size(); ++i)
-        if (const auto c = static_cast<unsigned char>(text[i]); c <= 0x20 || c == 0x7f) {
-            static constexpr char kHex[] = "0123456789abcdef";
-            throw ConfigError(std::string("the sentinel:// URL holds whitespace or a control character (\\x") +
-                              kHex[c >> 4] + kHex[c & 15] + " at offset " + std::to_string(i) +
-                              "; percent-encode it in a password)");
-        }
+    check_url_text(text, "sentinel://");
     RedisAddress a;
     std::string rest = text.substr(std::string_view("sentinel://").size());
     if (const auto at = rest.rfind('@'); at != std::string::npos) {
@@ -205,8 +213,16 @@ RedisAddress RedisAddress::parse(const std::string& text) {
     if (scheme != std::string::npos) {
         const std::string shown = mask_redis_url(text);
         if (text.compare(0, scheme, "sentinel") == 0) return parse_sentinel_url(text);
+        if (text.compare(0, scheme, "redis+cluster") == 0) {
+            check_url_text(text, "redis+cluster://");
+            auto seeds = parse_cluster_url(text);
+            a = seeds.front();
+            a.cluster_seeds = std::move(seeds);
+            return a;
+        }
         if (text.compare(0, scheme, "redis") != 0)
-            throw ConfigError("\"" + shown + "\": only redis:// and sentinel:// URLs are supported" +
+            throw ConfigError("\"" + shown + "\": only redis:// and sentinel:// URLs are supported, and "
+                              "redis+cluster:// for a Redis Cluster" +
                               (text.compare(0, scheme, "rediss") == 0 ? " (no TLS)" : ""));
         std::string rest = text.substr(scheme + 3);
         if (const auto at = rest.rfind('@'); at != std::string::npos) {
@@ -245,6 +261,11 @@ std::string SentinelAddress::to_string() const {
 }
 
 std::string RedisAddress::to_string() const {
+    if (!cluster_seeds.empty()) {
+        std::string out = "redis+cluster://";
+        for (const auto& seed : cluster_seeds) out += (&seed == &cluster_seeds.front() ? "" : ",") + seed.to_string();
+        return out;
+    }
     if (!unix_path.empty()) return "unix:" + unix_path;
     if (is_sentinel()) {
         std::string out = "sentinel://";
@@ -327,10 +348,11 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
         ->envname("PG_OUTBOX_PG");
     app.add_option("--redis", redis,
                    "Redis address: host:port, [v6addr]:port, host, a bare IPv6 address (default port), "
-                   "unix:/path, /path, redis://[user:password@]host[:port][/db], or "
+                   "unix:/path, /path, redis://[user:password@]host[:port][/db], "
                    "sentinel://[user:password@]host[:port][,host[:port]...]/master-name to find the master "
                    "through Redis Sentinel (port 26379 by default; the credentials are the data nodes') and "
-                   "follow its failovers")
+                   "follow its failovers, or a Redis Cluster's seed nodes: "
+                   "redis+cluster://[user:password@]host[:port][,host[:port]...]")
         ->envname("PG_OUTBOX_REDIS")
         ->capture_default_str();
     auto* password_option = app.add_option("--redis-password", c.redis_password, "Redis password (AUTH)")
@@ -341,10 +363,11 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
                        "password of the sentinels themselves (their requirepass), with a sentinel:// --redis; "
                        "default: none")
             ->envname("PG_OUTBOX_SENTINEL_PASSWORD");
-    auto* db_option = app.add_option("--redis-db", c.redis_db, "Redis database number")
-        ->envname("PG_OUTBOX_REDIS_DB")
-        ->check(CLI::Range(0, 1024))
-        ->capture_default_str();
+    auto* db_option =
+        app.add_option("--redis-db", c.redis_db, "Redis database number (0 only with a redis+cluster:// address)")
+            ->envname("PG_OUTBOX_REDIS_DB")
+            ->check(CLI::Range(0, 1024))
+            ->capture_default_str();
     app.add_option("--redis-timeout", redis_timeout, "Redis connect and command timeout")
         ->envname("PG_OUTBOX_REDIS_TIMEOUT")
         ->capture_default_str();
@@ -515,6 +538,9 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
                                   std::to_string(*c.redis.db) + " of the --redis URL");
             c.redis_db = *c.redis.db;
         }
+        if (c.redis.is_cluster() && c.redis_db != 0)
+            throw ConfigError("--redis-db: a Redis Cluster has database 0 only; leave --redis-db out with a "
+                              "redis+cluster:// address");
         check_conninfo(c.pg_conninfo);
         if (!metrics_address.empty()) {
             try {

@@ -178,8 +178,32 @@ Consumer::Consumer(const Config& config, Metrics& metrics, const std::atomic<boo
     : Service(config, metrics, stop, "pg_outbox_relay consume " + config.consumer),
       hold_backoff_(config.retry_min, config.retry_max) {
     for (const auto& stream : config_.streams) metrics_.add_gap_stream(stream);
+    if (config.redis.is_cluster())
+        cluster_.emplace(config.redis.cluster_seeds, config.redis_password, config.redis_timeout);
     spdlog::info("consumer \"{}\" (worker \"{}\", group \"{}\") reading {} stream(s) from {}", config_.consumer,
                  config_.worker, config_.consumer_group, config_.streams.size(), config_.redis.to_string());
+}
+
+void Consumer::on_redis_connected() {
+    groups_ready_ = false;
+    if (cluster_) cluster_->fault();  // the slot map is read again at first use
+}
+
+void Consumer::on_redis_fault() {
+    groups_ready_ = false;
+    if (cluster_) cluster_->fault();
+    // A failover under a Sentinel address: the next connection is to the
+    // new master.
+    drop_demoted_master();
+}
+
+RedisReply Consumer::command(std::string_view stream, const std::vector<std::string_view>& argv,
+                             std::string_view context) {
+    return cluster_ ? cluster_->command(stream, argv, context) : redis_->command(argv, context);
+}
+
+RedisReply Consumer::command_raw(std::string_view stream, const std::vector<std::string_view>& argv) {
+    return cluster_ ? cluster_->command_raw(stream, argv) : redis_->command_raw(argv);
 }
 
 void Consumer::on_pg_connected() {
@@ -228,7 +252,7 @@ void Consumer::ensure_groups() {
     for (const auto& stream : config_.streams) {
         // An existing group (BUSYGROUP) is fine: the reply is looked at.
         auto r =
-            redis_->command_raw({"XGROUP", "CREATE", stream, config_.consumer_group, config_.start_id, "MKSTREAM"});
+            command_raw(stream, {"XGROUP", "CREATE", stream, config_.consumer_group, config_.start_id, "MKSTREAM"});
         if (r->type == REDIS_REPLY_ERROR) {
             const auto msg = reply_text(r.get());
             if (msg.rfind("BUSYGROUP", 0) != 0)
@@ -258,27 +282,28 @@ std::optional<Position> group_last_delivered(const redisReply* groups, std::stri
 
 }  // namespace
 
-std::vector<StreamEntry> Consumer::read_new() {
+Consumer::GroupRead Consumer::read_group(RedisConnection& redis, const std::vector<std::string_view>& streams,
+                                         std::map<std::string, Position>& delivered) {
+    GroupRead out;
     const auto count = std::to_string(config_.consume_batch_size);
-    const auto& streams = config_.streams;
     // The group's position in each stream and the read, in one
     // transaction: no other worker of the group reads in between, so the
     // first entry read of each stream follows the position read. XREADGROUP
-    // does not block in a transaction; XREAD waits below instead.
+    // does not block in a transaction; the caller waits with XREAD instead.
     const std::size_t looks = positions_refused_ ? 0 : streams.size();
-    redis_->append({"MULTI"});
-    for (std::size_t i = 0; i < looks; ++i) redis_->append({"XINFO", "GROUPS", streams[i]});
+    redis.append({"MULTI"});
+    for (std::size_t i = 0; i < looks; ++i) redis.append({"XINFO", "GROUPS", streams[i]});
     std::vector<std::string_view> argv{"XREADGROUP", "GROUP", config_.consumer_group, config_.worker, "COUNT",
                                        count, "STREAMS"};
-    for (const auto& s : streams) argv.emplace_back(s);
+    argv.insert(argv.end(), streams.begin(), streams.end());
     for (std::size_t i = 0; i < streams.size(); ++i) argv.emplace_back(">");
-    redis_->append(argv);
-    redis_->append({"EXEC"});
+    redis.append(argv);
+    redis.append({"EXEC"});
     // Read every reply, whatever the first ones say.
-    auto multi = redis_->get_reply_raw();
+    auto multi = redis.get_reply_raw();
     std::vector<RedisReply> queued;
-    for (std::size_t i = 0; i <= looks; ++i) queued.push_back(redis_->get_reply_raw());
-    auto exec = redis_->get_reply_raw();
+    for (std::size_t i = 0; i <= looks; ++i) queued.push_back(redis.get_reply_raw());
+    auto exec = redis.get_reply_raw();
 
     // The replies: EXEC's, or, when Redis refused MULTI (an ACL, a proxy),
     // the commands' own.
@@ -293,56 +318,166 @@ std::vector<StreamEntry> Consumer::read_new() {
         for (const auto& r : queued) replies.push_back(r.get());
     } else if (exec->type == REDIS_REPLY_ARRAY && exec->elements == looks + 1) {
         for (std::size_t i = 0; i < exec->elements; ++i) replies.push_back(exec->element[i]);
-    } else if (looks > 0 && queued[0]->type == REDIS_REPLY_ERROR && queued.back()->type != REDIS_REPLY_ERROR) {
-        // XINFO refused (an ACL): nothing ran. Read without the group's
-        // position from now on, and check no gaps.
-        positions_refused_ = true;
-        spdlog::warn("Redis refused XINFO GROUPS ({}); gaps in the streams are not checked",
-                     reply_text(queued[0].get()));
-        return {};
     } else {
         // Nothing ran: a command was refused when queued; its error names
-        // the cause (NOPERM, ...).
+        // the cause (NOPERM, or in a cluster MOVED or ASK: the slot is
+        // served by another node now).
         std::string why(reply_text(exec.get()));
         for (const auto& r : queued)
             if (r->type == REDIS_REPLY_ERROR) {
                 why = std::string(reply_text(r.get()));
                 break;
             }
+        if (cluster_)
+            if (auto redirect = parse_redirect(why)) {
+                out.outcome = GroupRead::Outcome::redirected;
+                out.redirect = redirect;
+                return out;
+            }
+        if (looks > 0 && queued[0]->type == REDIS_REPLY_ERROR && queued.back()->type != REDIS_REPLY_ERROR) {
+            // XINFO refused (an ACL): read without the group's position
+            // from now on, and check no gaps.
+            positions_refused_ = true;
+            spdlog::warn("Redis refused XINFO GROUPS ({}); gaps in the streams are not checked", why);
+            out.outcome = GroupRead::Outcome::refused;
+            return out;
+        }
         throw RedisError(RedisError::Kind::reply, "XREADGROUP: " + why);
     }
     const redisReply* read = replies.back();
-    if (read->type == REDIS_REPLY_ERROR)
+    if (read->type == REDIS_REPLY_ERROR) {
+        if (cluster_)
+            if (auto redirect = parse_redirect(reply_text(read))) {  // MULTI refused, the commands ran alone
+                out.outcome = GroupRead::Outcome::redirected;
+                out.redirect = redirect;
+                return out;
+            }
         throw RedisError(RedisError::Kind::reply, "XREADGROUP: " + std::string(reply_text(read)));
+    }
 
-    std::map<std::string, Position> delivered;
     for (std::size_t i = 0; i < looks; ++i)
-        if (auto last = group_last_delivered(replies[i], config_.consumer_group)) delivered[streams[i]] = *last;
-
-    std::vector<StreamEntry> entries;
+        if (auto last = group_last_delivered(replies[i], config_.consumer_group))
+            delivered[std::string(streams[i])] = *last;
     if (read->type == REDIS_REPLY_ARRAY) {
         for (std::size_t i = 0; i < read->elements; ++i) {
             const redisReply* s = read->element[i];
             auto part = parse_entries(std::string(reply_text(s->element[0])), s->element[1]);
-            entries.insert(entries.end(), std::make_move_iterator(part.begin()), std::make_move_iterator(part.end()));
+            out.entries.insert(out.entries.end(), std::make_move_iterator(part.begin()),
+                               std::make_move_iterator(part.end()));
         }
     }
-    if (entries.empty()) {
+    return out;
+}
+
+// The XREAD that waits for an entry after the group's position in each
+// stream ("$" where it is unknown), without reading it for the group.
+std::vector<std::string> Consumer::wait_argv(const std::vector<std::string_view>& streams,
+                                             const std::map<std::string, Position>& delivered,
+                                             std::chrono::milliseconds block) const {
+    std::vector<std::string> wait{"XREAD", "COUNT", "1", "BLOCK", std::to_string(block.count()), "STREAMS"};
+    wait.insert(wait.end(), streams.begin(), streams.end());
+    for (const auto s : streams) {
+        const auto d = delivered.find(std::string(s));
+        wait.push_back(d == delivered.end() ? std::string("$") : d->second.to_string());
+    }
+    return wait;
+}
+
+std::vector<StreamEntry> Consumer::read_new() {
+    if (cluster_) return read_new_cluster();
+    const std::vector<std::string_view> streams(config_.streams.begin(), config_.streams.end());
+    std::map<std::string, Position> delivered;
+    auto read = read_group(*redis_, streams, delivered);
+    if (read.outcome != GroupRead::Outcome::read) return {};
+    if (read.entries.empty()) {
         // Nothing new: wait for an entry after the group's position (or
-        // --block), without reading it for the group; the next turn reads.
-        const auto block = std::to_string(config_.block.count());
-        std::vector<std::string> after;
-        for (const auto& s : streams) {
-            const auto d = delivered.find(s);
-            after.push_back(d == delivered.end() ? std::string("$") : d->second.to_string());
+        // --block); the next turn reads it.
+        const auto wait = wait_argv(streams, delivered, config_.block);
+        redis_->command(std::vector<std::string_view>(wait.begin(), wait.end()), "XREAD");
+        return {};
+    }
+    for (const auto& gap : find_gaps(std::move(delivered), read.entries)) report_gap(gap);
+    return std::move(read.entries);
+}
+
+// In a Redis Cluster one transaction names the keys of one slot only
+// (CROSSSLOT otherwise): the streams are read slot by slot, each slot's in
+// a transaction on its master with the group's position in each, which
+// tells gaps as exactly as on one server. A MOVED reply (a reshard, a
+// failover) reads the slot map again and the slot is read anew. An ASK
+// reply (the slot is being migrated and its streams have left the node)
+// reads them on the node named, after ASKING, without the group's
+// position: gaps in them are not checked that once. When no slot had
+// anything, each slot's wait (XREAD after the group's position) lasts an
+// equal share of --block, so that the wait for a new entry stays about
+// --block.
+std::vector<StreamEntry> Consumer::read_new_cluster() {
+    std::map<int, std::vector<std::string_view>> by_slot;
+    for (const auto& s : config_.streams) by_slot[key_slot(s)].emplace_back(s);
+    std::vector<StreamEntry> entries;
+    std::map<std::string, Position> delivered;
+    try {
+        for (const auto& [slot, streams] : by_slot) {
+            for (int attempt = 0;; ++attempt) {
+                auto read = read_group(cluster_->node_for(streams.front()), streams, delivered);
+                // XINFO refused: nothing ran; read again without the positions.
+                if (read.outcome == GroupRead::Outcome::refused) continue;
+                if (read.outcome == GroupRead::Outcome::read) {
+                    entries.insert(entries.end(), std::make_move_iterator(read.entries.begin()),
+                                   std::make_move_iterator(read.entries.end()));
+                    break;
+                }
+                if (attempt >= kMaxClusterRedirects)
+                    throw RedisError(RedisError::Kind::reply, "XREADGROUP: hash slot " + std::to_string(slot) +
+                                                                  " keeps moving (" + read.redirect->host + ":" +
+                                                                  std::to_string(read.redirect->port) + ")");
+                if (read.redirect->kind == Redirect::Kind::moved) {
+                    spdlog::debug("slot {} moved to {}:{}; reading the slot map again", slot, read.redirect->host,
+                                  read.redirect->port);
+                    cluster_->refresh();
+                    continue;
+                }
+                const auto count = std::to_string(config_.consume_batch_size);
+                std::vector<std::string_view> argv{"XREADGROUP", "GROUP", config_.consumer_group, config_.worker,
+                                                   "COUNT",      count,   "STREAMS"};
+                argv.insert(argv.end(), streams.begin(), streams.end());
+                for (std::size_t i = 0; i < streams.size(); ++i) argv.emplace_back(">");
+                spdlog::debug("slot {} is being migrated to {}:{}; its streams read there without gap checks", slot,
+                              read.redirect->host, read.redirect->port);
+                auto r = cluster_->command(streams.front(), argv, "XREADGROUP");
+                for (const auto s : streams) delivered.erase(std::string(s));
+                if (r->type == REDIS_REPLY_ARRAY)
+                    for (std::size_t i = 0; i < r->elements; ++i) {
+                        const redisReply* s = r->element[i];
+                        auto part = parse_entries(std::string(reply_text(s->element[0])), s->element[1]);
+                        entries.insert(entries.end(), std::make_move_iterator(part.begin()),
+                                       std::make_move_iterator(part.end()));
+                    }
+                break;
+            }
+            if (stop_) break;
         }
-        std::vector<std::string_view> wait{"XREAD", "COUNT", "1", "BLOCK", block, "STREAMS"};
-        for (const auto& s : streams) wait.emplace_back(s);
-        for (const auto& a : after) wait.emplace_back(a);
-        redis_->command(wait, "XREAD");
+    } catch (const RedisError&) {
+        // A slot's read failed after others were read: their entries stay
+        // pending for this worker (applied after --min-idle, as a dead
+        // worker's), but the gaps they reveal are reported now, while the
+        // group's positions read with them are known.
+        if (!entries.empty())
+            for (const auto& gap : find_gaps(std::move(delivered), entries)) report_gap(gap);
+        throw;
+    }
+    if (!entries.empty()) {
+        for (const auto& gap : find_gaps(std::move(delivered), entries)) report_gap(gap);
         return entries;
     }
-    for (const auto& gap : find_gaps(std::move(delivered), entries)) report_gap(gap);
+    if (stop_) return entries;
+    const auto share = std::max(std::chrono::milliseconds(1),
+                                config_.block / static_cast<std::chrono::milliseconds::rep>(by_slot.size()));
+    for (const auto& [slot, streams] : by_slot) {
+        const auto wait = wait_argv(streams, delivered, share);
+        auto r = cluster_->command(streams.front(), std::vector<std::string_view>(wait.begin(), wait.end()), "XREAD");
+        if (r->type == REDIS_REPLY_ARRAY || stop_) break;  // an entry came: the next turn reads it
+    }
     return entries;
 }
 
@@ -374,8 +509,8 @@ void Consumer::reclaim() {
     for (const auto& stream : config_.streams) {
         std::string cursor = "0-0";
         do {
-            auto r = redis_->command(
-                {"XAUTOCLAIM", stream, config_.consumer_group, config_.worker, min_idle, cursor, "COUNT", count},
+            auto r = command(
+                stream, {"XAUTOCLAIM", stream, config_.consumer_group, config_.worker, min_idle, cursor, "COUNT", count},
                 "XAUTOCLAIM " + stream);
             if (r->type != REDIS_REPLY_ARRAY || r->elements < 2) break;
             cursor = std::string(reply_text(r->element[0]));
@@ -396,7 +531,7 @@ void Consumer::reclaim() {
             }
             if (entries.empty()) continue;
             // Delivery counts, XAUTOCLAIM's own included.
-            auto p = redis_->command({"XPENDING", stream, config_.consumer_group, entries.front().id,
+            auto p = command(stream, {"XPENDING", stream, config_.consumer_group, entries.front().id,
                                       entries.back().id, std::to_string(entries.size()), config_.worker},
                                      "XPENDING " + stream);
             std::map<std::string, long long> deliveries;
@@ -409,7 +544,7 @@ void Consumer::reclaim() {
         } while (cursor != "0-0" && !stop_);
         report_trimmed_unread(stream);
         // Best effort: an error reply leaves the gauge as it is.
-        auto oldest = redis_->command_raw({"XPENDING", stream, config_.consumer_group, "-", "+", "1"});
+        auto oldest = command_raw(stream, {"XPENDING", stream, config_.consumer_group, "-", "+", "1"});
         if (oldest->type == REDIS_REPLY_ARRAY && oldest->elements > 0)
             oldest_idle = std::max(oldest_idle, oldest->element[0]->element[2]->integer / 1000.0);
     }
@@ -425,8 +560,8 @@ void Consumer::reclaim() {
 // matter), and the group moves to the first entry left.
 void Consumer::report_trimmed_unread(const std::string& stream) {
     // An error reply (no such key, ...) leaves nothing to tell.
-    auto info = redis_->command_raw({"XINFO", "STREAM", stream});
-    auto groups = redis_->command_raw({"XINFO", "GROUPS", stream});
+    auto info = command_raw(stream, {"XINFO", "STREAM", stream});
+    auto groups = command_raw(stream, {"XINFO", "GROUPS", stream});
     if (info->type != REDIS_REPLY_ARRAY || groups->type != REDIS_REPLY_ARRAY) return;
     const redisReply* length_field = map_field(info.get(), "length");
     const redisReply* added_field = map_field(info.get(), "entries-added");
@@ -463,7 +598,7 @@ void Consumer::report_trimmed_unread(const std::string& stream) {
     // of entries read made right, so that the range is reported once.
     const Position before = first->minor > 0 ? Position{first->major, first->minor - 1}
                                              : Position{first->major - 1, UINT64_MAX};
-    redis_->command({"XGROUP", "SETID", stream, config_.consumer_group, before.to_string(), "ENTRIESREAD",
+    command(stream, {"XGROUP", "SETID", stream, config_.consumer_group, before.to_string(), "ENTRIESREAD",
                      std::to_string(added - length)},
                     "XGROUP SETID " + stream);
 }
@@ -601,7 +736,7 @@ void Consumer::hold(const StreamEntry& e, std::string_view sqlstate, std::string
     // This delivery does not count: the entry's delivery counter goes back
     // to what it was before (and its idle time restarts, so that no other
     // worker reclaims it while this one retries).
-    redis_->command({"XCLAIM", e.stream, config_.consumer_group, config_.worker, "0", e.id, "RETRYCOUNT",
+    command(e.stream, {"XCLAIM", e.stream, config_.consumer_group, config_.worker, "0", e.id, "RETRYCOUNT",
                      std::to_string(std::max(0LL, e.deliveries - 1)), "JUSTID"},
                     "XCLAIM " + e.stream);
     if (held_.entries.empty()) {
@@ -667,7 +802,7 @@ void Consumer::ack(const std::vector<const StreamEntry*>& entries) {
     for (auto& [stream, ids] : by_stream) {
         std::vector<std::string_view> argv{"XACK", stream, config_.consumer_group};
         argv.insert(argv.end(), ids.begin(), ids.end());
-        redis_->command(argv, "XACK " + stream);
+        command(stream, argv, "XACK " + stream);
     }
 }
 

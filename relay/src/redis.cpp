@@ -97,6 +97,23 @@ const redisReply* map_field(const redisReply* map, std::string_view name) {
 // retries with backoff.
 RedisConnection::RedisConnection(const RedisAddress& address, const std::string& password, int db,
                                  std::chrono::milliseconds timeout) {
+    if (!address.cluster_seeds.empty()) {
+        // A Redis Cluster: the first seed node that answers, which tells
+        // that the cluster is reachable and the credentials work (the
+        // relay's RedisCluster keeps a connection per node beside it).
+        std::string errors;
+        for (const auto& seed : address.cluster_seeds) {
+            try {
+                open(seed, password, 0, timeout);
+                return;
+            } catch (const RedisSetupError&) {
+                throw;
+            } catch (const RedisError& e) {
+                errors += (errors.empty() ? "" : "; ") + std::string(e.what());
+            }
+        }
+        throw RedisError(RedisError::Kind::io, "could not connect to any seed node of the Redis cluster (" + errors + ")");
+    }
     if (!address.is_sentinel()) {
         open(address, password, db, timeout);
         return;

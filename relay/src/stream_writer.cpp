@@ -16,6 +16,7 @@
 
 #include "pg_outbox/backoff.hpp"
 #include "pg_outbox/errors.hpp"
+#include "pg_outbox/redis_cluster.hpp"
 
 namespace pg_outbox {
 
@@ -51,6 +52,10 @@ private:
     std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
 };
 
+// How many times a stream's share follows a MOVED or ASK within one part
+// before the part fails (and is retried after a backoff).
+constexpr int kMaxRedirectRounds = 5;
+
 // Redis refused a write for want of memory (maxmemory, noeviction).
 bool is_oom(const RedisError& e) { return e.kind() == RedisError::Kind::reply && e.code() == "OOM"; }
 
@@ -82,16 +87,31 @@ StreamWriter::StreamWriter(const Config& config, Metrics& metrics, const std::at
 
 void StreamWriter::reset(RedisConnection& redis) {
     redis_ = &redis;
+    cluster_ = nullptr;
     watched_.clear();
     load_script();
     check_transactions();
+}
+
+void StreamWriter::reset(RedisCluster& cluster) {
+    redis_ = nullptr;
+    cluster_ = &cluster;
+    watched_.clear();
+    // Each node loads the script when first connected to (after a
+    // failover, a restart or a reshard the node may be new).
+    cluster.on_connect([this](RedisConnection& node) {
+        auto r = node.command({"SCRIPT", "LOAD", kAppendScript});
+        script_sha_ = std::string(reply_text(r.get()));
+    });
 }
 
 std::optional<Position> StreamWriter::check_streams(const std::map<std::string, Position>& published) {
     std::optional<Position> rewind_to;
     known_.clear();
     for (const auto& [stream, expected] : published) {
-        auto info = redis_->command_raw({"XINFO", "STREAM", stream});  // "no such key" is 0-0
+        // "no such key" is 0-0; in a cluster, asked of the stream's master.
+        auto info = cluster_ ? cluster_->command_raw(stream, {"XINFO", "STREAM", stream})
+                             : redis_->command_raw({"XINFO", "STREAM", stream});
         const auto last_id = stream_last_id(info.get());
         if (!last_id)
             throw RedisError(RedisError::Kind::reply,
@@ -210,7 +230,7 @@ StreamWriter::Written StreamWriter::write(std::span<const Event> batch) {
 StreamWriter::Written StreamWriter::write_part(std::span<const Event> events) {
     const auto shares = split(events);
     Written last;
-    if (config_.id_mode == IdMode::explicit_position && !script_next_ && !transactions_refused_) {
+    if (config_.id_mode == IdMode::explicit_position && !script_next_ && !transactions_refused_ && !cluster_) {
         switch (write_transaction(shares, last)) {
             case Transaction::written:
                 metrics_.transaction_batches++;
@@ -421,25 +441,68 @@ StreamWriter::Written StreamWriter::write_with_script(const Shares& shares) {
     watched_.clear();
     const bool explicit_ids = config_.id_mode == IdMode::explicit_position;
     std::vector<std::vector<std::string>> counts(keys.size());
-    for (std::size_t s = 0; s < keys.size(); ++s) {
-        std::string expected;
-        if (explicit_ids) {
-            const auto known = known_.find(keys[s]);
-            if (known != known_.end()) expected = known->second.to_string();
+    // Where each stream's script goes: the connection, or in a cluster the
+    // master of the stream's slot (the node an ASK named, after ASKING).
+    // A stream redirected (MOVED, ASK: the script did not run) is sent
+    // again in the next round; the replies are read in full first.
+    std::vector<RedisReply> replies(keys.size());
+    std::vector<RedisConnection*> to(keys.size(), redis_);
+    std::vector<char> asking(keys.size(), 0);
+    std::vector<std::size_t> pending(keys.size());
+    for (std::size_t s = 0; s < keys.size(); ++s) pending[s] = s;
+    for (int round = 0; !pending.empty(); ++round) {
+        for (const auto s : pending) {
+            if (cluster_ && !asking[s]) to[s] = &cluster_->node_for(keys[s]);
+            if (asking[s]) to[s]->append({"ASKING"});
+            std::string expected;
+            if (explicit_ids) {
+                const auto known = known_.find(keys[s]);
+                if (known != known_.end()) expected = known->second.to_string();
+            }
+            counts[s].clear();
+            to[s]->append(append_script_argv(script_sha_, keys[s], per_stream[s], config_.id_mode, maxlen_text_,
+                                             expected, counts[s]));
         }
-        redis_->append(
-            append_script_argv(script_sha_, keys[s], per_stream[s], config_.id_mode, maxlen_text_, expected, counts[s]));
+        if (cluster_) {
+            // Every node works on its share while the replies are read.
+            std::vector<RedisConnection*> nodes;
+            for (const auto s : pending)
+                if (std::find(nodes.begin(), nodes.end(), to[s]) == nodes.end()) nodes.push_back(to[s]);
+            for (auto* node : nodes) node->flush();
+        }
+        if (unwatch && round == 0) redis_->get_reply_raw();  // OK; nothing to act on either way
+        std::vector<std::size_t> redirected;
+        bool moved = false;
+        for (const auto s : pending) {
+            if (asking[s]) to[s]->get_reply_raw();  // ASKING: OK
+            asking[s] = 0;
+            replies[s] = to[s]->get_reply_raw();  // read every reply, even after a failure
+            const redisReply* r = replies[s].get();
+            const auto redirect =
+                cluster_ && r->type == REDIS_REPLY_ERROR ? parse_redirect(reply_text(r)) : std::nullopt;
+            if (!redirect || round >= kMaxRedirectRounds) continue;
+            spdlog::debug("stream \"{}\": {}; sending its share again", keys[s], reply_text(r));
+            if (redirect->kind == Redirect::Kind::ask) {
+                to[s] = &cluster_->redirected(*redirect, keys[s]);
+                asking[s] = 1;
+            } else {
+                moved = true;  // the slot map changed: a reshard, a failover
+            }
+            redirected.push_back(s);
+        }
+        if (moved) cluster_->refresh();
+        pending = std::move(redirected);
     }
-    if (unwatch) redis_->get_reply_raw();  // OK; nothing to act on either way
 
     Written last;
     std::optional<RedisError> failure;
     std::uint64_t written = 0, already = 0;
     for (std::size_t s = 0; s < keys.size(); ++s) {
-        auto r = redis_->get_reply_raw();  // read every reply, even after a failure
+        auto r = std::move(replies[s]);
         if (r->type == REDIS_REPLY_ERROR) {
             if (!failure) failure.emplace(RedisError::Kind::reply, std::string(reply_text(r.get())));
-            if (reply_text(r.get()).rfind("NOSCRIPT", 0) == 0) script_sha_.clear();
+            // A cluster's nodes load the script again when connected anew.
+            if (reply_text(r.get()).rfind("NOSCRIPT", 0) == 0 && !cluster_) script_sha_.clear();
             continue;
         }
         if (r->type != REDIS_REPLY_ARRAY || r->elements < 2)

@@ -11,7 +11,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <optional>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -418,6 +420,190 @@ std::vector<std::string> query_column(PgConnection& pg, const std::string& sql, 
     std::vector<std::string> out;
     for (int i = 0; i < r.rows(); ++i) out.emplace_back(r.is_null(i, 0) ? "" : std::string(r.get(i, 0)));
     return out;
+}
+
+}  // namespace pg_outbox::testing
+
+// ---- Redis Cluster
+
+namespace pg_outbox::testing {
+
+void RedisServer::signal(int sig) {
+    if (pid_ <= 0) return;
+    ::kill(pid_, sig);
+    if (sig == SIGKILL) {
+        int status = 0;
+        ::waitpid(pid_, &status, 0);
+        pid_ = -1;
+    }
+}
+
+std::string RedisServer::log() const {
+    std::ifstream in(dir_ + "/redis.log");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+RedisClusterServers::RedisClusterServers(int masters, int replicas, std::chrono::milliseconds node_timeout) {
+    const int n = masters * (1 + replicas);
+    for (int i = 0; i < n; ++i) {
+        // The cluster bus listens on a port of its own: port + 10000 may
+        // be taken, or above 65535.
+        nodes_.push_back(std::make_unique<RedisServer>(
+            false, std::vector<std::string>{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                                            "--cluster-node-timeout", std::to_string(node_timeout.count()),
+                                            "--cluster-port", std::to_string(free_port()),
+                                            // Replicas sync at once: by default a master waits 5 s
+                                            // for more replicas, and a replica that never synced
+                                            // refuses to fail over.
+                                            "--repl-diskless-sync-delay", "0"}));
+    }
+    std::vector<std::string> args{"--cluster", "create"};
+    for (auto& node : nodes_) args.push_back(node->address());
+    args.insert(args.end(), {"--cluster-replicas", std::to_string(replicas), "--cluster-yes"});
+    std::string log;
+    if (redis_cli(args, &log) != 0) throw std::runtime_error("redis-cli --cluster create failed: " + log);
+    if (!wait_ok(std::chrono::seconds(60))) throw std::runtime_error("the cluster did not reach cluster_state:ok");
+    if (!wait_synced()) throw std::runtime_error("the cluster's replicas did not sync");
+}
+
+bool RedisClusterServers::wait_synced(std::chrono::milliseconds timeout) {
+    return eventually(
+        [this] {
+            try {
+                for (auto& node : nodes_) {
+                    if (!node->running()) continue;
+                    auto c = node->connect();
+                    const std::string info(reply_text(c.command({"INFO", "replication"}).get()));
+                    if (info.find("role:slave") != std::string::npos &&
+                        info.find("master_link_status:up") == std::string::npos)
+                        return false;
+                }
+                return true;
+            } catch (const std::exception&) {
+                return false;
+            }
+        },
+        timeout, std::chrono::milliseconds(100));
+}
+
+std::string RedisClusterServers::url() const {
+    std::string out = "redis+cluster://";
+    for (std::size_t i = 0; i < nodes_.size(); ++i) out += (i ? "," : "") + nodes_[i]->address();
+    return out;
+}
+
+std::string RedisClusterServers::id(std::size_t i) {
+    auto c = nodes_[i]->connect();
+    return std::string(reply_text(c.command({"CLUSTER", "MYID"}).get()));
+}
+
+int RedisClusterServers::redis_cli(const std::vector<std::string>& args, std::string* log) {
+    const auto out = make_temp_dir("pg_outbox_cli_");
+    std::string command = "redis-cli";
+    for (const auto& a : args) command += " '" + a + "'";
+    command += " >" + out + "/out 2>&1 </dev/null";
+    const int rc = std::system(command.c_str());
+    if (log) {
+        std::ifstream in(out + "/out");
+        std::stringstream ss;
+        ss << in.rdbuf();
+        *log += ss.str();
+    }
+    std::error_code ec;
+    fs::remove_all(out, ec);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+}
+
+int RedisClusterServers::reshard(std::size_t from, std::size_t to, int slots, std::string* log) {
+    return redis_cli({"--cluster", "reshard", nodes_[to]->address(), "--cluster-from", id(from), "--cluster-to",
+                      id(to), "--cluster-slots", std::to_string(slots), "--cluster-yes"},
+                     log);
+}
+
+std::string RedisClusterServers::slot_map(std::size_t i) {
+    auto c = nodes_[i]->connect();
+    auto r = c.command({"CLUSTER", "SLOTS"});
+    std::vector<std::string> ranges;
+    for (std::size_t k = 0; k < r->elements; ++k) {
+        const redisReply* range = r->element[k];
+        ranges.push_back(std::to_string(range->element[0]->integer) + "-" +
+                         std::to_string(range->element[1]->integer) + ":" +
+                         std::to_string(range->element[2]->element[1]->integer));
+    }
+    std::sort(ranges.begin(), ranges.end());
+    std::string out;
+    for (const auto& x : ranges) out += x + " ";
+    return out;
+}
+
+bool RedisClusterServers::ok() {
+    try {
+        std::optional<std::string> map;
+        for (std::size_t i = 0; i < nodes_.size(); ++i) {
+            if (!nodes_[i]->running()) continue;
+            auto c = nodes_[i]->connect();
+            if (std::string(reply_text(c.command({"CLUSTER", "INFO"}).get())).find("cluster_state:ok") ==
+                std::string::npos)
+                return false;
+            const auto m = slot_map(i);
+            if (map && *map != m) return false;
+            map = m;
+        }
+        if (!map) return false;
+        // Every slot served by a running node: right after a master
+        // dies its peers still say ok until they agree it failed.
+        for (std::size_t i = 0; i < nodes_.size(); ++i)
+            if (!nodes_[i]->running() && map->find(":" + std::to_string(nodes_[i]->port()) + " ") != std::string::npos)
+                return false;
+        return true;
+    } catch (const std::exception&) {
+        return false;
+    }
+}
+
+bool RedisClusterServers::wait_ok(std::chrono::milliseconds timeout) {
+    return eventually([this] { return ok(); }, timeout, std::chrono::milliseconds(100));
+}
+
+std::size_t RedisClusterServers::master_of(int slot) {
+    for (std::size_t i = 0; i < nodes_.size(); ++i) {
+        if (!nodes_[i]->running()) continue;
+        auto c = nodes_[i]->connect();
+        auto r = c.command({"CLUSTER", "SLOTS"});
+        for (std::size_t k = 0; k < r->elements; ++k) {
+            const redisReply* range = r->element[k];
+            if (range->element[0]->integer <= slot && slot <= range->element[1]->integer) {
+                const auto port = range->element[2]->element[1]->integer;
+                for (std::size_t j = 0; j < nodes_.size(); ++j)
+                    if (nodes_[j]->port() == port) return j;
+            }
+        }
+    }
+    throw std::runtime_error("no master serves slot " + std::to_string(slot));
+}
+
+std::size_t RedisClusterServers::replica_of(std::size_t master) {
+    const auto master_id = id(master);
+    for (std::size_t i = 0; i < nodes_.size(); ++i) {
+        if (i == master || !nodes_[i]->running()) continue;
+        auto c = nodes_[i]->connect();
+        const std::string info(reply_text(c.command({"CLUSTER", "NODES"}).get()));
+        // The line of "myself": "<id> <addr> myself,slave <master id> ..."
+        std::istringstream lines(info);
+        for (std::string line; std::getline(lines, line);) {
+            if (line.find("myself") == std::string::npos) continue;
+            if (line.find("slave " + master_id) != std::string::npos) return i;
+        }
+    }
+    throw std::runtime_error("master has no replica");
+}
+
+std::vector<Entry> RedisClusterServers::read_stream(const std::string& key) {
+    const auto slot = key_slot(key);
+    auto c = nodes_[master_of(slot)]->connect();
+    return testing::read_stream(c, key);
 }
 
 }  // namespace pg_outbox::testing

@@ -16,6 +16,7 @@
 
 #include "pg_outbox/pg.hpp"
 #include "pg_outbox/redis.hpp"
+#include "pg_outbox/redis_cluster.hpp"
 
 namespace pg_outbox::testing {
 
@@ -77,6 +78,12 @@ public:
     // SIGKILL by PID, as a crash: nothing is saved.
     void kill();
     pid_t pid() const { return pid_; }
+    // Sends a signal (SIGKILL, SIGSTOP, SIGCONT); after SIGKILL the
+    // process is reaped and start() may start it again.
+    void signal(int sig);
+    bool running() const { return pid_ > 0; }
+    // The server's log so far.
+    std::string log() const;
     int port() const { return port_; }
     std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
     RedisConnection connect() const;
@@ -121,6 +128,50 @@ private:
     std::string password_;
     int port_;
     pid_t pid_ = -1;
+};
+
+struct Entry;
+
+// A Redis Cluster on loopback: masters, each with replicas, made by
+// redis-cli --cluster create; each node a RedisServer in its own
+// directory (its nodes.conf there), stopped by PID.
+class RedisClusterServers {
+public:
+    explicit RedisClusterServers(int masters = 3, int replicas = 1,
+                                 std::chrono::milliseconds node_timeout = std::chrono::milliseconds(1000));
+    RedisClusterServers(const RedisClusterServers&) = delete;
+    RedisClusterServers& operator=(const RedisClusterServers&) = delete;
+
+    // "redis+cluster://127.0.0.1:p1,127.0.0.1:p2,..." with every node.
+    std::string url() const;
+    std::size_t size() const { return nodes_.size(); }
+    RedisServer& node(std::size_t i) { return *nodes_[i]; }
+    // A node's cluster id (CLUSTER MYID).
+    std::string id(std::size_t i);
+    // The node serving a slot as master now, as its running nodes agree.
+    std::size_t master_of(int slot);
+    // A replica of a master (the first whose CLUSTER NODES says so).
+    std::size_t replica_of(std::size_t master);
+    // Whether every running node says cluster_state:ok and they agree
+    // on the master of each slot.
+    bool ok();
+    bool wait_ok(std::chrono::milliseconds timeout = std::chrono::seconds(30));
+    // Whether every running replica's link to its master is up (synced).
+    bool wait_synced(std::chrono::milliseconds timeout = std::chrono::seconds(30));
+    // Runs redis-cli with these arguments; returns its exit code, its
+    // output appended to "log".
+    int redis_cli(const std::vector<std::string>& args, std::string* log = nullptr);
+    // Moves n slots from one master to another (redis-cli --cluster
+    // reshard, migrating their keys); returns redis-cli's exit code.
+    int reshard(std::size_t from, std::size_t to, int slots, std::string* log = nullptr);
+    // A stream as read from the master of its slot.
+    std::vector<Entry> read_stream(const std::string& key);
+
+private:
+    // Each running node's map from its CLUSTER SLOTS: "from-to:port ...".
+    std::string slot_map(std::size_t i);
+
+    std::vector<std::unique_ptr<RedisServer>> nodes_;
 };
 
 // A child process (the relay), its output in a log file.

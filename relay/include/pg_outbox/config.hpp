@@ -24,7 +24,9 @@ struct SentinelAddress {
 // Where Redis listens: a TCP host and port, or a unix socket path; a
 // redis:// URL may also carry credentials and a database number. A
 // sentinel:// URL names no server: the sentinels it lists are asked where
-// the master of "master_name" is, at each connection.
+// the master of "master_name" is, at each connection. A redis+cluster://
+// URL names the seed nodes of a Redis Cluster, where the relay reads which
+// master serves each key. One of the three, never two.
 struct RedisAddress {
     std::string host = "127.0.0.1";
     int port = 6379;
@@ -39,20 +41,27 @@ struct RedisAddress {
     // AUTH for the sentinels themselves (--sentinel-password); the URL's
     // user and password are the data nodes'.
     std::string sentinel_password;
+    // redis+cluster://: the seed nodes of a Redis Cluster, this address
+    // being the first (not empty: this address is a cluster one).
+    std::vector<RedisAddress> cluster_seeds;
 
     // At most this many sentinels in a sentinel:// URL.
     static constexpr std::size_t kMaxSentinels = 16;
 
     // "host:port", "[v6addr]:port", "host", a bare IPv6 address ("::1":
     // more than one colon is an address with the default port),
-    // "unix:/path", "/path", "redis://[user:password@]host[:port][/db]" or
+    // "unix:/path", "/path", "redis://[user:password@]host[:port][/db]",
     // "sentinel://[user:password@]host[:port][,host[:port]...]/master-name"
-    // (sentinel port 26379 by default). Throws ConfigError; its message
-    // never holds the password.
+    // (sentinel port 26379 by default) or
+    // "redis+cluster://[user:password@]host[:port][,host[:port]...]" (see
+    // parse_cluster_url()). Throws ConfigError; its message never holds the
+    // password.
     static RedisAddress parse(const std::string& text);
     bool is_sentinel() const { return !master_name.empty(); }
+    bool is_cluster() const { return !cluster_seeds.empty(); }
     // Where it is, without credentials: "host:port", "[v6]:port",
-    // "unix:/path", or "sentinel://host:port,.../master-name".
+    // "unix:/path", "sentinel://host:port,.../master-name" or
+    // "redis+cluster://host:port,...".
     std::string to_string() const;
 };
 

@@ -13,6 +13,7 @@
 #include "pg_outbox/backoff.hpp"
 #include "pg_outbox/errors.hpp"
 #include "pg_outbox/position.hpp"
+#include "pg_outbox/redis_cluster.hpp"
 #include "pg_outbox/service.hpp"
 
 namespace pg_outbox {
@@ -120,11 +121,13 @@ private:
 
     void turn() override;
     void on_pg_connected() override;
-    void on_redis_connected() override { groups_ready_ = false; }
-    void on_redis_fault() override {
-        groups_ready_ = false;
-        drop_demoted_master();
-    }
+    void on_redis_connected() override;
+    void on_redis_fault() override;
+    // A command on a stream: on the connection, or in a Redis Cluster on
+    // the master of the stream's slot (MOVED and ASK followed).
+    RedisReply command(std::string_view stream, const std::vector<std::string_view>& argv,
+                       std::string_view context = {});
+    RedisReply command_raw(std::string_view stream, const std::vector<std::string_view>& argv);
 
     // At start-up: the consumer may be used by this role, the streams are
     // text, and the handler prepares with the five parameter types and its
@@ -136,6 +139,31 @@ private:
     // find_gaps()) whatever the other workers of the group read. Waits up
     // to --block for an entry when there is none.
     std::vector<StreamEntry> read_new();
+    // The same in a Redis Cluster, slot by slot (see consumer.cpp).
+    std::vector<StreamEntry> read_new_cluster();
+    // What read_group() found: entries ("read"; none when there was
+    // nothing new), nothing because Redis refused XINFO GROUPS ("refused":
+    // the next read goes without the group's position), or nothing
+    // because the streams' slot is served by another node ("redirected",
+    // in a cluster).
+    struct GroupRead {
+        enum class Outcome { read, refused, redirected };
+        Outcome outcome = Outcome::read;
+        std::vector<StreamEntry> entries;
+        std::optional<Redirect> redirect;
+    };
+    // One read for this worker on "redis", of streams all on that server
+    // (in a cluster, of one slot): MULTI, XINFO GROUPS of each stream (its
+    // last-delivered id into "delivered"), XREADGROUP without blocking,
+    // EXEC.
+    GroupRead read_group(RedisConnection& redis, const std::vector<std::string_view>& streams,
+                         std::map<std::string, Position>& delivered);
+    // The XREAD that waits up to "block" for an entry after the group's
+    // position in each stream ("$" where it is unknown), reading nothing
+    // for the group.
+    std::vector<std::string> wait_argv(const std::vector<std::string_view>& streams,
+                                       const std::map<std::string, Position>& delivered,
+                                       std::chrono::milliseconds block) const;
     // Reports a gap: a warning, pg_outbox_relay_gaps_total, a dead letter
     // for the range.
     void report_gap(const Gap& gap);
@@ -172,6 +200,10 @@ private:
     std::chrono::steady_clock::time_point next_claim_{};
     Held held_;
     Backoff hold_backoff_;
+    // With a redis+cluster:// address: the nodes, one connection each.
+    std::optional<RedisCluster> cluster_;
+    // How many times a slot's read follows MOVED before the turn fails.
+    static constexpr int kMaxClusterRedirects = 5;
 };
 
 }  // namespace pg_outbox

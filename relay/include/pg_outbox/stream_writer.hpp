@@ -20,6 +20,8 @@
 
 namespace pg_outbox {
 
+class RedisCluster;
+
 // Expands a stream key template: "{topic}", "{group}" (the group's name)
 // and "{shard}" (the shard's number, 0 for a group of one) are replaced,
 // everything else (Redis Cluster hash tag braces included) is kept.
@@ -45,6 +47,11 @@ public:
     // and checks whether the connection takes MULTI. The connection must
     // outlive its use here, until the next reset().
     void reset(RedisConnection& redis);
+    // The same for a Redis Cluster: each stream's commands go to the
+    // master of its slot, pipelined per node, and every batch goes
+    // through the append script (one key, so one slot, per call; WATCH
+    // and MULTI would need every stream of a node in one slot).
+    void reset(RedisCluster& cluster);
     // A command failed: what was watched on the connection is unknown.
     void fault() { watched_.clear(); }
 
@@ -102,6 +109,7 @@ private:
     Metrics& metrics_;
     const std::atomic<bool>& stop_;
     RedisConnection* redis_ = nullptr;  // set by reset()
+    RedisCluster* cluster_ = nullptr;   // set by reset() for a cluster
     std::string maxlen_text_;
     std::string script_sha_;
     std::string transaction_;  // the last transaction formatted, its capacity kept

@@ -1,0 +1,275 @@
+// Redis Cluster routing. Invariant: a command that names a key goes to the
+// master the slot map gives for the key's slot; a MOVED reply means the
+// map is out of date (a reshard, a failover) and is read again before the
+// command is sent once more; an ASK reply sends that one command, after
+// ASKING, to the node named, without changing the map (the slot is being
+// migrated). A MOVED or ASK reply means the command did not run, so
+// sending it again is harmless whatever it does.
+#include "pg_outbox/redis_cluster.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <charconv>
+
+#include "pg_outbox/errors.hpp"
+
+namespace pg_outbox {
+
+namespace {
+
+// How many redirections one command follows before giving up (the map
+// keeps changing: a failover or a reshard in progress).
+constexpr int kMaxRedirects = 5;
+
+// Digits only, at most "max_digits" of them, as an int; nullopt otherwise.
+std::optional<int> parse_uint(std::string_view text, std::size_t max_digits) {
+    if (text.empty() || text.size() > max_digits) return std::nullopt;
+    int value = 0;
+    for (char c : text) {
+        if (c < '0' || c > '9') return std::nullopt;
+        value = value * 10 + (c - '0');
+    }
+    return value;
+}
+
+std::string node_name(const RedisAddress& a) { return a.to_string(); }
+
+}  // namespace
+
+std::uint16_t crc16(std::string_view data) noexcept {
+    std::uint16_t crc = 0;
+    for (unsigned char byte : data) {
+        crc = static_cast<std::uint16_t>(crc ^ (static_cast<std::uint16_t>(byte) << 8));
+        for (int bit = 0; bit < 8; ++bit)
+            crc = (crc & 0x8000) ? static_cast<std::uint16_t>((crc << 1) ^ 0x1021) : static_cast<std::uint16_t>(crc << 1);
+    }
+    return crc;
+}
+
+std::string_view hash_tag(std::string_view key) noexcept {
+    const auto open = key.find('{');
+    if (open == std::string_view::npos) return key;
+    const auto close = key.find('}', open + 1);
+    if (close == std::string_view::npos || close == open + 1) return key;
+    return key.substr(open + 1, close - open - 1);
+}
+
+int key_slot(std::string_view key) noexcept { return crc16(hash_tag(key)) & (kClusterSlots - 1); }
+
+std::optional<Redirect> parse_redirect(std::string_view error) {
+    Redirect r{};
+    if (error.rfind("MOVED ", 0) == 0) {
+        r.kind = Redirect::Kind::moved;
+        error.remove_prefix(6);
+    } else if (error.rfind("ASK ", 0) == 0) {
+        r.kind = Redirect::Kind::ask;
+        error.remove_prefix(4);
+    } else {
+        return std::nullopt;
+    }
+    const auto space = error.find(' ');
+    if (space == std::string_view::npos) return std::nullopt;
+    const auto slot = parse_uint(error.substr(0, space), 5);
+    if (!slot || *slot >= kClusterSlots) return std::nullopt;
+    r.slot = *slot;
+    std::string_view endpoint = error.substr(space + 1);
+    // The port follows the last colon: "host:port", "::1:7000", "[::1]:7000".
+    const auto colon = endpoint.rfind(':');
+    if (colon == std::string_view::npos) return std::nullopt;
+    const auto port = parse_uint(endpoint.substr(colon + 1), 5);
+    if (!port || *port < 1 || *port > 65535) return std::nullopt;
+    r.port = *port;
+    std::string_view host = endpoint.substr(0, colon);
+    if (!host.empty() && host.front() == '[') {
+        if (host.size() < 2 || host.back() != ']') return std::nullopt;
+        host = host.substr(1, host.size() - 2);
+    }
+    // No spaces, controls or brackets left in a host.
+    for (unsigned char c : host)
+        if (c <= ' ' || c == '[' || c == ']' || c == 0x7f) return std::nullopt;
+    r.host = std::string(host);
+    return r;
+}
+
+SlotMap SlotMap::parse(const redisReply* reply, const std::string& asked_host) {
+    auto bad = [](const std::string& why) {
+        return RedisError(RedisError::Kind::reply, "CLUSTER SLOTS: " + why);
+    };
+    if (reply == nullptr || reply->type != REDIS_REPLY_ARRAY) {
+        if (reply != nullptr && reply->type == REDIS_REPLY_ERROR) throw bad(std::string(reply_text(reply)));
+        throw bad("not an array");
+    }
+    SlotMap m;
+    m.owner_.fill(-1);
+    for (std::size_t i = 0; i < reply->elements; ++i) {
+        const redisReply* range = reply->element[i];
+        if (range->type != REDIS_REPLY_ARRAY || range->elements < 3 ||
+            range->element[0]->type != REDIS_REPLY_INTEGER || range->element[1]->type != REDIS_REPLY_INTEGER ||
+            range->element[2]->type != REDIS_REPLY_ARRAY || range->element[2]->elements < 2)
+            throw bad("malformed slot range");
+        const long long from = range->element[0]->integer, to = range->element[1]->integer;
+        if (from < 0 || to >= kClusterSlots || from > to) throw bad("slot range out of bounds");
+        const redisReply* master = range->element[2];
+        if (master->element[0]->type != REDIS_REPLY_STRING || master->element[1]->type != REDIS_REPLY_INTEGER)
+            throw bad("malformed node");
+        std::string host(reply_text(master->element[0]));
+        // "" (the asked node's host) or "?" (the node does not know it).
+        if (host.empty() || host == "?") host = asked_host;
+        const long long port = master->element[1]->integer;
+        if (port < 1 || port > 65535) throw bad("port out of bounds");
+        RedisAddress a;
+        a.host = host;
+        a.port = static_cast<int>(port);
+        auto it = std::find_if(m.masters_.begin(), m.masters_.end(),
+                               [&](const RedisAddress& n) { return n.host == a.host && n.port == a.port; });
+        if (it == m.masters_.end()) it = m.masters_.insert(m.masters_.end(), a);
+        const auto index = static_cast<std::int16_t>(it - m.masters_.begin());
+        std::fill(m.owner_.begin() + from, m.owner_.begin() + to + 1, index);
+    }
+    return m;
+}
+
+const RedisAddress* SlotMap::master(int slot) const {
+    if (slot < 0 || slot >= kClusterSlots || owner_[static_cast<std::size_t>(slot)] < 0) return nullptr;
+    return &masters_[static_cast<std::size_t>(owner_[static_cast<std::size_t>(slot)])];
+}
+
+std::vector<RedisAddress> parse_cluster_url(const std::string& text) {
+    constexpr std::string_view scheme = "redis+cluster://";
+    if (text.rfind(scheme, 0) != 0) throw ConfigError("\"" + text + "\" is not a redis+cluster:// URL");
+    std::string rest = text.substr(scheme.size());
+    std::string userinfo;
+    if (const auto at = rest.rfind('@'); at != std::string::npos) {
+        userinfo = rest.substr(0, at + 1);
+        rest = rest.substr(at + 1);
+    }
+    if (!rest.empty() && rest.back() == '/') rest.pop_back();
+    std::vector<RedisAddress> seeds;
+    for (std::size_t start = 0;;) {
+        const auto comma = rest.find(',', start);
+        const std::string one = rest.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+        if (one.empty()) throw ConfigError("redis+cluster:// URL with an empty node in its list");
+        if (one.find('/') != std::string::npos)
+            throw ConfigError("redis+cluster:// URL with a database: a cluster has database 0 only");
+        // Each seed goes through the redis:// parser, credentials included.
+        seeds.push_back(RedisAddress::parse("redis://" + userinfo + one));
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+    }
+    return seeds;
+}
+
+RedisCluster::RedisCluster(std::vector<RedisAddress> seeds, std::string password, std::chrono::milliseconds timeout)
+    : seeds_(std::move(seeds)), password_(std::move(password)), timeout_(timeout) {
+    for (auto& s : seeds_) s.cluster_seeds.clear();
+}
+
+RedisAddress RedisCluster::address(const std::string& host, int port) const {
+    RedisAddress a;
+    a.host = host;
+    a.port = port;
+    if (!seeds_.empty()) a.user = seeds_.front().user;
+    return a;
+}
+
+void RedisCluster::refresh(RedisConnection& via, const std::string& via_host) {
+    auto r = via.command_raw({"CLUSTER", "SLOTS"});
+    auto m = SlotMap::parse(r.get(), via_host);
+    if (m.masters().empty()) throw RedisError(RedisError::Kind::reply, "CLUSTER SLOTS: no node serves any slot");
+    map_ = std::move(m);
+}
+
+void RedisCluster::refresh() {
+    std::vector<RedisAddress> candidates;
+    if (map_) candidates = map_->masters();
+    candidates.insert(candidates.end(), seeds_.begin(), seeds_.end());
+    std::string last_error = "no node to ask";
+    for (const auto& a : candidates) {
+        try {
+            RedisConnection c(address(a.host, a.port), password_, 0, timeout_);
+            refresh(c, a.host);
+            return;
+        } catch (const RedisSetupError&) {
+            throw;
+        } catch (const RedisError& e) {
+            last_error = a.to_string() + ": " + e.what();
+        }
+    }
+    map_.reset();
+    throw RedisError(RedisError::Kind::io, "could not read the cluster's slot map from any node (" + last_error + ")");
+}
+
+void RedisCluster::fault() {
+    connections_.clear();
+    map_.reset();
+}
+
+RedisConnection& RedisCluster::node(const RedisAddress& a) {
+    const auto name = node_name(a);
+    auto it = connections_.find(name);
+    if (it == connections_.end()) {
+        RedisConnection c(address(a.host, a.port), password_, 0, timeout_);
+        if (on_connect_) on_connect_(c);
+        it = connections_.emplace(name, std::move(c)).first;
+    }
+    return it->second;
+}
+
+RedisConnection& RedisCluster::node_for(std::string_view key) {
+    if (!map_) refresh();
+    const int slot = key_slot(key);
+    const RedisAddress* master = map_->master(slot);
+    if (master == nullptr)
+        throw RedisError(RedisError::Kind::reply, "CLUSTERDOWN no node serves hash slot " + std::to_string(slot));
+    return node(*master);
+}
+
+RedisConnection& RedisCluster::redirected(const Redirect& r, std::string_view key) {
+    std::string host = r.host;
+    if (host.empty()) {
+        if (!map_) refresh();
+        const RedisAddress* master = map_->master(key_slot(key));
+        host = master ? master->host : seeds_.front().host;
+    }
+    return node(address(host, r.port));
+}
+
+RedisReply RedisCluster::command_raw(std::string_view key, const std::vector<std::string_view>& argv) {
+    for (int attempt = 0;; ++attempt) {
+        if (!map_) refresh();
+        const RedisAddress* master = map_->master(key_slot(key));
+        if (master == nullptr)
+            throw RedisError(RedisError::Kind::reply,
+                             "CLUSTERDOWN no node serves hash slot " + std::to_string(key_slot(key)));
+        auto r = node(*master).command_raw(argv);
+        if (r->type != REDIS_REPLY_ERROR || attempt >= kMaxRedirects) return r;
+        const auto redirect = parse_redirect(reply_text(r.get()));
+        if (!redirect) return r;
+        if (redirect->kind == Redirect::Kind::moved) {
+            spdlog::debug("slot {} moved to {}:{}; reading the slot map again", redirect->slot, redirect->host,
+                          redirect->port);
+            refresh();
+            continue;
+        }
+        auto& to = redirected(*redirect, key);
+        to.append({"ASKING"});
+        to.append(argv);
+        to.get_reply_raw();
+        r = to.get_reply_raw();
+        if (r->type != REDIS_REPLY_ERROR || !parse_redirect(reply_text(r.get()))) return r;
+        refresh();
+    }
+}
+
+RedisReply RedisCluster::command(std::string_view key, const std::vector<std::string_view>& argv,
+                                 std::string_view context) {
+    auto r = command_raw(key, argv);
+    if (r->type == REDIS_REPLY_ERROR)
+        throw RedisError(RedisError::Kind::reply, context.empty() ? std::string(reply_text(r.get()))
+                                                                  : std::string(context) + ": " +
+                                                                        std::string(reply_text(r.get())));
+    return r;
+}
+
+}  // namespace pg_outbox
