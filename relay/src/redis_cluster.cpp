@@ -137,7 +137,7 @@ const RedisAddress* SlotMap::master(int slot) const {
 
 std::vector<RedisAddress> parse_cluster_url(const std::string& text) {
     constexpr std::string_view scheme = "redis+cluster://";
-    if (text.rfind(scheme, 0) != 0) throw ConfigError("\"" + text + "\" is not a redis+cluster:// URL");
+    if (text.rfind(scheme, 0) != 0) throw ConfigError("not a redis+cluster:// URL");  // not quoted: a password
     std::string rest = text.substr(scheme.size());
     std::string userinfo;
     if (const auto at = rest.rfind('@'); at != std::string::npos) {
