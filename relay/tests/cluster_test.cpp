@@ -7,6 +7,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <memory>
@@ -119,9 +120,12 @@ protected:
         std::size_t total = 0, want_total = 0;
         for (const auto& t : topics_) {
             std::vector<std::string> got;
+            std::string prev = "0-0";  // each entry names the one before it in its stream
             for (const auto& e : cluster_->read_stream("outbox:" + t)) {
                 got.push_back(e.fields.at("event_id"));
                 EXPECT_EQ(e.id, e.fields.at("position")) << "outbox:" << t;
+                EXPECT_EQ(e.fields.count("prev") ? e.fields.at("prev") : "(none)", prev) << "outbox:" << t << " " << e.id;
+                prev = e.id;
             }
             total += got.size();
             const auto it = want.find(t);
@@ -245,7 +249,7 @@ protected:
         db.exec("SELECT inbox_consumer_create('accounting', 'consumer_user')");
     }
 
-    Process& start_consumer() {
+    Process& start_consumer(const std::vector<std::string>& extra_streams = {}) {
         std::vector<std::string> args{PG_OUTBOX_RELAY_BINARY, "consume", "--consumer", "accounting",
                                       "--pg", pg_->conninfo("sink", "consumer_user"),
                                       "--redis", cluster_->url(), "--redis-timeout", "1s",
@@ -255,6 +259,7 @@ protected:
                                       "--min-idle", "2s", "--claim-interval", "500ms",
                                       "--retry-min", "20ms", "--retry-max", "300ms", "--log-level", "debug"};
         for (const auto& t : topics_) args.insert(args.end(), {"--stream", "outbox:" + t});
+        for (const auto& s : extra_streams) args.insert(args.end(), {"--stream", s});
         return start_process(args);
     }
 
@@ -288,6 +293,69 @@ TEST_F(ClusterConsumeTest, ConsumerFollowsAFailover) {
     EXPECT_EQ(sink_count("SELECT count(*) FROM projection"), want);
     EXPECT_EQ(sink_count("SELECT count(DISTINCT event_id) FROM projection"), want);
     expect_exactly_once_in_order();
+    EXPECT_TRUE(consumer.running()) << consumer.log();
+}
+
+// Gaps are found per slot as on one server: a read of a slot's streams
+// is a transaction on its master with the group's position in each. An
+// entry deleted before the group read it (a gap within one read), and an
+// entry whose prev names one the group never got after the group had
+// read up to the entry before (a gap across reads, two streams of one
+// slot read together), are each reported once, as a dead letter of the
+// range; a hostile prev beside them is dead-lettered alone, and every
+// other entry is applied.
+TEST_F(ClusterConsumeTest, GapsAreFoundPerSlot) {
+    auto& relay = start_cluster_relay();
+    {
+        auto pg = connect();
+        for (int i = 0; i < 8; ++i)
+            for (const auto& t : topics_) pg.exec("SELECT outbox_emit($1, 'k', '{}')", {t});
+    }
+    ASSERT_TRUE(wait_cluster_published()) << relay.log();
+    const std::string deleted_from = "outbox:" + topics_[1];
+    const auto before = cluster_->read_stream(deleted_from);
+    ASSERT_EQ(before.size(), 8u);
+    {
+        auto c = cluster_->node(cluster_->master_of(key_slot(deleted_from))).connect();
+        c.command({"XDEL", deleted_from, before[4].id});
+    }
+
+    // Two streams of one slot, written as a hostile producer would.
+    const std::string gap = "{h}:gap", bad = "{h}:bad";
+    ASSERT_EQ(key_slot(gap), key_slot(bad));
+    auto h = cluster_->node(cluster_->master_of(key_slot(gap))).connect();
+    auto add = [&](const std::string& stream, const std::string& id, int n, const std::string& prev) {
+        const std::string uuid = "00000000-0000-4000-8000-" + std::string(10, '0') + std::to_string(10 + n);
+        h.command({"XADD", stream, id, "event_id", uuid, "topic", "t", "key", "k", "payload", "{}", "prev", prev});
+    };
+    add(gap, "5-1", 1, "0-0");
+    add(gap, "5-2", 2, "5-1");
+    add(bad, "5-1", 3, "0-0");
+    add(bad, "5-2", 4, "abc");
+    add(bad, "5-3", 5, "5-2");
+    auto& consumer = start_consumer({gap, bad});
+    const auto relayed = static_cast<long long>(committed_count()) - 1;
+    ASSERT_TRUE(eventually([&] { return sink_count("SELECT count(*) FROM projection") == relayed + 4; }, 30s, 100ms))
+        << consumer.log();
+    // The group has read "{h}:gap" up to 5-2; 5-3 never comes.
+    add(gap, "5-4", 6, "5-3");
+    ASSERT_TRUE(eventually([&] { return sink_count("SELECT count(*) FROM projection") == relayed + 5; }, 30s, 100ms))
+        << consumer.log();
+    ASSERT_TRUE(eventually([&] { return sink_count("SELECT count(*) FROM outbox.dead_letters") == 3; }, 10s, 100ms))
+        << consumer.log();
+    PgConnection db(sink_, "tests");
+    auto dead = query_column(db, "SELECT stream || ' ' || entry_id || ' ' || coalesce(sqlstate, '-') "
+                                 "FROM outbox.dead_letters");
+    std::sort(dead.begin(), dead.end());
+    EXPECT_EQ(dead, (std::vector<std::string>{deleted_from + " (" + before[3].id + " " + before[4].id + "] -",
+                                              "{h}:bad 5-2 22P02", "{h}:gap (5-2 5-3] -"}));
+    const auto log = consumer.log();
+    for (const auto& line : {"stream \"" + deleted_from + "\": gap (" + before[3].id + " " + before[4].id + "]",
+                             std::string("stream \"{h}:gap\": gap (5-2 5-3]")}) {
+        EXPECT_NE(log.find(line), std::string::npos) << log;
+        EXPECT_EQ(log.find(line, log.find(line) + 1), std::string::npos) << "reported twice: " << line;
+    }
+    EXPECT_EQ(sink_count("SELECT count(DISTINCT event_id) FROM projection"), relayed + 5);
     EXPECT_TRUE(consumer.running()) << consumer.log();
 }
 
@@ -334,8 +402,14 @@ protected:
             for (const auto& b : batches)
                 for (const auto& e : b)
                     if (e.topic == topic) want.push_back(e.position + " " + e.event_id);
-            for (const auto& entry : servers_->read_stream("outbox:" + topic))
+            // Each entry names the one before it, through ASK, MOVED and
+            // a batch written again.
+            std::string prev = "0-0";
+            for (const auto& entry : servers_->read_stream("outbox:" + topic)) {
                 got.push_back(entry.id + " " + entry.fields.at("event_id"));
+                EXPECT_EQ(entry.fields.count("prev") ? entry.fields.at("prev") : "(none)", prev) << entry.id;
+                prev = entry.id;
+            }
             EXPECT_EQ(got, want) << topic;
         }
     }

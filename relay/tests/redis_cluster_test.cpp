@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "pg_outbox/config.hpp"
 #include "pg_outbox/errors.hpp"
 #include "pg_outbox/redis_cluster.hpp"
 
@@ -216,4 +219,72 @@ TEST(ClusterUrl, SelectsClusterModeOnTheCommandLine) {
     EXPECT_FALSE(parse_publish({"--redis", "redis+cluster://127.0.0.1:7000/1"}).config);
     EXPECT_TRUE(parse_publish({"--redis", "redis+cluster://127.0.0.1:7000", "--redis-db", "0"}).config);
     EXPECT_TRUE(parse_publish({"--redis", "127.0.0.1:7000"}).config->redis.cluster_seeds.empty());
+}
+
+// The three kinds of address, each parsed by RedisAddress::parse() as the
+// command line does: a cluster address is neither a single server nor a
+// Sentinel one, and shows without its password.
+TEST(ClusterUrl, OneOfThreeKindsOfAddress) {
+    auto c = RedisAddress::parse("redis+cluster://app:Sekr3t@10.0.0.1:7000,[::1]:7001,redis-3");
+    ASSERT_TRUE(c.is_cluster());
+    EXPECT_FALSE(c.is_sentinel());
+    ASSERT_EQ(c.cluster_seeds.size(), 3u);
+    EXPECT_EQ(c.user, "app");
+    EXPECT_EQ(c.password, "Sekr3t");
+    EXPECT_EQ(c.to_string(), "redis+cluster://10.0.0.1:7000,[::1]:7001,redis-3:6379");
+    auto s = RedisAddress::parse("sentinel://s1,s2:5000/m");
+    EXPECT_TRUE(s.is_sentinel());
+    EXPECT_FALSE(s.is_cluster());
+    EXPECT_EQ(s.to_string(), "sentinel://s1:26379,s2:5000/m");
+    auto one = RedisAddress::parse("redis://:pw@h:7/2");
+    EXPECT_FALSE(one.is_sentinel());
+    EXPECT_FALSE(one.is_cluster());
+    EXPECT_EQ(one.to_string(), "h:7");
+    EXPECT_EQ(RedisAddress::parse("unix:/tmp/r.sock").to_string(), "unix:/tmp/r.sock");
+}
+
+// Hostile redis+cluster:// URLs are refused with a message that names the
+// fault and never shows the password.
+TEST(ClusterUrl, HostileFormsAreRefusedWithoutThePassword) {
+    const std::vector<std::pair<std::string, std::string>> cases{
+        {"redis+cluster://u:Sekr3t@h1:1\n", "whitespace or a control character"},
+        {"redis+cluster://u:Sekr3t@h1:1, h2:2", "whitespace or a control character"},
+        {std::string("redis+cluster://u:Sekr3t@h1:1\0", 30), "whitespace or a control character"},
+        {"redis+cluster://u:Sekr3t@h1:1\x7f", "whitespace or a control character"},
+        {"redis+cluster://u:Sekr3t@h1:1," + std::string(5000, 'h'), "too long"},
+        {"redis+cluster://u:Sekr3t@h1:1,,h2:2", "empty node"},
+        {"redis+cluster://u:Sekr3t@", "empty node"},
+        {"redis+cluster://u:Sekr3t@h1:1/0", "database"},
+        {"redis+cluster://u:Sekr3t@h1:70000", "not a port number"},
+        {"redis+cluster://u:Sekr3t@h1;rm:1", "not a host name"},
+        {"redis+cluster://u:Sekr3t@h1:1?x", "query parameters"},
+        {"redis+cluster://Sekr3t@h1:1", "without a password"},
+        {"redis+clusters://u:Sekr3t@h1:1", "redis+cluster://"},
+    };
+    for (const auto& [text, want] : cases) {
+        std::string e = "(no error)";
+        try {
+            RedisAddress::parse(text);
+        } catch (const ConfigError& error) {
+            e = error.what();
+        }
+        EXPECT_NE(e.find(want), std::string::npos) << "\"" << text << "\" gave: " << e;
+        EXPECT_EQ(e.find("Sekr3t"), std::string::npos) << e;
+    }
+}
+
+// A Sentinel in front of a cluster is not a thing: --sentinel-password
+// with a redis+cluster:// address exits 2 naming the flag, as with any
+// address that is not sentinel://.
+TEST(ClusterUrl, SentinelPasswordIsRefused) {
+    for (const char* redis : {"redis+cluster://127.0.0.1:7000,127.0.0.1:7001", "127.0.0.1:6379"}) {
+        std::vector<const char*> args{"pg_outbox_relay", "--redis", redis, "--sentinel-password", "spw",
+                                      "publish", "--group", "g"};
+        ::testing::internal::CaptureStderr();
+        auto r = parse_command_line(static_cast<int>(args.size()), args.data());
+        const auto err = ::testing::internal::GetCapturedStderr();
+        EXPECT_FALSE(r.config) << redis;
+        EXPECT_EQ(r.exit_code, 2) << redis;
+        EXPECT_NE(err.find("--sentinel-password"), std::string::npos) << err;
+    }
 }
