@@ -4,7 +4,7 @@
 PG_OUTBOX_PACKAGES=(
 	make gcc g++ cmake pkg-config
 	postgresql-15 postgresql-server-dev-15 postgresql-common libpq-dev libipc-run-perl
-	redis-server libhiredis-dev
+	redis-server redis-tools libhiredis-dev
 	libgtest-dev libcli11-dev libspdlog-dev libfmt-dev libcpp-httplib-dev nlohmann-json3-dev
 )
 
