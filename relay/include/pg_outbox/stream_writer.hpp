@@ -103,6 +103,8 @@ private:
     const std::atomic<bool>& stop_;
     RedisConnection* redis_ = nullptr;  // set by reset()
     std::string maxlen_text_;
+    std::string group_name_;  // for {group}
+    int shard_;               // for {shard}
     std::string script_sha_;
     std::string transaction_;  // the last transaction formatted, its capacity kept
     std::string look_;         // the last look at streams formatted
