@@ -520,7 +520,8 @@ if [[ " $ONLY " == *" latency "* ]]; then
 			[ "$mode" = xid8 ] && label="xid8 order, woken by commits"
 			# Targets, woken by commits: p99 < 5 ms; at 2,000 tx/s also
 			# p99.9 < 10 ms and a maximum < 50 ms.
-			woken=$([ $mode != poll ] && echo yes)
+			woken=
+			if [ "$mode" != poll ]; then woken=yes; fi
 			row "latency at $rate tx/s, $label: commit to stream p50 (ms) | $(awk '{print $1}' "$WORK/lat_${mode}_$rate" | stats) |"
 			row "latency at $rate tx/s, $label: p99 (ms) | $(awk '{print $2}' "$WORK/lat_${mode}_$rate" | stats) | $([ -n "$woken" ] && echo '< 5')"
 			row "latency at $rate tx/s, $label: p99.9 (ms) | $(awk '{print $3}' "$WORK/lat_${mode}_$rate" | stats) | $([ -n "$woken" ] && [ "$rate" = 2000 ] && echo '< 10')"

@@ -1,6 +1,6 @@
 // pg_outbox_bench: baselines and probes for bench/run.sh.
 //
-//   xadd-ceiling  the same entries as the relay publishes, loaded into memory
+//   xadd-ceiling  the same entries as the relay publishes (prev included), loaded into memory
 //                 first, then appended with pipelined XADD: the ceiling
 //   naive-relay   the status-column outbox relay: SELECT ... FOR UPDATE SKIP
 //                 LOCKED, pipelined XADD, UPDATE status, COMMIT
@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <thread>
 #include <vector>
 
@@ -66,15 +67,23 @@ int xadd_ceiling(const std::string& pg_conninfo, const std::string& redis_addres
     const auto t0 = Clock::now();
     std::size_t errors = 0;
     std::vector<std::string> keys;
+    std::vector<std::string> prevs;
+    std::map<std::string, std::string> last;  // stream -> its last id: each entry's "prev", as the relay writes it
     for (std::size_t done = 0; done < events.size(); done += batch) {
         const auto n = std::min<std::size_t>(batch, events.size() - done);
         keys.clear();
         keys.reserve(n);
+        prevs.clear();
+        prevs.reserve(n);
         for (std::size_t i = 0; i < n; ++i) {
             const Event& e = events[done + i];
             keys.push_back("outbox:" + e.topic);
+            auto [it, added] = last.try_emplace(keys.back(), "0-0");
+            prevs.push_back(it->second);
+            it->second = e.position;
             std::vector<std::string_view> argv{"XADD", keys.back(), e.position};
             append_entry_fields(argv, e);
+            argv.insert(argv.end(), {"prev", prevs.back()});
             redis.append(argv);
         }
         errors += drain_replies(redis, n);

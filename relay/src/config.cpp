@@ -315,6 +315,17 @@ std::chrono::milliseconds parse_duration(const std::string& text) {
     throw ConfigError("\"" + text + "\" has an unknown unit (use ms, s or m)");
 }
 
+int Config::group_shard() const {
+    try {
+        std::string name;
+        int shard;
+        split_group_name(group, name, shard);
+        return shard;
+    } catch (const ConfigError&) {
+        return -1;
+    }
+}
+
 void split_group_name(const std::string& group, std::string& name, int& shard) {
     const auto slash = group.find('/');
     name = group.substr(0, slash);
@@ -596,7 +607,11 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
             }
         }
         if (c.stream_template.empty()) throw ConfigError("--stream: the template must not be empty");
-        if (c.mode == Config::Mode::publish) split_group_name(c.group, c.group_name, c.shard);
+        if (c.mode == Config::Mode::publish) {
+            std::string name;
+            int shard;
+            split_group_name(c.group, name, shard);
+        }
     } catch (const ConfigError& e) {
         std::cerr << "pg_outbox_relay: " << escape_control(e.what()) << '\n';
         return {std::nullopt, 2};

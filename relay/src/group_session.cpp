@@ -101,16 +101,18 @@ void GroupSession::connected(PgConnection& pg) {
 // own: shards writing the same stream would refuse each other's entries as
 // already present (positions of one shard are below the other's).
 void GroupSession::check_shards() {
-    const auto r = pg_->exec(kShardsSql, {config_.group_name, std::to_string(std::max(config_.shard, 0))});
+    const auto name = config_.group_name();
+    const int shard = config_.group_shard();
+    const auto r = pg_->exec(kShardsSql, {name, std::to_string(std::max(shard, 0))});
     if (r.rows() == 0) return;  // the fetch says what is wrong
     const int shards = std::stoi(std::string(r.get(0, 0)));
     if (shards <= 1) return;
-    if (config_.shard < 0)
+    if (shard < 0)
         throw ConfigError("--group \"" + config_.group + "\": the group has " + std::to_string(shards) +
-                          " shards; publish each with a relay of its own, --group " + config_.group_name + "/0 to " +
-                          config_.group_name + "/" + std::to_string(shards - 1));
+                          " shards; publish each with a relay of its own, --group " + name + "/0 to " + name + "/" +
+                          std::to_string(shards - 1));
     if (config_.stream_template.find("{shard}") == std::string::npos)
-        throw ConfigError("--stream \"" + config_.stream_template + "\": group \"" + config_.group_name + "\" has " +
+        throw ConfigError("--stream \"" + config_.stream_template + "\": group \"" + name + "\" has " +
                           std::to_string(shards) + " shards, each with streams of its own: put {shard} in the template, "
                           "as in outbox:{topic}:{shard}");
 }
@@ -282,7 +284,7 @@ void GroupSession::discard_queued() {
 }
 
 std::optional<PublishedStreams> GroupSession::published_streams() {
-    auto r = pg_->exec(kStreamsSql, {config_.group_name, std::to_string(std::max(config_.shard, 0))});
+    auto r = pg_->exec(kStreamsSql, {config_.group_name(), std::to_string(std::max(config_.group_shard(), 0))});
     if (r.rows() == 0) return std::nullopt;
     PublishedStreams out;
     out.cursor = Position::parse(r.get(0, 1));

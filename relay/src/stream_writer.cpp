@@ -83,7 +83,12 @@ std::string expand_stream_key(const std::string& tmpl, const std::string& topic,
 }
 
 StreamWriter::StreamWriter(const Config& config, Metrics& metrics, const std::atomic<bool>& stop)
-    : config_(config), metrics_(metrics), stop_(stop), maxlen_text_(std::to_string(config.maxlen)) {}
+    : config_(config),
+      metrics_(metrics),
+      stop_(stop),
+      maxlen_text_(std::to_string(config.maxlen)),
+      group_name_(config.group_name()),
+      shard_(std::max(config.group_shard(), 0)) {}
 
 void StreamWriter::reset(RedisConnection& redis) {
     redis_ = &redis;
@@ -161,7 +166,7 @@ StreamWriter::Shares StreamWriter::split(std::span<const Event> batch) const {
     for (const auto& e : batch) {
         auto slot = slot_of_topic.find(e.topic);
         if (slot == slot_of_topic.end()) {
-            auto key = expand_stream_key(config_.stream_template, e.topic, config_.group_name, std::max(config_.shard, 0));
+            auto key = expand_stream_key(config_.stream_template, e.topic, group_name_, shard_);
             const auto s = static_cast<std::size_t>(std::find(shares.keys.begin(), shares.keys.end(), key) -
                                                     shares.keys.begin());
             if (s == shares.keys.size()) {

@@ -315,8 +315,12 @@ TEST(GroupName, SplitsAShardOff) {
     }
     auto r = parse({"publish", "--group", "orders/3"});
     ASSERT_TRUE(r.config);
-    EXPECT_EQ(r.config->group_name, "orders");
-    EXPECT_EQ(r.config->shard, 3);
+    EXPECT_EQ(r.config->group_name(), "orders");
+    EXPECT_EQ(r.config->group_shard(), 3);
+    Config direct;
+    direct.group = "billing";
+    EXPECT_EQ(direct.group_name(), "billing");
+    EXPECT_EQ(direct.group_shard(), -1);
     auto [code, err] = parse_error({"publish", "--group", "orders/x\x01"});
     EXPECT_EQ(code, 2);
     EXPECT_NE(err.find("a shard is named"), std::string::npos) << err;

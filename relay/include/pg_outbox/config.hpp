@@ -99,10 +99,10 @@ struct Config {
 
     // Publish mode.
     std::string group;
-    // The group's name and the shard --group names ("<group>/<shard>"),
-    // -1 when it names none.
-    std::string group_name;
-    int shard = -1;
+    // The group's name and the shard that "group" names ("<group>/<shard>";
+    // -1 when it names none), read from "group" (checked when parsed).
+    std::string group_name() const { return group.substr(0, group.find('/')); }
+    int group_shard() const;
     std::string stream_template = "outbox:{topic}";
     int batch_size = 1000;
     // Bytes of entry fields per write to Redis (at least one event).

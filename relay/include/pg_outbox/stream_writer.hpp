@@ -111,6 +111,8 @@ private:
     RedisConnection* redis_ = nullptr;  // set by reset()
     RedisCluster* cluster_ = nullptr;   // set by reset() for a cluster
     std::string maxlen_text_;
+    std::string group_name_;  // for {group}
+    int shard_;               // for {shard}
     std::string script_sha_;
     std::string transaction_;  // the last transaction formatted, its capacity kept
     std::string look_;         // the last look at streams formatted
