@@ -87,9 +87,20 @@ fetches_new() {
 	return 1
 }
 
-restore_custom() { createdb "$1" && pg_restore --exit-on-error -d "$1" "$work/src.dump"; }
+# Restored statement by statement, the database keeps the background
+# maintenance off until the restore ends: a run woken by CREATE EXTENSION
+# would premake the inbox day partitions that the dump brings too.
+restore_custom() {
+	createdb "$1" && q "$1" -c "ALTER DATABASE $1 SET pg_outbox.background_maintenance = off" &&
+		pg_restore --exit-on-error -d "$1" "$work/src.dump" &&
+		q "$1" -c "ALTER DATABASE $1 RESET pg_outbox.background_maintenance"
+}
 restore_single() { createdb "$1" && pg_restore --exit-on-error --single-transaction -d "$1" "$work/src.dump"; }
-restore_plain() { createdb "$1" && psql -X -q -v ON_ERROR_STOP=1 -d "$1" -f "$work/src.sql" >/dev/null; }
+restore_plain() {
+	createdb "$1" && q "$1" -c "ALTER DATABASE $1 SET pg_outbox.background_maintenance = off" &&
+		psql -X -q -v ON_ERROR_STOP=1 -d "$1" -f "$work/src.sql" >/dev/null &&
+		q "$1" -c "ALTER DATABASE $1 RESET pg_outbox.background_maintenance"
+}
 
 for way in custom single plain; do
 	db="dst_$way"
