@@ -559,10 +559,14 @@ void Consumer::reclaim() {
 // (republish them from the producer's outbox with outbox_rewind if they
 // matter), and the group moves to the first entry left.
 void Consumer::report_trimmed_unread(const std::string& stream) {
-    // An error reply (no such key, ...) leaves nothing to tell.
-    auto info = command_raw(stream, {"XINFO", "STREAM", stream});
-    auto groups = command_raw(stream, {"XINFO", "GROUPS", stream});
-    if (info->type != REDIS_REPLY_ARRAY || groups->type != REDIS_REPLY_ARRAY) return;
+    // An error reply (no such key, ...) leaves nothing to tell. The
+    // stream's counts and the group's must be read in one command: read
+    // apart, entries added in between would count as lost. FULL gives both
+    // (COUNT 1 keeps the listed entries and pending entries short).
+    auto info = command_raw(stream, {"XINFO", "STREAM", stream, "FULL", "COUNT", "1"});
+    if (info->type != REDIS_REPLY_ARRAY) return;
+    const redisReply* groups = map_field(info.get(), "groups");
+    if (groups == nullptr || groups->type != REDIS_REPLY_ARRAY) return;
     const redisReply* length_field = map_field(info.get(), "length");
     const redisReply* added_field = map_field(info.get(), "entries-added");
     const redisReply* first_field = map_field(info.get(), "recorded-first-entry-id");
