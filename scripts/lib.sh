@@ -199,3 +199,57 @@ wait_for() {
 	done
 	return 1
 }
+
+# Starts a throwaway Redis Cluster of MASTERS masters, each with REPLICAS
+# replicas, on free loopback ports: redis_cluster_start DIR MASTERS REPLICAS
+# [option ...]. Sets REDIS_CLUSTER_PIDS (every node's PID),
+# REDIS_CLUSTER_PORTS (their ports, masters first as created) and
+# REDIS_CLUSTER_URL (redis+cluster://127.0.0.1:PORT,... for the relay).
+# The caller stops them with redis_cluster_stop.
+redis_cluster_start() {
+	local dir=$1 masters=$2 replicas=$3 n port i
+	shift 3
+	REDIS_CLUSTER_PIDS=()
+	REDIS_CLUSTER_PORTS=()
+	local addresses=()
+	for n in $(seq 1 $((masters * (1 + replicas)))); do
+		port=$(free_port)
+		# The bus port must be free too: the default (port + 10000) may not.
+		redis_start "$dir/node$n" "$port" --cluster-enabled yes --cluster-config-file nodes.conf \
+			--cluster-node-timeout 2000 --cluster-port "$(free_port)" "$@" || return 1
+		REDIS_CLUSTER_PIDS+=("$REDIS_PID")
+		REDIS_CLUSTER_PORTS+=("$port")
+		addresses+=("127.0.0.1:$port")
+	done
+	REDIS_PID=
+	redis-cli --cluster create "${addresses[@]}" --cluster-replicas "$replicas" --cluster-yes \
+		>"$dir/create.log" 2>&1 || { cat "$dir/create.log" >&2; return 1; }
+	for i in $(seq 1 600); do
+		if [ "$(redis_cluster_nodes_ok)" = "${#REDIS_CLUSTER_PORTS[@]}" ]; then
+			REDIS_CLUSTER_URL="redis+cluster://$(IFS=,; echo "${addresses[*]}")"
+			return 0
+		fi
+		sleep 0.1
+	done
+	echo "the Redis Cluster did not reach cluster_state:ok" >&2
+	return 1
+}
+
+# How many of the cluster's nodes report cluster_state:ok.
+redis_cluster_nodes_ok() {
+	local port ok=0
+	for port in "${REDIS_CLUSTER_PORTS[@]}"; do
+		redis-cli -p "$port" cluster info 2>/dev/null | grep -q '^cluster_state:ok' && ok=$((ok + 1))
+	done
+	echo "$ok"
+}
+
+# Stops every node started by redis_cluster_start, by PID.
+redis_cluster_stop() {
+	local pid
+	for pid in "${REDIS_CLUSTER_PIDS[@]}"; do
+		kill -CONT "$pid" 2>/dev/null || true
+		stop_pid "$pid"
+	done
+	REDIS_CLUSTER_PIDS=()
+}
