@@ -60,12 +60,14 @@
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/tuplestore.h"
 #include "utils/xid8.h"
 
 #include "feed.h"
+#include "pack.h"
 #include "position.h"
 #include "tables.h"
 #include "writer.h"
@@ -344,6 +346,18 @@ OutboxPutEvent(FeedBatch *out, const FeedRange *a, PartScan *ps, uint64 order)
 		if (i != EVENT_TOPIC)
 			values[1 + i] = OutboxColumn(ps, i, &nulls[1 + i]);
 	OutboxFormatPosition(pos, order, a->epoch, DatumGetInt64(values[1 + EVENT_SEQ]));
+	if (out->packed != NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(out->scratch);
+
+		if (out->count == 0)
+			out->first_created_at = DatumGetTimestampTz(values[1 + EVENT_CREATED_AT]);
+		OutboxPackEvent(out->packed, pos, values + 1, nulls + 1);
+		MemoryContextSwitchTo(old);
+		MemoryContextReset(out->scratch);
+		out->count++;
+		return;
+	}
 	values[FEED_POS] = CStringGetTextDatum(pos);
 	nulls[FEED_POS] = false;
 	tuplestore_putvalues(out->store, out->desc, values, nulls);
@@ -386,7 +400,7 @@ OutboxReadFeed(const FeedRange *a, FeedBatch *out, Snapshot snapshot)
 	scans = OutboxPartScansOpen(parent, parts, key_columns, 2,
 								sharded ? OutboxShardIndex(a->shards) : InvalidOid, keys, nkeys, snapshot);
 
-	while (out->count < a->limit)
+	while (!FeedBatchFull(out, a))
 	{
 		PartScan   *next = NULL;
 		uint64		next_txid = 0;
@@ -448,7 +462,7 @@ OutboxReadCommitFeed(const FeedRange *a, FeedBatch *out, Snapshot snapshot)
 	ScanKeyInit(&keys[1], 1, BTLessEqualStrategyNumber, F_INT8LE, Int64GetDatum(a->horizon));
 	scans = OutboxPartScansOpen(markers, parts, ticket_column, 1, InvalidOid, keys, 2, snapshot);
 
-	while (out->count < a->limit)
+	while (!FeedBatchFull(out, a))
 	{
 		PartScan   *marker = NULL;
 		PartScan   *ev = NULL;
@@ -497,7 +511,7 @@ OutboxReadCommitFeed(const FeedRange *a, FeedBatch *out, Snapshot snapshot)
 		ScanKeyInit(&keys[k + 1], k + 2, BTGreaterStrategyNumber, F_INT8GT,
 					Int64GetDatum(ticket == a->cursor_ticket ? a->cursor_seq : 0));
 		index_rescan(ev->scan, keys, 2 + k, NULL, 0);
-		while (out->count < a->limit && OutboxPartScanNext(ev))
+		while (!FeedBatchFull(out, a) && OutboxPartScanNext(ev))
 			OutboxPutEvent(out, a, ev, (uint64) ticket);
 	}
 

@@ -12,7 +12,9 @@
 #ifndef OUTBOX_FEED_H
 #define OUTBOX_FEED_H
 
+#include "lib/stringinfo.h"
 #include "utils/snapshot.h"
+#include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 
 /* Columns of outbox_fetch()'s result: the position, then the event's. */
@@ -36,13 +38,31 @@ typedef struct FeedRange
 	int			shards;			/* 1: the group is not sharded */
 } FeedRange;
 
-/* Rows of the batch, as they are read. */
+/*
+ * A packed batch (outbox_fetch_packed()) stops taking events once it holds
+ * this many bytes: the next batch starts where it stopped. It bounds the
+ * value (1 GB at most) and the relay's memory, whatever the payloads.
+ */
+#define FEED_PACKED_MAX_BYTES	(64 * 1024 * 1024)
+
+/* The events of the batch, as they are read: rows, or packed. */
 typedef struct FeedBatch
 {
-	Tuplestorestate *store;
+	Tuplestorestate *store;		/* rows, in outbox_fetch()'s columns; or */
 	TupleDesc	desc;
+	StringInfo	packed;			/* events in the packed format (pack.c) */
+	MemoryContext scratch;		/* packed: emptied after each event */
+	TimestampTz first_created_at;	/* packed: the first event's */
 	int64		count;
 } FeedBatch;
+
+/* Whether the batch takes no more events. */
+static inline bool
+FeedBatchFull(const FeedBatch *out, const FeedRange *a)
+{
+	return out->count >= a->limit ||
+		(out->packed != NULL && out->packed->len >= FEED_PACKED_MAX_BYTES);
+}
 
 /* xid8 order: the batch's rows, read with "snapshot", into "out". */
 extern void OutboxReadFeed(const FeedRange *a, FeedBatch *out, Snapshot snapshot);

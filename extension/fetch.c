@@ -81,6 +81,7 @@
 #include "commit.h"
 #include "feed.h"
 #include "lead.h"
+#include "pack.h"
 #include "position.h"
 #include "tables.h"
 #include "wakeup.h"
@@ -103,6 +104,7 @@
 #define ERRCODE_OUTBOX_REWOUND		MAKE_SQLSTATE('O', 'B', '0', '0', '2')
 
 PG_FUNCTION_INFO_V1(outbox_fetch);
+PG_FUNCTION_INFO_V1(outbox_fetch_packed);
 
 /* Where batches' rows are kept, and how many batches are in use. */
 static MemoryContext FetchContext = NULL;
@@ -647,53 +649,17 @@ OutboxReadBatch(Datum *args, char *nulls, FeedBatch *out)
 }
 
 /*
- * outbox_fetch(group_name, batch_size, after, wait): the rows of the
- * group's next batch, in feed order; none while another session leads the
- * group. An empty batch waits up to "wait" for events.
+ * Reads the group's next batch into "out", with outbox_fetch()'s arguments
+ * (group name, batch size, after, wait): none while another session leads
+ * the group. An empty batch waits up to "wait" for events.
  */
-Datum
-outbox_fetch(PG_FUNCTION_ARGS)
+static void
+OutboxFetch(FunctionCallInfo fcinfo, FeedBatch *out)
 {
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	Datum		args[3];
 	char		nulls[3];
-	TupleDesc	tupdesc;
-	FeedBatch	out;
-	MemoryContext oldcontext;
-	MemoryContextCallback *done;
 	long		wait_ms = 0;
 	int			i;
-
-	if (rsinfo == NULL || !IsA(rsinfo, ReturnSetInfo) ||
-		(rsinfo->allowedModes & SFRM_Materialize) == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("set-valued function called in context that cannot accept a set")));
-	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "return type must be a row type");
-	if (tupdesc->natts != FEED_NATTS)
-		elog(ERROR, "outbox_fetch() returns %d columns, expected %d", tupdesc->natts, FEED_NATTS);
-
-	if (FetchContext == NULL)
-		FetchContext = AllocSetContextCreate(TopMemoryContext, "pg_outbox fetch",
-											 ALLOCSET_DEFAULT_SIZES);
-
-	/* The batch is in use until the calling query's memory goes away. */
-	done = MemoryContextAlloc(rsinfo->econtext->ecxt_per_query_memory, sizeof(MemoryContextCallback));
-	done->func = OutboxFetchDone;
-	done->arg = NULL;
-	MemoryContextRegisterResetCallback(rsinfo->econtext->ecxt_per_query_memory, done);
-	FetchesInUse++;
-
-	oldcontext = MemoryContextSwitchTo(FetchContext);
-	out.store = tuplestore_begin_heap((rsinfo->allowedModes & SFRM_Materialize_Random) != 0,
-									  false, work_mem);
-	MemoryContextSwitchTo(oldcontext);
-	out.desc = CreateTupleDescCopy(tupdesc);
-	out.count = 0;
-	rsinfo->returnMode = SFRM_Materialize;
-	rsinfo->setResult = out.store;
-	rsinfo->setDesc = out.desc;
 
 	for (i = 0; i < 3; i++)
 	{
@@ -740,7 +706,7 @@ outbox_fetch(PG_FUNCTION_ARGS)
 			 * transaction id, which would hold back the very horizon the
 			 * wait is for: it returns, and the next call waits.
 			 */
-			while (OutboxReadBatch(args, nulls, &out) && out.count == 0 &&
+			while (OutboxReadBatch(args, nulls, out) && out->count == 0 &&
 				   !FullTransactionIdIsValid(GetTopFullTransactionIdIfAny()))
 			{
 				long		left;
@@ -769,8 +735,92 @@ outbox_fetch(PG_FUNCTION_ARGS)
 		PG_END_TRY();
 	}
 	else
-		(void) OutboxReadBatch(args, nulls, &out);
+		(void) OutboxReadBatch(args, nulls, out);
 
 	SPI_finish();
+}
+
+/*
+ * The batch is in use until the calling query's memory goes away (fetch
+ * memory is emptied only between batches).
+ */
+static void
+OutboxFetchInUse(MemoryContext query_memory)
+{
+	MemoryContextCallback *done;
+
+	if (FetchContext == NULL)
+		FetchContext = AllocSetContextCreate(TopMemoryContext, "pg_outbox fetch",
+											 ALLOCSET_DEFAULT_SIZES);
+	done = MemoryContextAlloc(query_memory, sizeof(MemoryContextCallback));
+	done->func = OutboxFetchDone;
+	done->arg = NULL;
+	MemoryContextRegisterResetCallback(query_memory, done);
+	FetchesInUse++;
+}
+
+/*
+ * outbox_fetch(group_name, batch_size, after, wait): the rows of the
+ * group's next batch, in feed order; none while another session leads the
+ * group. An empty batch waits up to "wait" for events.
+ */
+Datum
+outbox_fetch(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	TupleDesc	tupdesc;
+	FeedBatch	out = {0};
+	MemoryContext oldcontext;
+
+	if (rsinfo == NULL || !IsA(rsinfo, ReturnSetInfo) ||
+		(rsinfo->allowedModes & SFRM_Materialize) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("set-valued function called in context that cannot accept a set")));
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	if (tupdesc->natts != FEED_NATTS)
+		elog(ERROR, "outbox_fetch() returns %d columns, expected %d", tupdesc->natts, FEED_NATTS);
+
+	OutboxFetchInUse(rsinfo->econtext->ecxt_per_query_memory);
+	oldcontext = MemoryContextSwitchTo(FetchContext);
+	out.store = tuplestore_begin_heap((rsinfo->allowedModes & SFRM_Materialize_Random) != 0,
+									  false, work_mem);
+	MemoryContextSwitchTo(oldcontext);
+	out.desc = CreateTupleDescCopy(tupdesc);
+	rsinfo->returnMode = SFRM_Materialize;
+	rsinfo->setResult = out.store;
+	rsinfo->setDesc = out.desc;
+
+	OutboxFetch(fcinfo, &out);
 	return (Datum) 0;
+}
+
+/*
+ * outbox_fetch_packed(group_name, batch_size, after, wait): the same batch
+ * as outbox_fetch() in one bytea, in the format pack.c describes: what the
+ * relay calls. It may hold fewer events than batch_size (at most
+ * FEED_PACKED_MAX_BYTES of them); the next batch starts after its last.
+ */
+Datum
+outbox_fetch_packed(PG_FUNCTION_ARGS)
+{
+	FeedBatch	out = {0};
+	StringInfoData buf;
+	bytea	   *result;
+	int			start;
+
+	/* The buffer becomes the value: room for its varlena header first. */
+	initStringInfo(&buf);
+	appendStringInfoSpaces(&buf, VARHDRSZ);
+	start = OutboxPackBegin(&buf);
+	out.packed = &buf;
+	out.scratch = AllocSetContextCreate(CurrentMemoryContext, "pg_outbox packing", ALLOCSET_SMALL_SIZES);
+	OutboxFetch(fcinfo, &out);
+	MemoryContextDelete(out.scratch);
+	OutboxPackEnd(&buf, start, out.count,
+				  out.count > 0 ? Max(GetCurrentTimestamp() - out.first_created_at, 0) : -1);
+	result = (bytea *) buf.data;
+	SET_VARSIZE(result, buf.len);
+	PG_RETURN_BYTEA_P(result);
 }

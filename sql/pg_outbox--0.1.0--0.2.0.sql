@@ -343,6 +343,20 @@ DROP FUNCTION @extschema@.inbox_consume(text, text, text[], text[], text[], text
 -- Functions new or changed in 0.2.0, their comments and privileges.
 --
 
+-- The same batch packed in one bytea for the relay: the fields it writes to
+-- its streams, as text, each with its length (the format is described in
+-- extension/pack.c and the README). Sending one value costs the server a
+-- fraction of sending the rows.
+CREATE FUNCTION @extschema@.outbox_fetch_packed(group_name text, batch_size integer DEFAULT 1000,
+												after text DEFAULT NULL, wait interval DEFAULT NULL)
+RETURNS bytea
+AS 'MODULE_PATHNAME', 'outbox_fetch_packed'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.outbox_fetch_packed(text, integer, text, interval) IS
+	'pg_outbox: outbox_fetch()''s batch packed in one value, for the relay';
+
+
 REVOKE ALL ON SCHEMA outbox FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION outbox.config_replace()
@@ -1793,6 +1807,7 @@ REVOKE ALL ON FUNCTION
 	@extschema@.outbox_group_create(text, text[], text, text, integer),
 	@extschema@.outbox_group_drop(text, boolean),
 	@extschema@.outbox_fetch(text, integer, text, interval),
+	@extschema@.outbox_fetch_packed(text, integer, text, interval),
 	@extschema@.outbox_advance(text, text, jsonb),
 	@extschema@.outbox_lead(text),
 	@extschema@.outbox_resign(text),
@@ -1826,6 +1841,7 @@ TO outbox_writer, outbox_admin;
 
 GRANT EXECUTE ON FUNCTION
 	@extschema@.outbox_fetch(text, integer, text, interval),
+	@extschema@.outbox_fetch_packed(text, integer, text, interval),
 	@extschema@.outbox_advance(text, text, jsonb),
 	@extschema@.outbox_lead(text),
 	@extschema@.outbox_resign(text),

@@ -1,6 +1,87 @@
 #include "pg_outbox/event.hpp"
 
+#include <stdexcept>
+
 namespace pg_outbox {
+
+namespace {
+
+// Reads a packed batch front to back; every read checks what is left.
+class PackReader {
+public:
+    explicit PackReader(std::string_view bytes) : rest_(bytes) {}
+
+    std::string_view take(std::size_t n, const char* what) {
+        if (rest_.size() < n)
+            throw std::invalid_argument(std::string("packed batch truncated in ") + what + " (" +
+                                        std::to_string(rest_.size()) + " bytes left, " + std::to_string(n) +
+                                        " needed)");
+        auto out = rest_.substr(0, n);
+        rest_.remove_prefix(n);
+        return out;
+    }
+
+    std::uint64_t uint(std::size_t n, const char* what) {
+        std::uint64_t v = 0;
+        for (const char c : take(n, what)) v = v << 8 | static_cast<unsigned char>(c);
+        return v;
+    }
+
+    // A field: its bytes, or none for NULL.
+    std::optional<std::string_view> field(const char* what) {
+        const auto length = static_cast<std::int32_t>(static_cast<std::uint32_t>(uint(4, what)));
+        if (length == -1) return std::nullopt;
+        if (length < 0) throw std::invalid_argument(std::string("packed batch: negative length of ") + what);
+        return take(static_cast<std::size_t>(length), what);
+    }
+
+    std::string_view required(const char* what) {
+        auto f = field(what);
+        if (!f) throw std::invalid_argument(std::string("packed batch: ") + what + " is NULL");
+        return *f;
+    }
+
+    bool done() const { return rest_.empty(); }
+    std::size_t left() const { return rest_.size(); }
+
+private:
+    std::string_view rest_;
+};
+
+}  // namespace
+
+PackedBatch unpack_batch(std::string_view bytes) {
+    PackReader in(bytes);
+    if (in.take(4, "the header") != "OBP1") throw std::invalid_argument("packed batch: not in format OBP1");
+    const auto count = in.uint(4, "the header");
+    const auto age = static_cast<std::int64_t>(in.uint(8, "the header"));
+    PackedBatch out;
+    // Each event takes 28 bytes at least: a count beyond that is a lie.
+    if (count > in.left() / 28)
+        throw std::invalid_argument("packed batch: " + std::to_string(count) + " events cannot fit in " +
+                                    std::to_string(in.left()) + " bytes");
+    out.events.reserve(count);
+    for (std::uint64_t i = 0; i < count; ++i) {
+        Event e;
+        e.position = in.required("position");
+        const auto parsed = Position::parse(e.position);
+        if (!parsed) throw std::invalid_argument("packed batch: malformed position \"" + e.position + "\"");
+        e.parsed = *parsed;
+        e.event_id = in.required("event_id");
+        e.topic = in.required("topic");
+        if (auto k = in.field("key")) e.key = std::string(*k);
+        e.payload = in.required("payload");
+        if (auto h = in.field("headers")) e.headers = std::string(*h);
+        // Not finite, or outside RFC 3339's years: empty, as to_char()'s
+        // NULL was.
+        if (auto c = in.field("created_at")) e.created_at = *c;
+        out.events.push_back(std::move(e));
+    }
+    if (!in.done())
+        throw std::invalid_argument("packed batch: " + std::to_string(in.left()) + " bytes after the last event");
+    if (count > 0 && age >= 0) out.first_age_seconds = static_cast<double>(age) / 1e6;
+    return out;
+}
 
 bool is_already_published_error(std::string_view reply_error) {
     // Redis 7: "ERR The ID specified in XADD is equal or smaller than the

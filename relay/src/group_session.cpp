@@ -29,6 +29,12 @@ constexpr const char* kFetchSql =
     "       to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'),"
     "       CASE WHEN ordinality = 1 THEN extract(epoch FROM clock_timestamp() - created_at) END"
     "  FROM outbox_fetch($1, $2, $3, $4::interval) WITH ORDINALITY";
+// The same batch packed in one bytea (0.2.0 on): about a third of the
+// server's time of the rows above, where every column of every row went
+// through its output function, and created_at through to_char().
+constexpr const char* kFetchPackedSql = "SELECT outbox_fetch_packed($1, $2, $3, $4::interval)";
+constexpr const char* kHasPackedSql =
+    "SELECT pg_catalog.to_regprocedure('outbox_fetch_packed(text, integer, text, interval)') IS NOT NULL";
 constexpr const char* kAdvanceSql = "SELECT outbox_advance($1, $2, $3::jsonb)";
 // The same without waiting for the commit's WAL flush. With explicit ids an
 // advance lost in a PostgreSQL crash costs nothing but a replay that Redis
@@ -91,7 +97,9 @@ void GroupSession::connected(PgConnection& pg) {
     // are sent on demand), the server can sleep in outbox_fetch() instead.
     sleeps_in_fetch_ = config_.listen && pg_->exec(kWaitingSql).get(0, 0) == "t";
     // The calls of every batch, and of every time the feed runs dry.
-    pg_->prepare(kFetchStatement, kFetchSql);
+    // A database not yet updated to 0.2.0 has rows only.
+    packed_ = pg_->exec(kHasPackedSql).get(0, 0) == "t";
+    pg_->prepare(kFetchStatement, packed_ ? kFetchPackedSql : kFetchSql);
     pg_->prepare(kWaitingStatement, kWaitingSql);
     pg_->prepare(kAdvanceStatement,
                  config_.id_mode == IdMode::explicit_position ? kAdvanceAsyncSql : kAdvanceSql);
@@ -171,7 +179,8 @@ void GroupSession::send_fetch(const std::string* after, std::chrono::millisecond
     fetch_waits_ = wait.count() > 0;
     pg_->send_prepared(kFetchStatement, {config_.group, std::to_string(config_.batch_size),
                                          after ? Param(*after) : std::nullopt,
-                                         fetch_waits_ ? Param(std::to_string(wait.count()) + " ms") : std::nullopt});
+                                         fetch_waits_ ? Param(std::to_string(wait.count()) + " ms") : std::nullopt},
+                      packed_);
 }
 
 std::vector<Event> GroupSession::receive_fetch() {
@@ -183,6 +192,23 @@ std::vector<Event> GroupSession::receive_fetch() {
         }
     }();
     if (!fetch_waits_) metrics_.pg_rtt_seconds = seconds_since(fetch_sent_);
+    if (packed_) {
+        PackedBatch packed;
+        try {
+            if (r.rows() != 1 || r.is_null(0, 0)) throw std::invalid_argument("no packed batch returned");
+            packed = unpack_batch(r.get(0, 0));
+        } catch (const std::invalid_argument& e) {
+            throw PgError(std::string("outbox_fetch_packed returned a malformed batch: ") + e.what(), "XX000", false,
+                          kFetchStatement);
+        }
+        if (packed.first_age_seconds) {
+            metrics_.lag_seconds = *packed.first_age_seconds;
+            metrics_.batch_waiting();
+        } else {
+            metrics_.caught_up();
+        }
+        return std::move(packed.events);
+    }
     std::vector<Event> batch;
     batch.reserve(r.rows());
     for (int i = 0; i < r.rows(); ++i) {

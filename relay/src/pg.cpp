@@ -339,7 +339,7 @@ void PgConnection::prepare(const std::string& name, const std::string& sql, cons
     if (!raw || PQresultStatus(raw) != PGRES_COMMAND_OK) throw_error(raw, "could not prepare a statement", name, true);
 }
 
-void PgConnection::queue(const char* name, const char* sql, const std::vector<Param>& params) {
+void PgConnection::queue(const char* name, const char* sql, const std::vector<Param>& params, bool binary_result) {
     std::string statement = name ? name : sql;
     if (queued_ == 0 && PQenterPipelineMode(conn_.get()) == 0)
         throw_error(nullptr, "could not enter pipeline mode", statement, name != nullptr);
@@ -347,8 +347,9 @@ void PgConnection::queue(const char* name, const char* sql, const std::vector<Pa
     values.reserve(params.size());
     for (const auto& p : params) values.push_back(p ? p->c_str() : nullptr);
     const int n = static_cast<int>(values.size());
-    const int sent = name ? PQsendQueryPrepared(conn_.get(), name, n, values.data(), nullptr, nullptr, 0)
-                          : PQsendQueryParams(conn_.get(), sql, n, nullptr, values.data(), nullptr, nullptr, 0);
+    const int format = binary_result ? 1 : 0;
+    const int sent = name ? PQsendQueryPrepared(conn_.get(), name, n, values.data(), nullptr, nullptr, format)
+                          : PQsendQueryParams(conn_.get(), sql, n, nullptr, values.data(), nullptr, nullptr, format);
     if (sent == 0 || PQpipelineSync(conn_.get()) == 0 || PQflush(conn_.get()) != 0)
         throw_error(nullptr, "could not send a query", statement, name != nullptr);
     sent_.emplace_back(std::move(statement), name != nullptr);
@@ -359,8 +360,8 @@ void PgConnection::send(const std::string& sql, const std::vector<Param>& params
     queue(nullptr, sql.c_str(), params);
 }
 
-void PgConnection::send_prepared(const std::string& name, const std::vector<Param>& params) {
-    queue(name.c_str(), nullptr, params);
+void PgConnection::send_prepared(const std::string& name, const std::vector<Param>& params, bool binary_result) {
+    queue(name.c_str(), nullptr, params, binary_result);
 }
 
 PgResult PgConnection::receive() {

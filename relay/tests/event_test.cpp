@@ -110,3 +110,112 @@ TEST(Event, EntryBytesCountTheIdAndEveryFieldPresent) {
     e.headers = "{}";
     EXPECT_EQ(entry_bytes(e), plain + (3 + 2) + (7 + 2));
 }
+
+namespace {
+
+// A packed batch built by hand, as extension/pack.c writes one.
+struct Packer {
+    std::string bytes;
+    void u32(std::uint32_t v) {
+        for (int shift = 24; shift >= 0; shift -= 8) bytes.push_back(static_cast<char>(v >> shift & 0xFF));
+    }
+    void u64(std::uint64_t v) {
+        for (int shift = 56; shift >= 0; shift -= 8) bytes.push_back(static_cast<char>(v >> shift & 0xFF));
+    }
+    void field(std::optional<std::string_view> v) {
+        if (!v) return u32(0xFFFFFFFFu);
+        u32(static_cast<std::uint32_t>(v->size()));
+        bytes.append(*v);
+    }
+    void header(std::uint32_t count, std::int64_t age_us) {
+        bytes.append("OBP1");
+        u32(count);
+        u64(static_cast<std::uint64_t>(age_us));
+    }
+    void event(std::string_view position, std::optional<std::string_view> key, std::optional<std::string_view> headers,
+               std::string_view payload = "{\"a\": 1}") {
+        field(position);
+        field("01a23461-8e0b-7b2b-aa39-d4d4e56e99d8");
+        field("orders");
+        field(key);
+        field(payload);
+        field(headers);
+        field("2026-12-02T01:30:00.123456Z");
+    }
+};
+
+}  // namespace
+
+TEST(PackedBatch, UnpacksEveryFieldAndNulls) {
+    Packer p;
+    p.header(2, 1500000);
+    using namespace std::string_view_literals;
+    p.event("42-1", "k\0ey"sv, std::nullopt, "{\"s\": \"\\u0000 is not here, \\\" is\"}");
+    p.event("42-2", std::nullopt, "{\"trace\": 1}");
+    const auto b = unpack_batch(p.bytes);
+    ASSERT_EQ(b.events.size(), 2u);
+    EXPECT_EQ(b.events[0].position, "42-1");
+    EXPECT_EQ(b.events[0].parsed.to_string(), "42-1");
+    EXPECT_EQ(b.events[0].event_id, "01a23461-8e0b-7b2b-aa39-d4d4e56e99d8");
+    EXPECT_EQ(b.events[0].topic, "orders");
+    EXPECT_EQ(b.events[0].key, std::optional<std::string>(std::string("k\0ey", 4)));
+    EXPECT_EQ(b.events[0].payload, "{\"s\": \"\\u0000 is not here, \\\" is\"}");
+    EXPECT_FALSE(b.events[0].headers);
+    EXPECT_EQ(b.events[0].created_at, "2026-12-02T01:30:00.123456Z");
+    EXPECT_FALSE(b.events[1].key);
+    EXPECT_EQ(b.events[1].headers, std::optional<std::string>("{\"trace\": 1}"));
+    ASSERT_TRUE(b.first_age_seconds);
+    EXPECT_DOUBLE_EQ(*b.first_age_seconds, 1.5);
+}
+
+TEST(PackedBatch, EmptyBatchHasNoAge) {
+    Packer p;
+    p.header(0, -1);
+    const auto b = unpack_batch(p.bytes);
+    EXPECT_TRUE(b.events.empty());
+    EXPECT_FALSE(b.first_age_seconds);
+}
+
+// Whatever the bytes, a malformed batch is refused with a reason, never
+// read past its end or half used.
+TEST(PackedBatch, MalformedBatchesAreRefused) {
+    Packer good;
+    good.header(1, 0);
+    good.event("42-1", "k", std::nullopt);
+    // Every truncation of a whole batch.
+    for (std::size_t n = 0; n < good.bytes.size(); ++n)
+        EXPECT_THROW(unpack_batch(std::string_view(good.bytes).substr(0, n)), std::invalid_argument) << n;
+    EXPECT_THROW(unpack_batch(good.bytes + "x"), std::invalid_argument);  // trailing bytes
+    auto wrong_magic = good.bytes;
+    wrong_magic[3] = '2';
+    EXPECT_THROW(unpack_batch(wrong_magic), std::invalid_argument);
+    // A count larger than the bytes could hold, up to 2^32 - 1.
+    for (std::uint32_t count : {2u, 1000u, 0xFFFFFFFFu}) {
+        Packer p;
+        p.header(count, 0);
+        p.event("42-1", "k", std::nullopt);
+        EXPECT_THROW(unpack_batch(p.bytes), std::invalid_argument) << count;
+    }
+    // Lengths below -1, and huge ones.
+    for (std::uint32_t length : {0xFFFFFFFEu, 0x80000000u, 0x7FFFFFFFu}) {
+        Packer p;
+        p.header(1, 0);
+        p.u32(length);
+        p.bytes.append(40, 'x');
+        EXPECT_THROW(unpack_batch(p.bytes), std::invalid_argument) << length;
+    }
+    // NULL where a field cannot be NULL, and a malformed position.
+    {
+        Packer p;
+        p.header(1, 0);
+        p.field(std::nullopt);
+        for (int i = 0; i < 6; ++i) p.field("x");
+        EXPECT_THROW(unpack_batch(p.bytes), std::invalid_argument);
+    }
+    for (std::string_view position : {"", "42", "42-", "-1", "x-1", "18446744073709551616-1"}) {
+        Packer p;
+        p.header(1, 0);
+        p.event(position, "k", std::nullopt);
+        EXPECT_THROW(unpack_batch(p.bytes), std::invalid_argument) << position;
+    }
+}

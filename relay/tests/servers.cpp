@@ -26,7 +26,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const char* const kPgBin = "/usr/lib/postgresql/15/bin";
+// PostgreSQL's programs; PG_OUTBOX_PG_BIN names another installation's
+// (a copy of the tree with this checkout's extension installed into it by
+// "make install DESTDIR=...", so that tests need not use the system's).
+const std::string kPgBin = [] {
+    const char* bin = std::getenv("PG_OUTBOX_PG_BIN");
+    return std::string(bin && *bin ? bin : "/usr/lib/postgresql/15/bin");
+}();
 
 // Runs a command, as the "postgres" user when we are root; throws on failure.
 void run_as_postgres(const std::string& command) {

@@ -25,6 +25,21 @@ struct Event {
     Position parsed{};
 };
 
+// A batch as outbox_fetch_packed() packs it (extension/pack.c): "OBP1",
+// the event count (uint32), the first event's age in microseconds (int64,
+// -1 when empty), then per event seven fields (position, event_id, topic,
+// key, payload, headers, created_at), each an int32 length (-1: NULL) and
+// its bytes; integers in network byte order.
+struct PackedBatch {
+    std::vector<Event> events;
+    std::optional<double> first_age_seconds;  // none when empty
+};
+
+// Unpacks a batch; throws std::invalid_argument naming what is wrong when
+// the bytes are not a whole batch in that format (truncated, trailing
+// bytes, a NULL where the field cannot be one, a malformed position).
+PackedBatch unpack_batch(std::string_view bytes);
+
 // True when Redis refused an XADD because the stream already holds an
 // entry with an equal or greater id: with explicit ids, the entry was
 // published before.

@@ -136,6 +136,7 @@ private:
     std::chrono::steady_clock::time_point advance_sent_at_{};
     std::chrono::steady_clock::time_point fetch_sent_{};
     bool fetch_waits_ = false;  // the fetch in flight may sleep in the server
+    bool packed_ = false;       // batches come from outbox_fetch_packed()
     std::chrono::steady_clock::time_point next_maintain_{};
 };
 

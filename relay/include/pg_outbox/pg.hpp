@@ -90,8 +90,10 @@ public:
     // in order, one per send(). exec() waits for nothing queued, so every
     // send() must be received first.
     void send(const std::string& sql, const std::vector<Param>& params = {});
-    // The same for a statement prepare() made.
-    void send_prepared(const std::string& name, const std::vector<Param>& params = {});
+    // The same for a statement prepare() made; with binary_result, its
+    // values come in their types' binary representation (a bytea's bytes
+    // as they are).
+    void send_prepared(const std::string& name, const std::vector<Param>& params = {}, bool binary_result = false);
     PgResult receive();
     int queued() const { return queued_; }
 
@@ -120,7 +122,7 @@ private:
     [[noreturn]] void throw_error(const PGresult* r, const std::string& what, const std::string& statement = {},
                                   bool prepared = false) const;
     // Queues a statement, unnamed (sql) or prepared (name), and its sync point.
-    void queue(const char* name, const char* sql, const std::vector<Param>& params);
+    void queue(const char* name, const char* sql, const std::vector<Param>& params, bool binary_result = false);
 
     std::unique_ptr<PGconn, PGconnDeleter> conn_;
     int queued_ = 0;
