@@ -110,6 +110,16 @@ PG_FUNCTION_INFO_V1(outbox_fetch_packed);
 static MemoryContext FetchContext = NULL;
 static int	FetchesInUse = 0;
 
+/*
+ * The buffer of packed batches, kept between batches like the rows' memory
+ * (a batch's buffer allocated anew grows by doubling and is faulted in page
+ * by page each time). A batch's value is the buffer itself, in use until
+ * the memory of the calling query goes away; a call meanwhile (another in
+ * the same query) packs into a buffer of its own.
+ */
+static StringInfoData PackBuffer;
+static bool PackBufferInUse = false;
+
 /* The calls of outbox.lead() and (0.1.0) outbox.fetch_args(), prepared once per session. */
 static SPIPlanPtr LeadPlan = NULL;
 static SPIPlanPtr FetchArgsPlan = NULL;
@@ -802,25 +812,61 @@ outbox_fetch(PG_FUNCTION_ARGS)
  * relay calls. It may hold fewer events than batch_size (at most
  * FEED_PACKED_MAX_BYTES of them); the next batch starts after its last.
  */
+static void
+OutboxPackBufferDone(void *arg)
+{
+	PackBufferInUse = false;
+	if (PackBuffer.maxlen > OUTBOX_FETCH_KEEP_BYTES)
+	{
+		pfree(PackBuffer.data);
+		PackBuffer.data = NULL;
+	}
+}
+
 Datum
 outbox_fetch_packed(PG_FUNCTION_ARGS)
 {
 	FeedBatch	out = {0};
-	StringInfoData buf;
+	StringInfoData local;
+	StringInfo	buf = &local;
 	bytea	   *result;
 	int			start;
 
+	if (!PackBufferInUse)
+	{
+		MemoryContextCallback *done;
+
+		if (FetchContext == NULL)
+			FetchContext = AllocSetContextCreate(TopMemoryContext, "pg_outbox fetch",
+												 ALLOCSET_DEFAULT_SIZES);
+		if (PackBuffer.data == NULL)
+		{
+			MemoryContext old = MemoryContextSwitchTo(FetchContext);
+
+			initStringInfo(&PackBuffer);
+			MemoryContextSwitchTo(old);
+		}
+		done = MemoryContextAlloc(fcinfo->flinfo->fn_mcxt, sizeof(MemoryContextCallback));
+		done->func = OutboxPackBufferDone;
+		done->arg = NULL;
+		MemoryContextRegisterResetCallback(fcinfo->flinfo->fn_mcxt, done);
+		PackBufferInUse = true;
+		buf = &PackBuffer;
+		resetStringInfo(buf);
+	}
+	else
+		initStringInfo(buf);
+
 	/* The buffer becomes the value: room for its varlena header first. */
-	initStringInfo(&buf);
-	appendStringInfoSpaces(&buf, VARHDRSZ);
-	start = OutboxPackBegin(&buf);
-	out.packed = &buf;
+	appendStringInfoSpaces(buf, VARHDRSZ);
+	start = OutboxPackBegin(buf);
+	out.packed = buf;
 	out.scratch = AllocSetContextCreate(CurrentMemoryContext, "pg_outbox packing", ALLOCSET_SMALL_SIZES);
 	OutboxFetch(fcinfo, &out);
 	MemoryContextDelete(out.scratch);
-	OutboxPackEnd(&buf, start, out.count,
+	OutboxPackEnd(buf, start, out.count,
 				  out.count > 0 ? Max(GetCurrentTimestamp() - out.first_created_at, 0) : -1);
-	result = (bytea *) buf.data;
-	SET_VARSIZE(result, buf.len);
+	result = (bytea *) buf->data;
+	SET_VARSIZE(result, buf->len);
 	PG_RETURN_BYTEA_P(result);
 }

@@ -39,11 +39,23 @@ ensure_packages() {
 	export PG_BINDIR
 }
 
+# PostgreSQL's programs: the system's, or with PG_OUTBOX_DESTDIR those of
+# a copy of its tree there (cp -a /usr/lib/postgresql/15 and
+# /usr/share/postgresql/15 under it), into which build_extension installs:
+# benchmarks and relay tests of one checkout then never use another's
+# extension. PostgreSQL finds its libraries and extensions relative to its
+# programs.
+if [ -n "${PG_OUTBOX_DESTDIR:-}" ]; then
+	PG_OUTBOX_PG_BIN="$PG_OUTBOX_DESTDIR/usr/lib/postgresql/15/bin"
+	export PG_OUTBOX_PG_BIN
+fi
+PG_BIN=${PG_OUTBOX_PG_BIN:-/usr/lib/postgresql/15/bin}
+
 # Builds and installs the extension into the local PostgreSQL 15.
 build_extension() {
 	say "building the extension"
 	make -s PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config >/dev/null
-	as_root make -s PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config install >/dev/null
+	as_root make -s PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config install ${PG_OUTBOX_DESTDIR:+DESTDIR="$PG_OUTBOX_DESTDIR"} >/dev/null
 }
 
 # Runs a PostgreSQL binary, as the "postgres" user when root (PostgreSQL
@@ -52,9 +64,9 @@ pg_run() {
 	local bin=$1
 	shift
 	if [ "$(id -u)" -eq 0 ]; then
-		runuser -u postgres -- "/usr/lib/postgresql/15/bin/$bin" "$@"
+		runuser -u postgres -- "$PG_BIN/$bin" "$@"
 	else
-		"/usr/lib/postgresql/15/bin/$bin" "$@"
+		"$PG_BIN/$bin" "$@"
 	fi
 }
 

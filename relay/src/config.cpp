@@ -411,7 +411,9 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
                         "group's template needs {shard}")
         ->envname("PG_OUTBOX_STREAM")
         ->capture_default_str();
-    publish->add_option("--batch-size", c.batch_size, "events fetched and pipelined per batch")
+    publish->add_option("--batch-size", c.batch_size,
+                        "events fetched per batch; while batches come back full (a backlog), each next one "
+                        "asks for twice as many, up to 4 times this")
         ->envname("PG_OUTBOX_BATCH_SIZE")
         ->check(CLI::Range(1, 100000))
         ->capture_default_str();

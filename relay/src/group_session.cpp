@@ -63,6 +63,11 @@ constexpr const char* kFetchStatement = "pg_outbox_fetch";
 constexpr const char* kAdvanceStatement = "pg_outbox_advance";
 constexpr const char* kWaitingStatement = "pg_outbox_relay_waiting";
 
+// A batch grows to this many times --batch-size while batches come back
+// full, and never beyond what outbox_fetch() takes.
+constexpr int kBatchGrowth = 4;
+constexpr int kMaxBatchSize = 100000;
+
 // How often the cursor moves while batches keep coming (explicit ids).
 constexpr std::chrono::milliseconds kAdvanceInterval{100};
 
@@ -83,7 +88,10 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 GroupSession::GroupSession(const Config& config, Metrics& metrics)
-    : config_(config), metrics_(metrics), next_maintain_(std::chrono::steady_clock::now()) {}
+    : config_(config),
+      metrics_(metrics),
+      fetch_size_(config.batch_size),
+      next_maintain_(std::chrono::steady_clock::now()) {}
 
 void GroupSession::connected(PgConnection& pg) {
     pg_ = &pg;
@@ -177,10 +185,23 @@ void GroupSession::resign() {
 void GroupSession::send_fetch(const std::string* after, std::chrono::milliseconds wait) {
     fetch_sent_ = std::chrono::steady_clock::now();
     fetch_waits_ = wait.count() > 0;
-    pg_->send_prepared(kFetchStatement, {config_.group, std::to_string(config_.batch_size),
+    fetch_size_sent_ = fetch_size_;
+    pg_->send_prepared(kFetchStatement, {config_.group, std::to_string(fetch_size_),
                                          after ? Param(*after) : std::nullopt,
                                          fetch_waits_ ? Param(std::to_string(wait.count()) + " ms") : std::nullopt},
                       packed_);
+}
+
+// While batches come back full (a backlog), each next one asks for twice
+// as many events, up to kBatchGrowth times --batch-size: the server's and
+// the relay's cost per batch (a round trip, the call, the wake-ups) is
+// then spread over more events. The first batch that is not full goes
+// back to --batch-size. Writes to Redis keep their parts (--batch-bytes).
+void GroupSession::size_next_fetch(std::size_t received) {
+    if (received >= static_cast<std::size_t>(fetch_size_sent_))
+        fetch_size_ = std::min({fetch_size_ * 2, config_.batch_size * kBatchGrowth, kMaxBatchSize});
+    else
+        fetch_size_ = config_.batch_size;
 }
 
 std::vector<Event> GroupSession::receive_fetch() {
@@ -191,6 +212,12 @@ std::vector<Event> GroupSession::receive_fetch() {
             rethrow_refusal(e);
         }
     }();
+    auto batch = unpack_fetch(r);
+    size_next_fetch(batch.size());
+    return batch;
+}
+
+std::vector<Event> GroupSession::unpack_fetch(const PgResult& r) {
     if (!fetch_waits_) metrics_.pg_rtt_seconds = seconds_since(fetch_sent_);
     if (packed_) {
         PackedBatch packed;

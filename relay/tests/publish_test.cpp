@@ -551,7 +551,8 @@ TEST_F(PublishTest, PlainDrainUsesTheTransactionPath) {
     httplib::Client client("127.0.0.1", port);
     ASSERT_TRUE(eventually([&] { return metric(client, series("pg_outbox_relay_events_published_total")) == 600; },
                            10s));
-    EXPECT_GE(metric(client, series("pg_outbox_relay_redis_batches_total", ",path=\"transaction\"")), 6);
+    // Batches of 100, 200 and 300 events (full batches grow).
+    EXPECT_GE(metric(client, series("pg_outbox_relay_redis_batches_total", ",path=\"transaction\"")), 3);
     EXPECT_EQ(metric(client, series("pg_outbox_relay_redis_batches_total", ",path=\"script\"")), 0);
     EXPECT_EQ(metric(client, series("pg_outbox_relay_events_already_published_total")), 0);
 }
@@ -667,7 +668,34 @@ TEST_F(PublishTest, RefusedTransactionsFallBackToTheScript) {
     ASSERT_TRUE(eventually([&] { return metric(client, series("pg_outbox_relay_events_published_total")) == 300; },
                            10s));
     EXPECT_EQ(metric(client, series("pg_outbox_relay_redis_batches_total", ",path=\"transaction\"")), 0);
-    EXPECT_GE(metric(client, series("pg_outbox_relay_redis_batches_total", ",path=\"script\"")), 3);
+    EXPECT_GE(metric(client, series("pg_outbox_relay_redis_batches_total", ",path=\"script\"")), 2);
+}
+
+// Full batches grow to 4 times --batch-size while the backlog lasts, and
+// the first batch that is not full goes back to it.
+TEST_F(PublishTest, FullBatchesGrowAndAPartialOneShrinks) {
+    emit(2000);
+    const int port = free_port();
+    auto& relay = start_relay({"--metrics-address", "127.0.0.1:" + std::to_string(port)});
+    ASSERT_TRUE(wait_all_published()) << relay.log();
+    httplib::Client client("127.0.0.1", port);
+    // 100, 200, 400, then 400 each: 2000 events in 6 batches (7 with the
+    // partial last one), where batches of 100 took 20.
+    ASSERT_TRUE(eventually([&] { return metric(client, series("pg_outbox_relay_events_published_total")) == 2000; },
+                           10s));
+    const auto grown = metric(client, series("pg_outbox_relay_redis_batches_total", ",path=\"transaction\""));
+    EXPECT_GE(grown, 6);
+    EXPECT_LE(grown, 8);
+    // A trickle: each batch is partial, so each asks for 100 again, and a
+    // burst of 150 then takes two batches (100 and 50), not one.
+    emit(1);
+    ASSERT_TRUE(wait_all_published());
+    emit(150);
+    ASSERT_TRUE(wait_all_published());
+    expect_exactly_once_in_order();
+    ASSERT_TRUE(eventually([&] { return metric(client, series("pg_outbox_relay_events_published_total")) == 2151; },
+                           10s));
+    EXPECT_GE(metric(client, series("pg_outbox_relay_redis_batches_total", ",path=\"transaction\"")), grown + 3);
 }
 
 // Maintenance, due when the relay starts, waits for the backlog to be

@@ -121,6 +121,8 @@ private:
         send_fetch(unadvanced_ ? &unadvanced_->first : nullptr, wait);
     }
     std::vector<Event> receive_fetch();
+    std::vector<Event> unpack_fetch(const PgResult& result);
+    void size_next_fetch(std::size_t received);
 
     const Config& config_;
     Metrics& metrics_;
@@ -135,6 +137,8 @@ private:
     bool advance_sent_ = false;
     std::chrono::steady_clock::time_point advance_sent_at_{};
     std::chrono::steady_clock::time_point fetch_sent_{};
+    int fetch_size_ = 0;       // events the next fetch asks for (size_next_fetch)
+    int fetch_size_sent_ = 0;  // and the one in flight
     bool fetch_waits_ = false;  // the fetch in flight may sleep in the server
     bool packed_ = false;       // batches come from outbox_fetch_packed()
     std::chrono::steady_clock::time_point next_maintain_{};
