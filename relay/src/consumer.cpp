@@ -663,7 +663,8 @@ void Consumer::apply(const std::vector<StreamEntry>& entries) {
     // With --pool, checked before each call: a stream lost meanwhile (the
     // worker was paused past its lease) is applied no further.
     auto drop_lost = [&](std::vector<const StreamEntry*>& list) {
-        const auto kept = std::remove_if(list.begin(), list.end(), [&](const StreamEntry* e) { return lost(e->stream); });
+        const auto kept =
+            std::remove_if(list.begin(), list.end(), [&](const StreamEntry* e) { return lost(e->stream); });
         if (kept == list.end()) return;
         spdlog::warn("pool: {} entries of streams this worker lost are left to their next owner",
                      std::distance(kept, list.end()));

@@ -226,7 +226,8 @@ std::string Metrics::render() const {
                    "died, left or let go), released (at exit, or for a worker that joined) or lost (its lease ran "
                    "out or another worker holds it).\n"
                    "# TYPE pg_outbox_relay_pool_handovers_total counter\n";
-            for (const auto& [event, n] : {std::pair{"taken", pool_taken.load()}, std::pair{"released", pool_released.load()},
+            for (const auto& [event, n] : {std::pair{"taken", pool_taken.load()},
+                                           std::pair{"released", pool_released.load()},
                                            std::pair{"lost", pool_lost.load()}})
                 out << "pg_outbox_relay_pool_handovers_total{" << labels << ",event=\"" << event << "\"} " << n
                     << '\n';

@@ -40,7 +40,10 @@ std::string StreamPool::lease_key(std::string_view group, std::string_view strea
 std::string StreamPool::workers_key(std::string_view group) { return pool_prefix(group) + ":workers"; }
 
 StreamPool::StreamPool(const Config& config, Metrics& metrics, Command command)
-    : config_(config), metrics_(metrics), command_(std::move(command)), workers_key_(workers_key(config.consumer_group)) {
+    : config_(config),
+      metrics_(metrics),
+      command_(std::move(command)),
+      workers_key_(workers_key(config.consumer_group)) {
     std::random_device rd;
     char random[17];
     std::snprintf(random, sizeof random, "%08x%08x", rd(), rd());

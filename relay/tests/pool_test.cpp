@@ -384,10 +384,9 @@ TEST_F(StreamPoolTest, SharesJoinsAndLeaves) {
     EXPECT_EQ(a.metrics.pool_released.load(), 1u);
     EXPECT_EQ(a.metrics.pool_streams_owned.load(), 1);
     const auto rendered = a.metrics.render();
-    EXPECT_NE(rendered.find("pg_outbox_relay_pool_streams_owned{mode=\"consume\",consumer=\"\",group=\"g\"} 1"), std::string::npos)
-        << rendered;
-    EXPECT_NE(rendered.find("pg_outbox_relay_pool_handovers_total{mode=\"consume\",consumer=\"\",group=\"g\",event=\"taken\"} 2"),
-              std::string::npos)
+    const std::string labels = "{mode=\"consume\",consumer=\"\",group=\"g\"";
+    EXPECT_NE(rendered.find("pg_outbox_relay_pool_streams_owned" + labels + "} 1"), std::string::npos) << rendered;
+    EXPECT_NE(rendered.find("pg_outbox_relay_pool_handovers_total" + labels + ",event=\"taken\"} 2"), std::string::npos)
         << rendered;
     // d leaves cleanly: its stream is free at once and c takes it (the
     // share is 2 again).
