@@ -340,6 +340,70 @@ void split_group_name(const std::string& group, std::string& name, int& shard) {
     shard = std::stoi(digits);
 }
 
+namespace {
+
+// --shards: each --stream holding "{shard}" becomes one stream per shard.
+// With --shards every stream must hold it (a stream without it would be
+// read as one, whatever the count says), and no stream may come twice.
+void expand_shards(Config& c) {
+    constexpr std::string_view kShard = "{shard}";
+    const bool templated = std::any_of(c.streams.begin(), c.streams.end(),
+                                       [&](const std::string& s) { return s.find(kShard) != std::string::npos; });
+    if (c.shards == 0) {
+        if (c.pool) throw ConfigError("--pool: needs --shards N and a --stream template with {shard}");
+        return;
+    }
+    if (!templated)
+        throw ConfigError("--shards: no --stream holds {shard}; write the shard streams' template, e.g. "
+                          "--stream 'outbox:orders:{shard}'");
+    std::vector<std::string> expanded;
+    for (const auto& s : c.streams) {
+        if (s.find(kShard) == std::string::npos)
+            throw ConfigError("--stream \"" + s + "\": with --shards each stream is a template holding {shard}");
+        for (int shard = 0; shard < c.shards; ++shard) {
+            const std::string number = std::to_string(shard);
+            std::string stream = s;
+            for (auto at = stream.find(kShard); at != std::string::npos; at = stream.find(kShard, at + number.size()))
+                stream.replace(at, kShard.size(), number);
+            expanded.push_back(std::move(stream));
+        }
+    }
+    std::vector<std::string> sorted = expanded;
+    std::sort(sorted.begin(), sorted.end());
+    if (auto dup = std::adjacent_find(sorted.begin(), sorted.end()); dup != sorted.end())
+        throw ConfigError("--stream: \"" + *dup + "\" is named twice");
+    c.streams = std::move(expanded);
+}
+
+// --pool-lease and --pool-renew: the lease outlives two renewals, and a
+// turn (one --block wait at most) ends before a renewal is due.
+void check_pool(Config& c, const std::string& lease, const std::string& renew) {
+    auto parse = [](const char* flag, const std::string& text) {
+        try {
+            return parse_duration(text);
+        } catch (const ConfigError& e) {
+            throw ConfigError(std::string(flag) + ": " + e.what());
+        }
+    };
+    c.pool_lease = parse("--pool-lease", lease);
+    if (c.pool_lease < std::chrono::seconds(1) || c.pool_lease > std::chrono::minutes(10))
+        throw ConfigError("--pool-lease: must be between 1s and 10m");
+    if (renew.empty()) {
+        c.pool_renew = c.pool_lease / 3;
+    } else {
+        c.pool_renew = parse("--pool-renew", renew);
+        if (c.pool_renew < std::chrono::milliseconds(100)) throw ConfigError("--pool-renew: must be at least 100ms");
+        if (c.pool_renew * 2 > c.pool_lease)
+            throw ConfigError("--pool-renew: must be at most half of --pool-lease, so that a late renewal still "
+                              "comes in time");
+    }
+    if (c.pool && c.block > c.pool_renew)
+        throw ConfigError("--block: must be at most --pool-renew with --pool, so that a wait for entries never "
+                          "delays a renewal");
+}
+
+}  // namespace
+
 ParseResult parse_command_line(int argc, const char* const* argv) {
     Config c;
     std::string redis = "127.0.0.1:6379";
@@ -458,7 +522,7 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
         ->envname("PG_OUTBOX_LEASE")
         ->capture_default_str();
 
-    std::string block = "1s", min_idle = "30s", claim_interval = "5s";
+    std::string block = "1s", min_idle = "30s", claim_interval = "5s", pool_lease = "10s", pool_renew;
     auto* consume = app.add_subcommand("consume", "apply stream entries through the inbox and a handler");
     consume->add_option("--consumer", c.consumer,
                         "the consumer: the inbox identity under which each event is applied once")
@@ -504,6 +568,26 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
         ->envname("PG_OUTBOX_MAX_DELIVERIES")
         ->check(CLI::Range(1, 1000000))
         ->capture_default_str();
+    std::string shards;
+    consume->add_option("--shards", shards,
+                        "a sharded group's shard count: each --stream holding {shard} (e.g. 'outbox:orders:{shard}') "
+                        "stands for that many streams, {shard} replaced by 0 to N-1 (1-256)")
+        ->envname("PG_OUTBOX_SHARDS");
+    consume->add_flag("--pool", c.pool,
+                      "share the streams out among the group's workers: each stream is read by one live worker at "
+                      "a time (a lease in Redis), so each key's events apply in order while the streams apply in "
+                      "parallel; a worker takes at most its share, streams of a dead worker are taken over after "
+                      "--pool-lease. Needs --shards and {shard} in --stream")
+        ->envname("PG_OUTBOX_POOL");
+    consume->add_option("--pool-lease", pool_lease,
+                        "with --pool: how long a worker's hold on a stream, and its heartbeat, lasts without "
+                        "renewal; a dead or paused worker's streams are taken over after this (1s to 10m)")
+        ->envname("PG_OUTBOX_POOL_LEASE")
+        ->capture_default_str();
+    consume->add_option("--pool-renew", pool_renew,
+                        "with --pool: how often the worker renews its holds and heartbeat (default: a third of "
+                        "--pool-lease; at least 100ms, at most half of --pool-lease, at least --block)")
+        ->envname("PG_OUTBOX_POOL_RENEW");
 
     try {
         app.parse(argc, argv);
@@ -598,6 +682,16 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
             }
             for (const auto& s : c.streams)
                 if (s.empty()) throw ConfigError("--stream: a stream name must not be empty");
+            if (!shards.empty()) {
+                int n = 0;
+                const auto [end, ec] = std::from_chars(shards.data(), shards.data() + shards.size(), n);
+                if (ec != std::errc() || end != shards.data() + shards.size() || n < 1 || n > kMaxConsumeShards)
+                    throw ConfigError("--shards: \"" + shards + "\" is not a shard count (1 to " +
+                                      std::to_string(kMaxConsumeShards) + ")");
+                c.shards = n;
+            }
+            expand_shards(c);
+            check_pool(c, pool_lease, pool_renew);
             if (c.start_id != "0" && c.start_id != "$") throw ConfigError("--start: use 0 or $");
             if (c.block >= c.redis_timeout)
                 throw ConfigError("--block: must be shorter than --redis-timeout, or every wait would time out");

@@ -182,6 +182,42 @@ Consumer::Consumer(const Config& config, Metrics& metrics, const std::atomic<boo
         cluster_.emplace(config.redis.cluster_seeds, config.redis_password, config.redis_timeout);
     spdlog::info("consumer \"{}\" (worker \"{}\", group \"{}\") reading {} stream(s) from {}", config_.consumer,
                  config_.worker, config_.consumer_group, config_.streams.size(), config_.redis.to_string());
+    if (config_.pool) {
+        pool_.emplace(config_, metrics_, [this](std::string_view key, const std::vector<std::string_view>& argv) {
+            return command(key, argv, "pool");
+        });
+        spdlog::info("pool: each stream read by one live worker at a time (lease {} ms, renewed every {} ms)",
+                     config_.pool_lease.count(), config_.pool_renew.count());
+    }
+}
+
+std::vector<std::string> Consumer::reading() const {
+    if (!pool_) return config_.streams;
+    std::vector<std::string> out;
+    for (auto& s : pool_->held())
+        if (!unsettled_.count(s)) out.push_back(std::move(s));
+    return out;
+}
+
+void Consumer::keep_pool() {
+    if (!pool_ || !pool_->due()) return;
+    for (auto& s : pool_->maintain()) unsettled_.insert(std::move(s));
+}
+
+void Consumer::wait(std::chrono::milliseconds d) {
+    if (!pool_) return pause(d);
+    // In steps of --pool-renew at most, renewing in between.
+    while (d.count() > 0 && !stop_) {
+        const auto step = std::min(d, config_.pool_renew);
+        pause(step);
+        d -= step;
+        keep_pool();
+    }
+}
+
+void Consumer::on_stop() {
+    // Without a connection the holds run out after --pool-lease.
+    if (pool_ && (cluster_ || redis_)) pool_->leave();
 }
 
 void Consumer::on_redis_connected() {
@@ -384,8 +420,14 @@ std::vector<std::string> Consumer::wait_argv(const std::vector<std::string_view>
 }
 
 std::vector<StreamEntry> Consumer::read_new() {
+    const auto names = reading();
+    if (names.empty()) {
+        // A pool's worker holding no stream (the others hold their share).
+        pause(config_.block);
+        return {};
+    }
     if (cluster_) return read_new_cluster();
-    const std::vector<std::string_view> streams(config_.streams.begin(), config_.streams.end());
+    const std::vector<std::string_view> streams(names.begin(), names.end());
     std::map<std::string, Position> delivered;
     auto read = read_group(*redis_, streams, delivered);
     if (read.outcome != GroupRead::Outcome::read) return {};
@@ -412,8 +454,9 @@ std::vector<StreamEntry> Consumer::read_new() {
 // equal share of --block, so that the wait for a new entry stays about
 // --block.
 std::vector<StreamEntry> Consumer::read_new_cluster() {
+    const auto names = reading();
     std::map<int, std::vector<std::string_view>> by_slot;
-    for (const auto& s : config_.streams) by_slot[key_slot(s)].emplace_back(s);
+    for (const auto& s : names) by_slot[key_slot(s)].emplace_back(s);
     std::vector<StreamEntry> entries;
     std::map<std::string, Position> delivered;
     try {
@@ -504,9 +547,15 @@ void Consumer::report_gap(const Gap& gap) {
 // while pending come back as deleted ids and become dead letters.
 void Consumer::reclaim() {
     const auto min_idle = std::to_string(config_.min_idle.count());
+    double oldest_idle = 0;
+    for (const auto& stream : reading()) oldest_idle = std::max(oldest_idle, reclaim_stream(stream, min_idle));
+    metrics_.pending_oldest_idle_seconds = oldest_idle;
+}
+
+double Consumer::reclaim_stream(const std::string& stream, const std::string& min_idle) {
     const auto count = std::to_string(config_.consume_batch_size);
     double oldest_idle = 0;
-    for (const auto& stream : config_.streams) {
+    {
         std::string cursor = "0-0";
         do {
             auto r = command(
@@ -541,14 +590,14 @@ void Consumer::reclaim() {
             metrics_.entries_reclaimed += entries.size();
             spdlog::info("reclaimed {} pending entries of stream \"{}\"", entries.size(), stream);
             apply(entries);
-        } while (cursor != "0-0" && !stop_);
+        } while (cursor != "0-0" && !stop_ && !lost(stream));
         report_trimmed_unread(stream);
         // Best effort: an error reply leaves the gauge as it is.
         auto oldest = command_raw(stream, {"XPENDING", stream, config_.consumer_group, "-", "+", "1"});
         if (oldest->type == REDIS_REPLY_ARRAY && oldest->elements > 0)
-            oldest_idle = std::max(oldest_idle, oldest->element[0]->element[2]->integer / 1000.0);
+            oldest_idle = oldest->element[0]->element[2]->integer / 1000.0;
     }
-    metrics_.pending_oldest_idle_seconds = oldest_idle;
+    return oldest_idle;
 }
 
 // Entries trimmed from the stream before this group read them never reach
@@ -611,7 +660,19 @@ void Consumer::apply(const std::vector<StreamEntry>& entries) {
     // Calls of at most kMaxCallBytes, each acknowledged after its commit.
     std::vector<const StreamEntry*> call;
     std::size_t call_bytes = 0;
+    // With --pool, checked before each call: a stream lost meanwhile (the
+    // worker was paused past its lease) is applied no further.
+    auto drop_lost = [&](std::vector<const StreamEntry*>& list) {
+        const auto kept =
+            std::remove_if(list.begin(), list.end(), [&](const StreamEntry* e) { return lost(e->stream); });
+        if (kept == list.end()) return;
+        spdlog::warn("pool: {} entries of streams this worker lost are left to their next owner",
+                     std::distance(kept, list.end()));
+        list.erase(kept, list.end());
+    };
     auto flush = [&] {
+        keep_pool();  // a long batch keeps its holds
+        drop_lost(call);
         if (call.empty()) return;
         std::vector<const StreamEntry*> done;
         apply_call(call, done);
@@ -621,6 +682,7 @@ void Consumer::apply(const std::vector<StreamEntry>& entries) {
     };
     std::vector<const StreamEntry*> done;
     for (const auto& e : entries) {
+        if (lost(e.stream)) continue;
         if (auto fault = framing_fault(e)) {
             malformed(e, fault->first, fault->second, done);
             continue;
@@ -737,6 +799,9 @@ void Consumer::malformed(const StreamEntry& e, const std::string& reason, const 
 }
 
 void Consumer::hold(const StreamEntry& e, std::string_view sqlstate, std::string_view message) {
+    // A lost stream's entry is its next owner's: claiming it back would
+    // let that owner read past it.
+    if (lost(e.stream)) return;
     // This delivery does not count: the entry's delivery counter goes back
     // to what it was before (and its idle time restarts, so that no other
     // worker reclaims it while this one retries).
@@ -811,6 +876,7 @@ void Consumer::ack(const std::vector<const StreamEntry*>& entries) {
 }
 
 void Consumer::turn() {
+    keep_pool();
     if (!held_.entries.empty()) {
         // Entries held after a configuration or transient fault: nothing
         // else is read until they apply, dead-letter or stay pending.
@@ -822,7 +888,7 @@ void Consumer::turn() {
                         "{} fault: {} (SQLSTATE {}); {} entries held, nothing dead-lettered or acknowledged; "
                         "retrying in {} ms",
                         to_string(held_.fault), held_.message, held_.sqlstate, held_.entries.size(), delay.count());
-        pause(delay);
+        wait(delay);
         if (stop_) return;
         auto retry = std::move(held_.entries);
         held_ = Held{};
@@ -834,6 +900,17 @@ void Consumer::turn() {
         return;
     }
     if (!groups_ready_) ensure_groups();
+    // A stream just taken: what its previous owner read and left pending
+    // is applied first, in id order, whatever its idle time, so that each
+    // key's events keep their order across the handover.
+    for (auto it = unsettled_.begin(); it != unsettled_.end() && held_.entries.empty() && !stop_;) {
+        if (pool_->holds(*it)) {
+            reclaim_stream(*it, "0");
+            if (!held_.entries.empty()) break;  // retried first; the stream stays unsettled
+        }
+        it = unsettled_.erase(it);
+    }
+    if (!held_.entries.empty()) return;
     const auto now = std::chrono::steady_clock::now();
     if (now >= next_claim_) {
         reclaim();

@@ -219,6 +219,19 @@ std::string Metrics::render() const {
                 out << "pg_outbox_relay_gaps_total{" << labels << ",stream=\"" << prometheus_label_value(stream)
                     << "\"} " << n << '\n';
         }
+        if (pool) {
+            metric("pg_outbox_relay_pool_streams_owned", "gauge",
+                   "Streams this worker holds in the consumer group's pool (--pool).", pool_streams_owned.load());
+            out << "# HELP pg_outbox_relay_pool_handovers_total Streams this worker took (after their previous owner "
+                   "died, left or let go), released (at exit, or for a worker that joined) or lost (its lease ran "
+                   "out or another worker holds it).\n"
+                   "# TYPE pg_outbox_relay_pool_handovers_total counter\n";
+            for (const auto& [event, n] : {std::pair{"taken", pool_taken.load()},
+                                           std::pair{"released", pool_released.load()},
+                                           std::pair{"lost", pool_lost.load()}})
+                out << "pg_outbox_relay_pool_handovers_total{" << labels << ",event=\"" << event << "\"} " << n
+                    << '\n';
+        }
         metric("pg_outbox_relay_pending_oldest_idle_seconds", "gauge",
                "Idle time of the oldest pending entry of the consumer group.", pending_oldest_idle_seconds.load());
         metric("pg_outbox_relay_pg_rtt_seconds", "gauge", "Duration of the last apply transaction.",

@@ -18,6 +18,7 @@
 #include "pg_outbox/metrics.hpp"
 #include "pg_outbox/position.hpp"
 #include "pg_outbox/redis_cluster.hpp"
+#include "pg_outbox/stream_pool.hpp"
 #include "pg_outbox/stream_writer.hpp"
 
 using namespace pg_outbox;
@@ -492,4 +493,103 @@ TEST_F(ClusterWriterTest, StreamCheckAsksEachStreamsMaster) {
     const auto rewind = writer_->check_streams(published);
     ASSERT_TRUE(rewind);
     EXPECT_EQ(rewind->to_string(), entries[entries.size() - 3].id);
+}
+
+namespace {
+
+// consume --pool on a cluster: a sharded group's streams spread over the
+// masters, their leases and the heartbeat set each on its own key's master.
+class ClusterPoolTest : public ClusterConsumeTest {
+protected:
+    void SetUp() override {
+        ClusterConsumeTest::SetUp();
+        PgConnection db(sink_, "tests");
+        db.exec("CREATE TABLE keyed (seq bigserial PRIMARY KEY, event_id uuid, key text, n int)");
+        db.exec(R"(CREATE FUNCTION apply_keyed(topic text, key text, payload jsonb, headers jsonb, event_id uuid)
+            RETURNS void LANGUAGE sql AS $$
+                INSERT INTO keyed (event_id, key, n) VALUES (event_id, key, (payload->>'n')::int)
+            $$)");
+        db.exec("GRANT ALL ON keyed, keyed_seq_seq TO consumer_user");
+        auto pg = connect();
+        pg.exec("SELECT outbox_group_create('p', start_at => 'beginning', shards => 4)");
+        for (int s = 0; s < 4; ++s)
+            start_process({PG_OUTBOX_RELAY_BINARY, "publish", "--group", "p/" + std::to_string(s), "--pg",
+                           pg_->conninfo("app", "relay_user"), "--redis", cluster_->url(), "--redis-timeout", "1s",
+                           "--stream", "outbox:{topic}:{shard}", "--poll-interval", "50ms", "--retry-min", "20ms",
+                           "--retry-max", "300ms"});
+    }
+
+    Process& start_pool_worker(const std::string& worker) {
+        return start_process({PG_OUTBOX_RELAY_BINARY, "consume", "--consumer", "accounting", "--pg",
+                              pg_->conninfo("sink", "consumer_user"), "--redis", cluster_->url(), "--redis-timeout",
+                              "1s", "--worker", worker, "--stream", "outbox:keyed:{shard}", "--shards", "4", "--pool",
+                              "--pool-lease", "3s", "--pool-renew", "500ms", "--block", "200ms", "--batch-size", "20",
+                              "--handler", "SELECT apply_keyed($1, $2, $3, $4, $5)", "--retry-min", "20ms",
+                              "--retry-max", "300ms", "--log-level", "debug"});
+    }
+
+    void emit_keyed(int n) {
+        auto pg = connect();
+        for (int i = 0; i < n; ++i) {
+            const int key = i % 12;
+            pg.exec("SELECT outbox_emit('keyed', $1, jsonb_build_object('n', $2::int))",
+                    {"k" + std::to_string(key), std::to_string(next_n_[key]++)});
+        }
+        emitted_ += n;
+    }
+
+    // The worker holding a stream's lease ("" when none), asked of the
+    // cluster (redis-cli follows MOVED).
+    std::string holder(int shard) {
+        std::string out;
+        cluster_->redis_cli({"-c", "-p", std::to_string(cluster_->node(0).port()), "GET",
+                             StreamPool::lease_key("accounting", "outbox:keyed:" + std::to_string(shard))},
+                            &out);
+        return out.substr(0, out.find('#'));
+    }
+
+    void expect_once_in_key_order() {
+        EXPECT_EQ(sink_count("SELECT count(*) FROM keyed"), emitted_);
+        EXPECT_EQ(sink_count("SELECT count(DISTINCT event_id) FROM keyed"), emitted_);
+        EXPECT_EQ(sink_count("SELECT count(*) FROM (SELECT n, row_number() OVER (PARTITION BY key ORDER BY seq) - 1 "
+                             "AS rn FROM keyed) x WHERE n <> rn"),
+                  0)
+            << "events of a key applied out of emit order";
+    }
+
+    long long emitted_ = 0;
+    std::map<int, int> next_n_;
+};
+
+}  // namespace
+
+// Two pool workers share the four shard streams, two each; one is killed
+// and the other takes its streams over: each key's events apply once and
+// in order throughout.
+TEST_F(ClusterPoolTest, WorkersShareShardStreamsAcrossMasters) {
+    auto& w1 = start_pool_worker("w1");
+    auto& w2 = start_pool_worker("w2");
+    emit_keyed(200);
+    ASSERT_TRUE(eventually([&] { return sink_count("SELECT count(*) FROM keyed") >= emitted_; }, 60s, 200ms))
+        << w1.log();
+    ASSERT_TRUE(eventually(
+        [&] {
+            std::map<std::string, int> per_worker;
+            for (int s = 0; s < 4; ++s) per_worker[holder(s)]++;
+            return per_worker == std::map<std::string, int>{{"w1", 2}, {"w2", 2}};
+        },
+        30s));
+    w1.signal(SIGKILL);
+    emit_keyed(200);
+    ASSERT_TRUE(eventually([&] { return sink_count("SELECT count(*) FROM keyed") >= emitted_; }, 60s, 200ms))
+        << w2.log();
+    ASSERT_TRUE(eventually(
+        [&] {
+            for (int s = 0; s < 4; ++s)
+                if (holder(s) != "w2") return false;
+            return true;
+        },
+        30s));
+    expect_once_in_key_order();
+    EXPECT_TRUE(w2.running()) << w2.log();
 }

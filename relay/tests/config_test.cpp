@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <functional>
 #include <vector>
@@ -450,4 +451,69 @@ TEST(CommandLine, ConsumeBadSettings) {
     EXPECT_NE(parse({"consume", "--consumer", "c", "--stream", "s", "--handler", "x", "--start", "1-1"}).exit_code, 0);
     EXPECT_NE(parse({"consume", "--consumer", "c", "--stream", "s", "--handler", "x", "--max-deliveries", "0"}).exit_code, 0);
     EXPECT_NE(parse({"consume", "--consumer", "c", "--stream", "s", "--handler", "x", "--min-idle", "later"}).exit_code, 0);
+}
+
+// --shards expands each template into the shard streams, in shard order;
+// --pool takes the lease defaults, the renewal a third of the lease.
+TEST(ConsumeConfig, ShardsAndPool) {
+    auto r = parse({"consume", "--consumer", "c", "--handler", "x", "--stream", "outbox:orders:{shard}", "--stream",
+                    "o:{shard}:{shard}", "--shards", "3", "--pool"});
+    ASSERT_TRUE(r.config) << r.exit_code;
+    EXPECT_EQ(r.config->streams, (std::vector<std::string>{"outbox:orders:0", "outbox:orders:1", "outbox:orders:2",
+                                                           "o:0:0", "o:1:1", "o:2:2"}));
+    EXPECT_TRUE(r.config->pool);
+    EXPECT_EQ(r.config->pool_lease, 10s);
+    EXPECT_EQ(r.config->pool_renew, 3333ms);
+    auto tuned = parse({"consume", "--consumer", "c", "--handler", "x", "--stream", "s{shard}", "--shards", "256",
+                        "--pool", "--pool-lease", "1s", "--pool-renew", "500ms", "--block", "200ms"});
+    ASSERT_TRUE(tuned.config) << tuned.exit_code;
+    EXPECT_EQ(tuned.config->streams.size(), 256u);
+    EXPECT_EQ(tuned.config->streams.back(), "s255");
+    EXPECT_EQ(tuned.config->pool_lease, 1s);
+    EXPECT_EQ(tuned.config->pool_renew, 500ms);
+    // Without --shards a stream is taken whole, braces included.
+    auto whole = parse({"consume", "--consumer", "c", "--handler", "x", "--stream", "s{shard}"});
+    ASSERT_TRUE(whole.config);
+    EXPECT_EQ(whole.config->streams, std::vector<std::string>{"s{shard}"});
+    EXPECT_FALSE(whole.config->pool);
+}
+
+// Every hostile value of the pool's flags exits 2 naming the flag.
+TEST(ConsumeConfig, HostilePoolFlagsExitTwo) {
+    const std::vector<std::pair<std::vector<const char*>, std::string>> cases{
+        {{"--shards", "0"}, "--shards: \"0\" is not a shard count (1 to 256)"},
+        {{"--shards", "257"}, "--shards: \"257\" is not a shard count (1 to 256)"},
+        {{"--shards", "four"}, "--shards: \"four\" is not a shard count"},
+        {{"--shards", "-1"}, "--shards: \"-1\" is not a shard count"},
+        {{"--shards", "4x"}, "--shards: \"4x\" is not a shard count"},
+        {{"--shards", ""}, "--pool: needs --shards N"},
+        {{"--shards", "99999999999999999999"}, "is not a shard count"},
+        {{"--stream", "plain", "--shards", "4"}, "--stream \"plain\": with --shards each stream is a template"},
+        {{"--stream", "a:{shard}", "--shards", "4"}, "--stream: \"a:0\" is named twice"},
+        {{"--pool-lease", "999ms"}, "--pool-lease: must be between 1s and 10m"},
+        {{"--pool-lease", "11m"}, "--pool-lease: must be between 1s and 10m"},
+        {{"--pool-lease", "soon"}, "--pool-lease: \"soon\" is not a duration"},
+        {{"--pool-renew", "99ms"}, "--pool-renew: must be at least 100ms"},
+        {{"--pool-renew", "5001ms"}, "--pool-renew: must be at most half of --pool-lease"},
+        {{"--pool-renew", "-1s"}, "--pool-renew: \"-1s\""},
+        {{"--block", "4s"}, "--block: must be at most --pool-renew with --pool"},
+    };
+    for (const auto& [extra, message] : cases) {
+        std::vector<const char*> args{"consume", "--consumer", "c", "--handler", "x", "--stream", "a:{shard}",
+                                      "--pool"};
+        const bool has_shards = std::find(extra.begin(), extra.end(), std::string_view("--shards")) != extra.end();
+        if (!has_shards) args.insert(args.end(), {"--shards", "4"});
+        args.insert(args.end(), extra.begin(), extra.end());
+        auto [code, err] = parse_error(args);
+        EXPECT_EQ(code, 2) << message;
+        EXPECT_NE(err.find(message), std::string::npos) << err;
+    }
+    // --pool without --shards, or without {shard} in the stream.
+    auto [code, err] = parse_error({"consume", "--consumer", "c", "--handler", "x", "--stream", "a", "--pool"});
+    EXPECT_EQ(code, 2);
+    EXPECT_NE(err.find("--pool: needs --shards N and a --stream template with {shard}"), std::string::npos) << err;
+    auto [code2, err2] =
+        parse_error({"consume", "--consumer", "c", "--handler", "x", "--stream", "a", "--pool", "--shards", "2"});
+    EXPECT_EQ(code2, 2);
+    EXPECT_NE(err2.find("--shards: no --stream holds {shard}"), std::string::npos) << err2;
 }

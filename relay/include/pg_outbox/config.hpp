@@ -132,6 +132,16 @@ struct Config {
     std::chrono::milliseconds min_idle{30000};
     std::chrono::milliseconds claim_interval{5000};
     int max_deliveries = 5;
+    // --shards N: each --stream holding "{shard}" stands for N streams,
+    // {shard} replaced by 0 to N-1 (0: no expansion).
+    int shards = 0;
+    // --pool: the workers of the consumer group share the streams out,
+    // each stream read by one live worker at a time (see stream_pool.hpp).
+    bool pool = false;
+    // How long a worker's hold on a stream (and its heartbeat) lasts
+    // without renewal, and how often it is renewed.
+    std::chrono::milliseconds pool_lease{10000};
+    std::chrono::milliseconds pool_renew{0};  // 0 until parsed: a third of pool_lease
 
     // Faults.
     std::chrono::milliseconds retry_min{100};
@@ -144,6 +154,9 @@ struct Config {
     LogFormat log_format = LogFormat::text;
     std::chrono::milliseconds stats_interval{10000};
 };
+
+// Most shards --shards expands to (the extension's OUTBOX_MAX_SHARDS).
+inline constexpr int kMaxConsumeShards = 256;
 
 // Parses "250ms", "2s", "1m" or a bare number of milliseconds.
 std::chrono::milliseconds parse_duration(const std::string& text);

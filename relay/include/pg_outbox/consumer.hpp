@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -15,6 +16,7 @@
 #include "pg_outbox/position.hpp"
 #include "pg_outbox/redis_cluster.hpp"
 #include "pg_outbox/service.hpp"
+#include "pg_outbox/stream_pool.hpp"
 
 namespace pg_outbox {
 
@@ -120,6 +122,7 @@ private:
     };
 
     void turn() override;
+    void on_stop() override;
     void on_pg_connected() override;
     void on_redis_connected() override;
     void on_redis_fault() override;
@@ -168,6 +171,21 @@ private:
     // for the range.
     void report_gap(const Gap& gap);
     void reclaim();
+    // Claims the stream's pending entries idle at least "min_idle" ms,
+    // whoever's they are, in id order, and applies them; the idle time of
+    // the oldest left pending, in seconds.
+    double reclaim_stream(const std::string& stream, const std::string& min_idle);
+    // The streams this worker reads now: all of them, or with --pool the
+    // ones it holds whose previous owner's pending entries are settled.
+    std::vector<std::string> reading() const;
+    // With --pool: whether the stream was lost since it was read (its
+    // entries are then left to its next owner).
+    bool lost(const std::string& stream) const { return pool_ && !pool_->holds(stream); }
+    // With --pool: renews the holds when due; the streams just taken wait
+    // in unsettled_ until their pending entries are settled.
+    void keep_pool();
+    // Sleeps, keeping the pool's holds renewed meanwhile.
+    void wait(std::chrono::milliseconds d);
     void report_trimmed_unread(const std::string& stream);
     // Applies entries (each in its own subtransaction, in calls of at most
     // kMaxCallBytes), then acknowledges what is done: applied, duplicate,
@@ -200,6 +218,10 @@ private:
     std::chrono::steady_clock::time_point next_claim_{};
     Held held_;
     Backoff hold_backoff_;
+    // With --pool: the streams this worker holds, and those of them whose
+    // previous owner's pending entries are still to be applied.
+    std::optional<StreamPool> pool_;
+    std::set<std::string> unsettled_;
     // With a redis+cluster:// address: the nodes, one connection each.
     std::optional<RedisCluster> cluster_;
     // How many times a slot's read follows MOVED before the turn fails.

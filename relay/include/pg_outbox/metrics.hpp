@@ -61,6 +61,14 @@ public:
     std::atomic<std::uint64_t> entries_reclaimed{0};
     std::atomic<std::uint64_t> entries_malformed{0};
     std::atomic<double> pending_oldest_idle_seconds{0};
+    // consume --pool: streams this worker holds, and the streams it took,
+    // let go of for a worker that joined, and lost (its lease ran out or
+    // another worker holds it).
+    std::atomic<bool> pool{false};
+    std::atomic<std::int64_t> pool_streams_owned{0};
+    std::atomic<std::uint64_t> pool_taken{0};
+    std::atomic<std::uint64_t> pool_released{0};
+    std::atomic<std::uint64_t> pool_lost{0};
 
     // both
     std::atomic<bool> pg_connected{false};
