@@ -445,7 +445,8 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
         ->check(CLI::IsMember({"text", "json"}))
         ->capture_default_str();
 
-    auto* publish = app.add_subcommand("publish", "publish a group's feed to Redis Streams");
+    auto* publish =
+        app.add_subcommand("publish", "publish a group's feed to Redis Streams (or several groups', a thread each)");
     // Each occurrence is one value, split at commas here (group names hold
     // none), so that an empty item is refused rather than dropped.
     publish

@@ -83,23 +83,27 @@ void run_group(const Config& config, Metrics& metrics, std::atomic<bool>& stop, 
             spdlog::critical("{}", e.what());
             exit_code = 2;
             if (!stop.exchange(true))
-                spdlog::critical("a setting cannot work: stopping every group (each finishes its batch), then exiting 2");
+                spdlog::critical(
+                    "a setting cannot work: stopping every group (each finishes its batch), then exiting 2");
             return;
         } catch (const std::exception& e) {
             spdlog::critical("{}", e.what());
             why = e.what();
+        } catch (...) {
+            why = "an unexpected error";
+            spdlog::critical("{}", why);
         }
         // Where a relay of one group would exit 1 (and its service manager
         // start it again), this group's run ends alone: its connections
         // are closed (a standby relay takes the group over), and it starts
         // again after --retry-max while the others go on.
+        spdlog::error("stopped on a fatal error; starting again in {} ms, the other groups go on",
+                      config.retry_max.count());
         metrics.leader = false;
         metrics.pg_connected = false;
         metrics.redis_connected = false;
         metrics.redis_oom = false;
         metrics.set_failed(why + "; starting again every " + std::to_string(config.retry_max.count()) + " ms");
-        spdlog::error("stopped on a fatal error; starting again in {} ms, the other groups go on",
-                      config.retry_max.count());
         pause_unless_stopped(config.retry_max, stop);
         metrics.clear_failed();
     }
@@ -117,9 +121,8 @@ int run_threads(const Config& config, const std::vector<std::string>& groups, Me
             own.group = group;
             own.groups = {group};
             auto& own_metrics = metrics.add(group, config.stuck_after);
-            threads.emplace_back([&own, &own_metrics, &stop, &exit_code] {
-                run_group(own, own_metrics, stop, exit_code);
-            });
+            threads.emplace_back(
+                [&own, &own_metrics, &stop, &exit_code] { run_group(own, own_metrics, stop, exit_code); });
         }
     } catch (...) {
         stop = true;
@@ -183,10 +186,10 @@ std::vector<std::string> expand_groups(const std::vector<std::string>& groups, c
             const int n = count_of(item, name);
             if (shard < 0 && n > 1) throw sharded_group_without_shard(item, n);
             if (shard >= n)
-                throw ConfigError("--group \"" + item + "\": group \"" + name + "\" has no shard " +
-                                  std::to_string(shard) +
-                                  (n == 1 ? "; it has one, named \"" + name + "\"" + " (or \"" + name + "/0\")"
-                                          : "; its shards are " + name + "/0 to " + name + "/" + std::to_string(n - 1)));
+                throw ConfigError(
+                    "--group \"" + item + "\": group \"" + name + "\" has no shard " + std::to_string(shard) +
+                    (n == 1 ? "; it has one, named \"" + name + "\"" + " (or \"" + name + "/0\")"
+                            : "; its shards are " + name + "/0 to " + name + "/" + std::to_string(n - 1)));
             add(item, name, std::max(shard, 0), item);
         }
         if (shards[name] > 1 && !sharded) {

@@ -40,11 +40,24 @@ protected:
             args.push_back("--group");
             args.push_back(g);
         }
-        const std::vector<std::string> defaults{"--pg", pg_->conninfo("app", "relay_user"), "--redis",
-                                                redis_->address(), "--stream", "outbox:{topic}:{shard}",
-                                                "--poll-interval", "50ms", "--retry-min", "20ms", "--retry-max",
-                                                "300ms", "--stats-interval", "500ms", "--batch-size", "50",
-                                                "--log-level", "debug"};
+        const std::vector<std::string> defaults{"--pg",
+                                                pg_->conninfo("app", "relay_user"),
+                                                "--redis",
+                                                redis_->address(),
+                                                "--stream",
+                                                "outbox:{topic}:{shard}",
+                                                "--poll-interval",
+                                                "50ms",
+                                                "--retry-min",
+                                                "20ms",
+                                                "--retry-max",
+                                                "300ms",
+                                                "--stats-interval",
+                                                "500ms",
+                                                "--batch-size",
+                                                "50",
+                                                "--log-level",
+                                                "debug"};
         args.insert(args.end(), defaults.begin(), defaults.end());
         args.insert(args.end(), extra.begin(), extra.end());
         return start_process(args);
@@ -62,8 +75,7 @@ protected:
                     pg.exec("BEGIN");
                     for (int i = 0, n = 1 + static_cast<int>(rng() % 3); i < n; ++i) {
                         const auto key = rng() % 5 == 0 ? std::string() : "k" + std::to_string(rng() % 40);
-                        pg.exec("SELECT outbox_emit($1, nullif($2, ''), '{}')",
-                                {kTopics[rng() % kTopics.size()], key});
+                        pg.exec("SELECT outbox_emit($1, nullif($2, ''), '{}')", {kTopics[rng() % kTopics.size()], key});
                     }
                     pg.exec("COMMIT");
                 }
@@ -158,7 +170,7 @@ TEST_F(MultiGroupTest, OneProcessPublishesEveryShardOnceInOrder) {
     auto pg = connect();
     const auto committed = std::stoul(query_column(pg, "SELECT count(*) FROM outbox.event")[0]);
     ASSERT_TRUE(eventually([&] { return entries() >= committed; }, 60s)) << entries() << " of " << committed << "\n"
-                                                                          << relay.log();
+                                                                         << relay.log();
     expect_every_event_once_in_order();
 
     // Each shard has its own cursor, moved to its own last event, and its
@@ -182,7 +194,8 @@ TEST_F(MultiGroupTest, OneProcessPublishesEveryShardOnceInOrder) {
     EXPECT_EQ(text.find("# TYPE pg_outbox_relay_leader"), text.rfind("# TYPE pg_outbox_relay_leader")) << text;
     double published = 0;
     for (int s = 0; s < kShards; ++s)
-        published += metric(port, "pg_outbox_relay_events_published_total{mode=\"publish\",group=\"" + shard(s) + "\"}");
+        published +=
+            metric(port, "pg_outbox_relay_events_published_total{mode=\"publish\",group=\"" + shard(s) + "\"}");
     EXPECT_EQ(published, static_cast<double>(committed));
     auto h = health(port);
     ASSERT_TRUE(h);
@@ -207,19 +220,71 @@ TEST_F(MultiGroupTest, OneProcessPublishesEveryShardOnceInOrder) {
     EXPECT_EQ(query_column(pg, "SELECT count(leader_pid) FROM outbox.group_stats WHERE group_name = 'orders'")[0], "0");
 }
 
-// Leadership is per shard: two processes, each with every shard, lead
-// each shard once between them; when one is killed (kill -9), the other
-// takes over the shards it led, and nothing is lost or published twice.
+// Leadership is per shard: a second process with every shard stands by
+// for each while the first leads them all (each shard has one leader);
+// when the first is killed (kill -9), the second takes every shard over,
+// and nothing is lost or published twice.
 TEST_F(MultiGroupTest, LeadershipIsPerShardAcrossProcesses) {
     const int port_a = free_port(), port_b = free_port();
-    auto& a = start_groups({"orders/*"}, {"--metrics-address", "127.0.0.1:" + std::to_string(port_a)});
-    auto& b = start_groups({"orders/*"}, {"--metrics-address", "127.0.0.1:" + std::to_string(port_b)});
     auto led_by = [&](int port) {
         int n = 0;
         for (int s = 0; s < kShards; ++s) n += metric(port, leader(shard(s))) == 1 ? 1 : 0;
         return n;
     };
-    // Each shard has exactly one leader, in one process or the other.
+    auto& a = start_groups({"orders/*"}, {"--metrics-address", "127.0.0.1:" + std::to_string(port_a)});
+    ASSERT_TRUE(eventually([&] { return led_by(port_a) == kShards; }, 20s)) << a.log();
+    auto& b = start_groups({"orders/*"}, {"--metrics-address", "127.0.0.1:" + std::to_string(port_b)});
+    ASSERT_TRUE(eventually(
+        [&] {
+            auto h = health(port_b);
+            return h && h->status == 200 &&
+                   h->body ==
+                       "orders/0: ok standby\norders/1: ok standby\norders/2: ok standby\n"
+                       "orders/3: ok standby\n";
+        },
+        20s))
+        << b.log();
+    for (int s = 0; s < kShards; ++s) {
+        EXPECT_EQ(metric(port_a, leader(shard(s))), 1);
+        EXPECT_EQ(metric(port_b, leader(shard(s))), 0);
+        // Said once, after the first look at the leadership.
+        EXPECT_TRUE(eventually(
+            [&] {
+                return count_lines_with(b.log(),
+                                        "[" + shard(s) + "] standing by: group \"" + shard(s) + "\" is led by") == 1;
+            },
+            10s))
+            << b.log();
+    }
+    auto pg = connect();
+    EXPECT_EQ(
+        query_column(pg, "SELECT count(DISTINCT leader_pid) FROM outbox.group_stats WHERE group_name = 'orders'")[0],
+        std::to_string(kShards));
+
+    emit_concurrently(50, 2);
+    const auto committed = [&] { return std::stoul(query_column(pg, "SELECT count(*) FROM outbox.event")[0]); };
+    ASSERT_TRUE(eventually([&] { return entries() >= committed(); }, 60s));
+
+    // The leader dies without a word: the other process leads every shard
+    // at once (the sessions ended with it), each thread on its own.
+    a.signal(SIGKILL);
+    a.wait(10s);
+    emit_concurrently(50, 3);
+    ASSERT_TRUE(eventually([&] { return led_by(port_b) == kShards; }, 20s)) << b.log();
+    for (int s = 0; s < kShards; ++s)
+        EXPECT_EQ(count_lines_with(b.log(), "[" + shard(s) + "] leading group \"" + shard(s) + "\""), 1u) << b.log();
+    ASSERT_TRUE(eventually([&] { return entries() >= committed(); }, 60s)) << entries() << " of " << committed();
+    expect_every_event_once_in_order();
+    b.signal(SIGTERM);
+    EXPECT_EQ(b.wait(20s), 0) << b.log();
+}
+
+// Two processes started together, each with every shard, share the
+// shards: each shard has exactly one leader between them.
+TEST_F(MultiGroupTest, TwoProcessesLeadEachShardOnce) {
+    const int port_a = free_port(), port_b = free_port();
+    auto& a = start_groups({"orders/*"}, {"--metrics-address", "127.0.0.1:" + std::to_string(port_a)});
+    auto& b = start_groups({"orders/*"}, {"--metrics-address", "127.0.0.1:" + std::to_string(port_b)});
     ASSERT_TRUE(eventually(
         [&] {
             for (int s = 0; s < kShards; ++s)
@@ -228,32 +293,14 @@ TEST_F(MultiGroupTest, LeadershipIsPerShardAcrossProcesses) {
         },
         20s))
         << a.log() << b.log();
-    EXPECT_EQ(led_by(port_a) + led_by(port_b), kShards);
     auto pg = connect();
-    EXPECT_EQ(query_column(pg, "SELECT count(DISTINCT leader_pid) FROM outbox.group_stats WHERE group_name = 'orders'")[0],
-              std::to_string(kShards));
-    // A standby of a shard says so in its thread, and is healthy.
-    auto ha = health(port_a), hb = health(port_b);
-    ASSERT_TRUE(ha && hb);
-    EXPECT_EQ(ha->status, 200) << ha->body;
-    EXPECT_EQ(hb->status, 200) << hb->body;
-
-    emit_concurrently(50, 2);
-    const auto committed = [&] { return std::stoul(query_column(pg, "SELECT count(*) FROM outbox.event")[0]); };
-    ASSERT_TRUE(eventually([&] { return entries() >= committed(); }, 60s));
-
-    // The leader of some shards dies without a word: the other process
-    // leads every shard at once (the sessions ended with it).
-    const int a_led = led_by(port_a);
-    a.signal(SIGKILL);
-    a.wait(10s);
-    ASSERT_TRUE(eventually([&] { return led_by(port_b) == kShards; }, 20s)) << b.log();
-    if (a_led > 0) EXPECT_GE(count_lines_with(b.log(), "] leading group \"orders/"), 1u) << b.log();
-    emit_concurrently(50, 3);
-    ASSERT_TRUE(eventually([&] { return entries() >= committed(); }, 60s)) << entries() << " of " << committed();
+    EXPECT_EQ(
+        query_column(pg, "SELECT count(DISTINCT leader_pid) FROM outbox.group_stats WHERE group_name = 'orders'")[0],
+        std::to_string(kShards));
+    emit_concurrently(50, 4);
+    ASSERT_TRUE(eventually(
+        [&] { return entries() >= std::stoul(query_column(pg, "SELECT count(*) FROM outbox.event")[0]); }, 60s));
     expect_every_event_once_in_order();
-    b.signal(SIGTERM);
-    EXPECT_EQ(b.wait(20s), 0) << b.log();
 }
 
 // A --group list that cannot be served exits 2 at once, naming the item:
@@ -312,7 +359,7 @@ TEST_F(MultiGroupTest, OneGroupsFaultLeavesTheOthersPublishing) {
     redis.command({"SET", "outbox:b:orders", "not a stream"});
     const int port = free_port();
     auto& relay = start_groups({"a,b", "c"}, {"--stream", "outbox:{group}:{topic}", "--stuck-after", "1s",
-                                               "--metrics-address", "127.0.0.1:" + std::to_string(port)});
+                                              "--metrics-address", "127.0.0.1:" + std::to_string(port)});
     auto count = [&](const std::string& group) {
         std::size_t n = 0;
         for (const auto& t : kTopics) {
@@ -374,7 +421,8 @@ TEST_F(MultiGroupTest, OneGroupsFaultLeavesTheOthersPublishing) {
         std::set<std::string> ids;
         for (const auto& t : kTopics)
             for (const auto& e : read_stream(redis, "outbox:" + group + ":" + t))
-                EXPECT_TRUE(ids.insert(e.fields.at("event_id")).second) << group << " twice: " << e.fields.at("event_id");
+                EXPECT_TRUE(ids.insert(e.fields.at("event_id")).second)
+                    << group << " twice: " << e.fields.at("event_id");
         EXPECT_EQ(ids.size(), 60u) << group;
     }
     relay.signal(SIGTERM);

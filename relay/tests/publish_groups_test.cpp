@@ -37,7 +37,7 @@ std::string config_error(const std::function<void()>& f) {
 using List = std::vector<std::string>;
 
 // outbox.groups: g (one shard), orders (4 shards), audit (2 shards).
-const std::vector<GroupRow> kRows{{"audit", 0, 2}, {"audit", 1, 2}, {"g", 0, 1},      {"orders", 0, 4},
+const std::vector<GroupRow> kRows{{"audit", 0, 2},  {"audit", 1, 2},  {"g", 0, 1},     {"orders", 0, 4},
                                   {"orders", 1, 4}, {"orders", 2, 4}, {"orders", 3, 4}};
 const std::string kTemplate = "outbox:{topic}:{shard}";
 
