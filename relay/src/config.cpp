@@ -336,8 +336,14 @@ void split_group_name(const std::string& group, std::string& name, int& shard) {
                        std::all_of(digits.begin(), digits.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
     if (!valid || name.empty())
         throw ConfigError("--group \"" + group + "\": a shard is named by its group's name, \"/\" and its number, "
-                          "from 0, as in orders/0");
+                          "from 0, as in orders/0 (orders/* names every shard)");
     shard = std::stoi(digits);
+}
+
+bool is_every_shard(const std::string& group, std::string* name) {
+    if (group.size() < 2 || group.compare(group.size() - 2, 2, "/*") != 0) return false;
+    if (name) *name = group.substr(0, group.size() - 2);
+    return true;
 }
 
 namespace {
@@ -400,6 +406,40 @@ void check_pool(Config& c, const std::string& lease, const std::string& renew) {
     if (c.pool && c.block > c.pool_renew)
         throw ConfigError("--block: must be at most --pool-renew with --pool, so that a wait for entries never "
                           "delays a renewal");
+}
+
+// The values of --group, each split at its commas: every item a group,
+// a shard or "<group>/*", none empty, none twice.
+std::vector<std::string> check_group_list(const std::vector<std::string>& values) {
+    std::vector<std::string> groups;
+    for (const auto& value : values)
+        for (std::size_t start = 0;;) {
+            const auto comma = value.find(',', start);
+            groups.push_back(value.substr(start, comma == std::string::npos ? comma : comma - start));
+            if (comma == std::string::npos) break;
+            start = comma + 1;
+        }
+    if (groups.empty()) throw ConfigError("--group is required");
+    for (std::size_t i = 0; i < groups.size(); ++i) {
+        const auto& group = groups[i];
+        if (group.empty())
+            throw ConfigError(groups.size() == 1 ? "--group: the group name must not be empty"
+                                                 : "--group: an empty group name in the list (two commas, or one "
+                                                   "at an end)");
+        std::string name;
+        int shard;
+        if (is_every_shard(group, &name)) {
+            if (name.empty() || name.find('/') != std::string::npos)
+                throw ConfigError("--group \"" + group + "\": every shard of a group is named by its group's name "
+                                  "and \"/*\", as in orders/*");
+        } else {
+            split_group_name(group, name, shard);
+        }
+        for (std::size_t j = 0; j < i; ++j)
+            if (groups[j] == group)
+                throw ConfigError("--group \"" + group + "\" is given twice; name each group or shard once");
+    }
+    return groups;
 }
 
 }  // namespace
@@ -465,9 +505,19 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
         ->check(CLI::IsMember({"text", "json"}))
         ->capture_default_str();
 
-    auto* publish = app.add_subcommand("publish", "publish a group's feed to Redis Streams");
-    publish->add_option("--group", c.group, "the group whose feed to publish (see outbox_group_create)")
+    auto* publish =
+        app.add_subcommand("publish", "publish a group's feed to Redis Streams (or several groups', a thread each)");
+    // Each occurrence is one value, split at commas here (group names hold
+    // none), so that an empty item is refused rather than dropped.
+    publish
+        ->add_option("--group", c.groups,
+                     "the group whose feed to publish (see outbox_group_create), or a shard of a sharded group, "
+                     "<group>/<shard>; <group>/* (quoted in a shell) is every shard. Repeat it, or separate with "
+                     "commas, to publish several from one process: a thread each, with its own connections and "
+                     "leadership")
         ->envname("PG_OUTBOX_GROUP")
+        ->expected(1)
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
         ->required();
     publish->add_option("--stream", c.stream_template,
                         "stream key template; {topic}, {group} and {shard} are replaced, other text (Redis Cluster "
@@ -704,9 +754,8 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
         }
         if (c.stream_template.empty()) throw ConfigError("--stream: the template must not be empty");
         if (c.mode == Config::Mode::publish) {
-            std::string name;
-            int shard;
-            split_group_name(c.group, name, shard);
+            c.groups = check_group_list(c.groups);
+            c.group = c.groups.front();
         }
     } catch (const ConfigError& e) {
         std::cerr << "pg_outbox_relay: " << escape_control(e.what()) << '\n';

@@ -113,8 +113,9 @@ void GroupSession::connected(PgConnection& pg) {
                  config_.id_mode == IdMode::explicit_position ? kAdvanceAsyncSql : kAdvanceSql);
 }
 
-// A sharded group is published a shard per relay, each to streams of its
-// own: shards writing the same stream would refuse each other's entries as
+// A sharded group is published a shard per publisher (a relay each, or a
+// thread each of one relay), each to streams of its own: shards writing
+// the same stream would refuse each other's entries as
 // already present (positions of one shard are below the other's).
 void GroupSession::check_shards() {
     const auto name = config_.group_name();
@@ -123,14 +124,21 @@ void GroupSession::check_shards() {
     if (r.rows() == 0) return;  // the fetch says what is wrong
     const int shards = std::stoi(std::string(r.get(0, 0)));
     if (shards <= 1) return;
-    if (shard < 0)
-        throw ConfigError("--group \"" + config_.group + "\": the group has " + std::to_string(shards) +
-                          " shards; publish each with a relay of its own, --group " + name + "/0 to " + name + "/" +
-                          std::to_string(shards - 1));
+    if (shard < 0) throw sharded_group_without_shard(config_.group, shards);
     if (config_.stream_template.find("{shard}") == std::string::npos)
-        throw ConfigError("--stream \"" + config_.stream_template + "\": group \"" + name + "\" has " +
-                          std::to_string(shards) + " shards, each with streams of its own: put {shard} in the template, "
-                          "as in outbox:{topic}:{shard}");
+        throw template_without_shard(config_.stream_template, name, shards);
+}
+
+ConfigError sharded_group_without_shard(const std::string& group, int shards) {
+    return ConfigError("--group \"" + group + "\": the group has " + std::to_string(shards) + " shards; name one, " +
+                       "--group " + group + "/0 to " + group + "/" + std::to_string(shards - 1) +
+                       ", or every shard with --group '" + group + "/*'");
+}
+
+ConfigError template_without_shard(const std::string& stream_template, const std::string& name, int shards) {
+    return ConfigError("--stream \"" + stream_template + "\": group \"" + name + "\" has " + std::to_string(shards) +
+                       " shards, each with streams of its own: put {shard} in the template, as in "
+                       "outbox:{topic}:{shard}");
 }
 
 void GroupSession::reset() {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "pg_outbox/errors.hpp"
+#include "pg_outbox/log.hpp"
 
 #include "pg_outbox/service.hpp"
 
@@ -47,7 +48,10 @@ std::string describe_leader(PgConnection& pg, const std::string& group) {
 
 LagProbe::LagProbe(std::string conninfo, std::string group, std::chrono::milliseconds interval, Metrics& metrics)
     : conninfo_(std::move(conninfo)), group_(std::move(group)), interval_(interval), metrics_(metrics) {
-    thread_ = std::thread([this] { run(); });
+    thread_ = std::thread([this, context = log_context()] {
+        set_log_context(context);
+        run();
+    });
 }
 
 LagProbe::~LagProbe() {

@@ -13,6 +13,8 @@ namespace pg_outbox {
 
 namespace {
 
+thread_local std::string t_log_context;
+
 // One JSON object a line on stderr: ts, level, msg. JSON escapes every
 // control character itself.
 class JsonSink : public spdlog::sinks::base_sink<std::mutex> {
@@ -25,6 +27,8 @@ protected:
                                   spdlog::level::to_string_view(msg.level).size())},
             {"msg", std::string(msg.payload.data(), msg.payload.size())},
         };
+        // Formatted in the thread that logs (a synchronous logger).
+        if (!t_log_context.empty()) line["group"] = t_log_context;
         const auto text = line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
         std::fprintf(stderr, "%s\n", text.c_str());
     }
@@ -37,6 +41,10 @@ protected:
 class EscapedMessage : public spdlog::custom_flag_formatter {
 public:
     void format(const spdlog::details::log_msg& msg, const std::tm&, spdlog::memory_buf_t& dest) override {
+        if (!t_log_context.empty()) {
+            const auto context = "[" + escape_control(t_log_context) + "] ";
+            dest.append(context.data(), context.data() + context.size());
+        }
         const auto text = escape_control(std::string_view(msg.payload.data(), msg.payload.size()));
         dest.append(text.data(), text.data() + text.size());
     }
@@ -74,6 +82,10 @@ std::string escape_control(std::string_view text) {
     }
     return out;
 }
+
+void set_log_context(std::string context) { t_log_context = std::move(context); }
+
+const std::string& log_context() { return t_log_context; }
 
 std::unique_ptr<spdlog::formatter> make_text_formatter() {
     auto formatter = std::make_unique<spdlog::pattern_formatter>();

@@ -11,7 +11,7 @@
 #include "pg_outbox/errors.hpp"
 #include "pg_outbox/log.hpp"
 #include "pg_outbox/metrics.hpp"
-#include "pg_outbox/publisher.hpp"
+#include "pg_outbox/publish_groups.hpp"
 
 namespace {
 
@@ -36,20 +36,19 @@ int main(int argc, char** argv) {
     sigaction(SIGINT, &sa, nullptr);
     std::signal(SIGPIPE, SIG_IGN);
 
-    const bool publish = config.mode == pg_outbox::Config::Mode::publish;
-    pg_outbox::Metrics metrics(publish ? "publish" : "consume", publish ? config.group : config.consumer_group,
-                               publish ? config.stuck_after : std::chrono::milliseconds(0),
-                               publish ? std::string() : config.consumer);
-    if (!publish)
-        for (const auto& stream : config.streams)
-            if (stream.find(',') != std::string::npos)
-                spdlog::warn("--stream \"{}\" is one stream whose name holds a comma; repeat --stream to read several",
-                             stream);
+    // One group or several, each in a thread of its own, with the metrics
+    // endpoint: see publish_groups.hpp.
+    if (config.mode == pg_outbox::Config::Mode::publish) return pg_outbox::run_publish(config, g_stop);
+
+    pg_outbox::Metrics metrics("consume", config.consumer_group, std::chrono::milliseconds(0), config.consumer);
+    for (const auto& stream : config.streams)
+        if (stream.find(',') != std::string::npos)
+            spdlog::warn("--stream \"{}\" is one stream whose name holds a comma; repeat --stream to read several",
+                         stream);
     try {
         std::unique_ptr<pg_outbox::MetricsServer> server;
         if (config.metrics_address)
             server = std::make_unique<pg_outbox::MetricsServer>(*config.metrics_address, metrics);
-        if (publish) return pg_outbox::Publisher(config, metrics, g_stop).run();
         return pg_outbox::Consumer(config, metrics, g_stop).run();
     } catch (const pg_outbox::ConfigError& e) {
         // A setting that cannot work, found at start-up.

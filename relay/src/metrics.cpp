@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "pg_outbox/errors.hpp"
+#include "pg_outbox/log.hpp"
 
 namespace pg_outbox {
 
@@ -52,10 +53,10 @@ std::string redis_error_kind(std::string_view code) {
 }
 
 Metrics::Metrics(std::string mode, std::string group, std::chrono::milliseconds stuck_after, std::string consumer)
-    : mode_(std::move(mode)), stuck_after_(stuck_after) {
+    : mode_(std::move(mode)), group_(std::move(group)), stuck_after_(stuck_after) {
     labels_ = "mode=\"" + prometheus_label_value(mode_) + "\"";
     if (mode_ == "consume") labels_ += ",consumer=\"" + prometheus_label_value(consumer) + "\"";
-    labels_ += ",group=\"" + prometheus_label_value(group) + "\"";
+    labels_ += ",group=\"" + prometheus_label_value(group_) + "\"";
     for (const auto& kind : error_kinds(mode_)) errors_[kind] = 0;
 }
 
@@ -141,6 +142,16 @@ void Metrics::count_gap(const std::string& stream) {
     gaps_[stream]++;
 }
 
+void Metrics::set_failed(std::string why) {
+    std::lock_guard lock(errors_mutex_);
+    failed_ = std::move(why);
+}
+
+void Metrics::clear_failed() {
+    std::lock_guard lock(errors_mutex_);
+    failed_.clear();
+}
+
 void Metrics::heartbeat() { last_heartbeat_ms_.store(now_ms()); }
 
 void Metrics::batch_waiting() {
@@ -157,6 +168,10 @@ std::chrono::milliseconds Metrics::stalled() const {
 }
 
 Metrics::Health Metrics::health(std::chrono::seconds max_silence) const {
+    {
+        std::lock_guard lock(errors_mutex_);
+        if (!failed_.empty()) return {false, "failed: " + escape_control(failed_) + "\n"};
+    }
     const auto last = last_heartbeat_ms_.load();
     if (last == 0) return {false, "starting\n"};
     const auto silent = now_ms() - last;
@@ -184,12 +199,43 @@ Metrics::Health Metrics::health(std::chrono::seconds max_silence) const {
     return {true, "ok leader\n"};
 }
 
-std::string Metrics::render() const {
-    std::ostringstream out;
+// The samples of each metric family, in the order the families were first
+// named, for a text that holds every family once (HELP and TYPE, then its
+// samples), as the Prometheus text format wants.
+class MetricFamilies {
+public:
+    // Names a family (its samples may follow, or none).
+    void family(const char* name, const char* type, const char* help) { at(name, type, help); }
+    // One sample: name{labels} value.
+    template <typename T>
+    void sample(const char* name, const char* type, const char* help, const std::string& labels, T value) {
+        std::ostringstream line;
+        line << name << '{' << labels << "} " << value << '\n';
+        at(name, type, help).samples += line.str();
+    }
+    void write(std::ostream& out) const {
+        for (const auto& f : families_)
+            out << "# HELP " << f.name << ' ' << f.help << "\n# TYPE " << f.name << ' ' << f.type << '\n'
+                << f.samples;
+    }
+
+private:
+    struct Family {
+        std::string name, type, help, samples;
+    };
+    Family& at(const char* name, const char* type, const char* help) {
+        for (auto& f : families_)
+            if (f.name == name) return f;
+        families_.push_back({name, type, help, {}});
+        return families_.back();
+    }
+    std::vector<Family> families_;
+};
+
+void Metrics::collect(MetricFamilies& out) const {
     const std::string& labels = labels_;
     auto metric = [&](const char* name, const char* type, const char* help, auto value) {
-        out << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n'
-            << name << '{' << labels << "} " << value << '\n';
+        out.sample(name, type, help, labels, value);
     };
     if (mode_ == "consume") {
         metric("pg_outbox_relay_events_applied_total", "counter", "Events applied: inbox row and handler committed.",
@@ -211,26 +257,27 @@ std::string Metrics::render() const {
                "with their raw fields and acknowledged.",
                entries_malformed.load());
         {
-            out << "# HELP pg_outbox_relay_gaps_total Gaps found in a stream: entries missing (deleted, trimmed, "
-                   "lost) before the consumer group read them, each dead-lettered as a range of ids.\n"
-                   "# TYPE pg_outbox_relay_gaps_total counter\n";
+            constexpr const char* kGaps = "pg_outbox_relay_gaps_total";
+            constexpr const char* kGapsHelp =
+                "Gaps found in a stream: entries missing (deleted, trimmed, lost) before the consumer group read "
+                "them, each dead-lettered as a range of ids.";
+            out.family(kGaps, "counter", kGapsHelp);
             std::lock_guard lock(errors_mutex_);
             for (const auto& [stream, n] : gaps_)
-                out << "pg_outbox_relay_gaps_total{" << labels << ",stream=\"" << prometheus_label_value(stream)
-                    << "\"} " << n << '\n';
+                out.sample(kGaps, "counter", kGapsHelp,
+                           labels + ",stream=\"" + prometheus_label_value(stream) + "\"", n);
         }
         if (pool) {
             metric("pg_outbox_relay_pool_streams_owned", "gauge",
                    "Streams this worker holds in the consumer group's pool (--pool).", pool_streams_owned.load());
-            out << "# HELP pg_outbox_relay_pool_handovers_total Streams this worker took (after their previous owner "
-                   "died, left or let go), released (at exit, or for a worker that joined) or lost (its lease ran "
-                   "out or another worker holds it).\n"
-                   "# TYPE pg_outbox_relay_pool_handovers_total counter\n";
+            constexpr const char* kHandovers = "pg_outbox_relay_pool_handovers_total";
+            constexpr const char* kHandoversHelp =
+                "Streams this worker took (after their previous owner died, left or let go), released (at exit, or "
+                "for a worker that joined) or lost (its lease ran out or another worker holds it).";
             for (const auto& [event, n] : {std::pair{"taken", pool_taken.load()},
                                            std::pair{"released", pool_released.load()},
                                            std::pair{"lost", pool_lost.load()}})
-                out << "pg_outbox_relay_pool_handovers_total{" << labels << ",event=\"" << event << "\"} " << n
-                    << '\n';
+                out.sample(kHandovers, "counter", kHandoversHelp, labels + ",event=\"" + event + "\"", n);
         }
         metric("pg_outbox_relay_pending_oldest_idle_seconds", "gauge",
                "Idle time of the oldest pending entry of the consumer group.", pending_oldest_idle_seconds.load());
@@ -242,8 +289,7 @@ std::string Metrics::render() const {
         metric("pg_outbox_relay_pg_in_recovery", "gauge",
                "1 while the PostgreSQL server is a standby and the relay waits for a primary.",
                pg_in_recovery.load() ? 1 : 0);
-        render_errors(out, labels);
-        return out.str() + process_metrics();
+        return;
     }
     metric("pg_outbox_relay_events_published_total", "counter", "Events appended to Redis Streams.",
            events_published.load());
@@ -257,13 +303,14 @@ std::string Metrics::render() const {
     metric("pg_outbox_relay_cursor_moves_total", "counter",
            "Times the group's cursor was found moved by outbox_rewind() while this relay led it.",
            rewinds_noticed.load());
-    out << "# HELP pg_outbox_relay_redis_batches_total Batches written to Redis, by path: transaction (streams "
-           "checked under WATCH, plain XADD in MULTI/EXEC) or script (the append script, which tells entries "
-           "already present from missing ones).\n"
-           "# TYPE pg_outbox_relay_redis_batches_total counter\n"
-        << "pg_outbox_relay_redis_batches_total{" << labels << ",path=\"transaction\"} " << transaction_batches.load()
-        << '\n'
-        << "pg_outbox_relay_redis_batches_total{" << labels << ",path=\"script\"} " << script_batches.load() << '\n';
+    {
+        constexpr const char* kBatches = "pg_outbox_relay_redis_batches_total";
+        constexpr const char* kBatchesHelp =
+            "Batches written to Redis, by path: transaction (streams checked under WATCH, plain XADD in "
+            "MULTI/EXEC) or script (the append script, which tells entries already present from missing ones).";
+        out.sample(kBatches, "counter", kBatchesHelp, labels + ",path=\"transaction\"", transaction_batches.load());
+        out.sample(kBatches, "counter", kBatchesHelp, labels + ",path=\"script\"", script_batches.load());
+    }
     // Counted by the leader only: a standby (or a leader before its first
     // count) leaves the series out, so that a sum over relays is the
     // group's backlog.
@@ -287,23 +334,80 @@ std::string Metrics::render() const {
            pg_in_recovery.load() ? 1 : 0);
     metric("pg_outbox_relay_pg_connected", "gauge", "1 while connected to PostgreSQL.", pg_connected.load() ? 1 : 0);
     metric("pg_outbox_relay_redis_connected", "gauge", "1 while connected to Redis.", redis_connected.load() ? 1 : 0);
-    render_errors(out, labels);
+}
+
+void Metrics::collect_errors(MetricFamilies& out) const {
+    std::lock_guard lock(errors_mutex_);
+    for (const auto& [kind, n] : errors_)
+        out.sample("pg_outbox_relay_errors_total", "counter", "Errors by kind.",
+                   labels_ + ",kind=\"" + prometheus_label_value(kind) + "\"", n);
+}
+
+std::string Metrics::render() const { return render_metrics({this}); }
+
+std::string render_metrics(const std::vector<const Metrics*>& all) {
+    MetricFamilies families;
+    for (const auto* m : all) m->collect(families);
+    // The build_info of the process: the extension version the first
+    // relay to connect read (every relay of a process reads one database).
+    std::string extension_version;
+    for (const auto* m : all) {
+        std::lock_guard lock(m->errors_mutex_);
+        if (!m->extension_version_.empty()) {
+            extension_version = m->extension_version_;
+            break;
+        }
+    }
+    families.sample("pg_outbox_relay_build_info", "gauge",
+                    "The relay's version and the pg_outbox version of the database it connected to (empty before "
+                    "the first connection).",
+                    "version=\"" PG_OUTBOX_VERSION "\",extension_version=\"" +
+                        prometheus_label_value(extension_version) + "\"",
+                    1);
+    for (const auto* m : all) m->collect_errors(families);
+    std::ostringstream out;
+    families.write(out);
     return out.str() + process_metrics();
 }
 
-void Metrics::render_errors(std::ostream& out, const std::string& labels) const {
-    std::lock_guard lock(errors_mutex_);
-    out << "# HELP pg_outbox_relay_build_info The relay's version and the pg_outbox version of the database it "
-           "connected to (empty before the first connection).\n# TYPE pg_outbox_relay_build_info gauge\n"
-        << "pg_outbox_relay_build_info{version=\"" PG_OUTBOX_VERSION "\",extension_version=\""
-        << prometheus_label_value(extension_version_) << "\"} 1\n";
-    out << "# HELP pg_outbox_relay_errors_total Errors by kind.\n# TYPE pg_outbox_relay_errors_total counter\n";
-    for (const auto& [kind, n] : errors_)
-        out << "pg_outbox_relay_errors_total{" << labels << ",kind=\"" << prometheus_label_value(kind) << "\"} " << n
-            << '\n';
+Metrics& MetricsSet::add(const std::string& group, std::chrono::milliseconds stuck_after) {
+    std::lock_guard lock(mutex_);
+    all_.push_back(std::make_unique<Metrics>("publish", group, stuck_after));
+    return *all_.back();
+}
+
+std::string MetricsSet::render() const {
+    std::lock_guard lock(mutex_);
+    std::vector<const Metrics*> all;
+    for (const auto& m : all_) all.push_back(m.get());
+    return render_metrics(all);
+}
+
+Metrics::Health MetricsSet::health(std::chrono::seconds max_silence) const {
+    std::lock_guard lock(mutex_);
+    if (all_.empty()) return {false, "starting\n"};
+    if (all_.size() == 1) return all_.front()->health(max_silence);
+    Metrics::Health out{true, {}};
+    for (const auto& m : all_) {
+        const auto h = m->health(max_silence);
+        out.ok = out.ok && h.ok;
+        out.text += escape_control(m->group()) + ": " + h.text;
+    }
+    return out;
 }
 
 MetricsServer::MetricsServer(const ListenAddress& address, const Metrics& metrics)
+    : MetricsServer(
+          address, [&metrics] { return metrics.render(); },
+          [&metrics] { return metrics.health(std::chrono::seconds(60)); }) {}
+
+MetricsServer::MetricsServer(const ListenAddress& address, const MetricsSet& metrics)
+    : MetricsServer(
+          address, [&metrics] { return metrics.render(); },
+          [&metrics] { return metrics.health(std::chrono::seconds(60)); }) {}
+
+MetricsServer::MetricsServer(const ListenAddress& address, std::function<std::string()> render,
+                             std::function<Metrics::Health()> health)
     : server_(std::make_unique<httplib::Server>()) {
     // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, with which a
     // second relay given the same port would share it instead of failing.
@@ -314,13 +418,13 @@ MetricsServer::MetricsServer(const ListenAddress& address, const Metrics& metric
         ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
         ::setsockopt(sock, IPPROTO_IPV6, IPV6_V6ONLY, &no, sizeof no);
     });
-    server_->Get("/metrics", [&metrics](const httplib::Request&, httplib::Response& res) {
-        res.set_content(metrics.render(), "text/plain; version=0.0.4");
+    server_->Get("/metrics", [render](const httplib::Request&, httplib::Response& res) {
+        res.set_content(render(), "text/plain; version=0.0.4");
     });
-    server_->Get("/health", [&metrics](const httplib::Request&, httplib::Response& res) {
-        const auto health = metrics.health(std::chrono::seconds(60));
-        res.status = health.ok ? 200 : 503;
-        res.set_content(health.text, "text/plain");
+    server_->Get("/health", [health](const httplib::Request&, httplib::Response& res) {
+        const auto health_now = health();
+        res.status = health_now.ok ? 200 : 503;
+        res.set_content(health_now.text, "text/plain");
     });
     auto bind = [this, &address](const std::string& host) {
         errno = 0;

@@ -107,7 +107,8 @@ int Service::run() {
         } catch (const PgError& e) {
             metrics_.count_error("pg");
             if (!e.retryable()) {
-                spdlog::critical("PostgreSQL: {} (SQLSTATE {})", e.what(), e.sqlstate());
+                fatal_error_ = "PostgreSQL: " + std::string(e.what()) + " (SQLSTATE " + e.sqlstate() + ")";
+                spdlog::critical("{}", fatal_error_);
                 return 1;
             }
             spdlog::warn("PostgreSQL: {}; retrying", e.what());

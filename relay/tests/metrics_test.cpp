@@ -8,8 +8,10 @@
 
 #include <algorithm>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include <fcntl.h>
 #include <sys/resource.h>
@@ -301,4 +303,130 @@ TEST(Metrics, GapsPerStreamFromZero) {
         << text;
     Metrics publish("publish", "g");
     EXPECT_EQ(publish.render().find("pg_outbox_relay_gaps_total"), std::string::npos);
+}
+
+namespace {
+
+std::size_t count_of(const std::string& text, const std::string& what) {
+    std::size_t n = 0;
+    for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+}
+
+}  // namespace
+
+// Several groups of one process in one text: each family once, its
+// samples together, a series per group; build_info and the process
+// metrics once. One group renders as it always did.
+TEST(Metrics, SeveralGroupsInOneText) {
+    MetricsSet set;
+    EXPECT_EQ(set.render().find("pg_outbox_relay_leader"), std::string::npos) << "no group yet";
+    auto& a = set.add("orders/0", std::chrono::milliseconds(0));
+    EXPECT_EQ(set.render().substr(0, set.render().find("process_")),
+              a.render().substr(0, a.render().find("process_")));
+    auto& b = set.add("orders/1", std::chrono::milliseconds(0));
+    a.leader = true;
+    a.lag_events = 5;
+    b.events_published = 7;
+    b.count_error("redis_WRONGTYPE");
+    b.set_extension_version("0.2.0");
+    const auto text = set.render();
+    EXPECT_EQ(sample(text, "pg_outbox_relay_leader{mode=\"publish\",group=\"orders/0\"}"), "1");
+    EXPECT_EQ(sample(text, "pg_outbox_relay_leader{mode=\"publish\",group=\"orders/1\"}"), "0");
+    EXPECT_EQ(sample(text, "pg_outbox_relay_lag_events{mode=\"publish\",group=\"orders/0\"}"), "5");
+    EXPECT_EQ(sample(text, "pg_outbox_relay_lag_events{mode=\"publish\",group=\"orders/1\"}"), std::nullopt);
+    EXPECT_EQ(sample(text, "pg_outbox_relay_events_published_total{mode=\"publish\",group=\"orders/1\"}"), "7");
+    const std::string errors = "pg_outbox_relay_errors_total{mode=\"publish\",group=";
+    EXPECT_EQ(sample(text, errors + "\"orders/1\",kind=\"redis_WRONGTYPE\"}"), "1");
+    EXPECT_EQ(sample(text, errors + "\"orders/0\",kind=\"redis_WRONGTYPE\"}"), "0");
+    EXPECT_EQ(sample(text, "pg_outbox_relay_build_info{version=\"" PG_OUTBOX_VERSION "\",extension_version=\"0.2.0\"}"),
+              "1");
+    EXPECT_EQ(count_of(text, "pg_outbox_relay_build_info{"), 1u);
+    EXPECT_EQ(count_of(text, "\nprocess_open_fds "), 1u);
+    // Each family's HELP and TYPE once, followed by all its samples.
+    std::istringstream lines(text);
+    std::string family;
+    std::set<std::string> seen;
+    for (std::string line; std::getline(lines, line);) {
+        if (line.rfind("# TYPE ", 0) == 0) {
+            family = line.substr(7, line.find(' ', 7) - 7);
+            EXPECT_TRUE(seen.insert(family).second) << "twice: " << family;
+        } else if (!line.empty() && line[0] != '#') {
+            const auto name = line.substr(0, line.find_first_of("{ "));
+            EXPECT_EQ(name, family) << line;
+        }
+    }
+    EXPECT_GE(seen.size(), 15u);
+    EXPECT_EQ(count_of(text, "\npg_outbox_relay_redis_batches_total{"), 4u);
+}
+
+// /health with several groups: ok only when every group is, a line each.
+TEST(Metrics, HealthOfSeveralGroups) {
+    MetricsSet set;
+    EXPECT_FALSE(set.health(60s).ok);
+    EXPECT_EQ(set.health(60s).text, "starting\n");
+    auto& a = set.add("a", 0ms);
+    for (auto* m : {&a}) {
+        m->heartbeat();
+        m->pg_connected = true;
+        m->redis_connected = true;
+        m->leader = true;
+    }
+    EXPECT_EQ(set.health(60s).text, "ok leader\n") << "one group: its own answer";
+    auto& b = set.add("b\n", 0ms);
+    EXPECT_FALSE(set.health(60s).ok);
+    EXPECT_EQ(set.health(60s).text, "a: ok leader\nb\\n: starting\n");
+    b.heartbeat();
+    b.pg_connected = true;
+    b.redis_connected = true;
+    EXPECT_TRUE(set.health(60s).ok);
+    EXPECT_EQ(set.health(60s).text, "a: ok leader\nb\\n: ok standby\n");
+    a.set_failed("PostgreSQL: group \"a\" does not exist\n(SQLSTATE 42704)");
+    EXPECT_FALSE(set.health(60s).ok);
+    EXPECT_EQ(set.health(60s).text,
+              "a: failed: PostgreSQL: group \"a\" does not exist\\n(SQLSTATE 42704)\nb\\n: ok standby\n");
+    a.clear_failed();
+    EXPECT_TRUE(set.health(60s).ok);
+}
+
+// A thread's log context starts each of its text lines ("[orders/1] ")
+// and is the "group" of its JSON lines; other threads' lines have none.
+TEST(Log, ContextNamesTheThreadsGroup) {
+    std::ostringstream out;
+    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out);
+    spdlog::logger logger("test", sink);
+    logger.set_formatter(make_text_formatter());
+    std::thread([&] {
+        set_log_context("orders/1\n");
+        EXPECT_EQ(log_context(), "orders/1\n");
+        logger.info("leading");
+    }).join();
+    logger.info("main");
+    logger.flush();
+    const auto text = out.str();
+    EXPECT_NE(text.find(" info [orders/1\\n] leading\n"), std::string::npos) << text;
+    EXPECT_NE(text.find(" info main\n"), std::string::npos) << text;
+    EXPECT_EQ(log_context(), "");
+}
+
+// The same in JSON: a "group" member on the lines of a thread with a
+// context, none on the others'.
+TEST(Log, JsonLinesNameTheThreadsGroup) {
+    ::testing::internal::CaptureStderr();
+    setup_logging("info", LogFormat::json);
+    std::thread([] {
+        set_log_context("orders/1");
+        spdlog::info("leading");
+    }).join();
+    spdlog::info("main");
+    spdlog::default_logger()->flush();
+    const auto text = ::testing::internal::GetCapturedStderr();
+    std::istringstream lines(text);
+    std::vector<nlohmann::json> parsed;
+    for (std::string line; std::getline(lines, line);) parsed.push_back(nlohmann::json::parse(line));
+    ASSERT_EQ(parsed.size(), 2u) << text;
+    EXPECT_EQ(parsed[0]["msg"], "leading");
+    EXPECT_EQ(parsed[0]["group"], "orders/1");
+    EXPECT_EQ(parsed[1]["msg"], "main");
+    EXPECT_FALSE(parsed[1].contains("group"));
 }

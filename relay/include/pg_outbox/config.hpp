@@ -98,6 +98,13 @@ struct Config {
     int redis_db = 0;
 
     // Publish mode.
+    // The groups or shards to publish, as given (--group, repeatable; a
+    // value may list several, comma-separated): "<group>", "<group>/<shard>"
+    // or "<group>/*" (every shard, expanded from the database at start; see
+    // publish_groups.hpp). Checked when parsed: none empty, none twice.
+    std::vector<std::string> groups;
+    // The one group or shard a publisher serves: the first of "groups"
+    // after parsing; each publisher's copy of the Config names its own.
     std::string group;
     // The group's name and the shard that "group" names ("<group>/<shard>";
     // -1 when it names none), read from "group" (checked when parsed).
@@ -174,5 +181,9 @@ ParseResult parse_command_line(int argc, const char* const* argv);
 // names: a number from 0, without leading zeros), into the name and the
 // shard, -1 when none is named; ConfigError when the shard is no such number.
 void split_group_name(const std::string& group, std::string& name, int& shard);
+
+// True for "<group>/*", which names every shard of a group; "name" gets
+// the group's name.
+bool is_every_shard(const std::string& group, std::string* name = nullptr);
 
 }  // namespace pg_outbox

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "pg_outbox/config.hpp"
+#include "pg_outbox/errors.hpp"
 #include "pg_outbox/event.hpp"
 #include "pg_outbox/metrics.hpp"
 #include "pg_outbox/pg.hpp"
@@ -34,6 +35,12 @@ struct PublishedStreams {
     std::map<std::string, Position> streams;
     std::optional<Position> cursor;
 };
+
+// The refusals of a sharded group named without its shard, and of a
+// stream template without {shard} for a sharded group: shards writing one
+// stream would each refuse the other's entries as already present.
+ConfigError sharded_group_without_shard(const std::string& group, int shards);
+ConfigError template_without_shard(const std::string& stream_template, const std::string& name, int shards);
 
 class GroupSession {
 public:

@@ -21,4 +21,12 @@ std::string escape_control(std::string_view text);
 // The pattern of text log lines, with the message escaped as above.
 std::unique_ptr<spdlog::formatter> make_text_formatter();
 
+// What the calling thread works for, named in each of its log lines: a
+// text line's message starts with "[context] ", a JSON line has a "group"
+// member. Empty (the default): nothing is added. A relay publishing several
+// groups names each group's thread after its group (and the threads that
+// thread starts, see LagProbe).
+void set_log_context(std::string context);
+const std::string& log_context();
+
 }  // namespace pg_outbox

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -21,6 +22,8 @@ class Server;
 }
 
 namespace pg_outbox {
+
+class MetricFamilies;
 
 class Metrics {
 public:
@@ -108,19 +111,33 @@ public:
     // The pg_outbox version of the database connected to, for build_info.
     void set_extension_version(std::string version);
 
+    // A run that ended in a fatal error, in a relay that starts it again
+    // (one of several groups of a process): health fails, saying why,
+    // until clear_failed().
+    void set_failed(std::string why);
+    void clear_failed();
+
     std::string render() const;
     const std::string& mode() const { return mode_; }
+    // The group label's value.
+    const std::string& group() const { return group_; }
 
 private:
-    void render_errors(std::ostream& out, const std::string& labels) const;
+    friend std::string render_metrics(const std::vector<const Metrics*>& all);
+    // Adds this relay's samples to their families: the mode's series, then
+    // the errors by kind.
+    void collect(MetricFamilies& out) const;
+    void collect_errors(MetricFamilies& out) const;
 
     std::string mode_;
+    std::string group_;
     std::string labels_;  // mode, consumer (consume mode), group
     mutable std::mutex errors_mutex_;
     std::map<std::string, std::uint64_t> errors_;
     std::map<std::string, std::uint64_t> gaps_;  // under errors_mutex_
     std::string last_error_;
     std::string extension_version_;  // under errors_mutex_
+    std::string failed_;             // under errors_mutex_; empty: not failed
     std::atomic<std::int64_t> last_heartbeat_ms_{0};
     const std::chrono::milliseconds stuck_after_;
     std::atomic<std::int64_t> waiting_since_ms_{0};  // 0: nothing waits
@@ -147,6 +164,28 @@ std::string process_metrics();
 // and newline escaped.
 std::string prometheus_label_value(std::string_view value);
 
+// The metrics of several relays of one process in one text (publish mode,
+// a thread per group): each family once (HELP, TYPE), with a series per
+// relay labelled by its group; build_info and the process metrics once.
+// With one relay, the same as its render().
+std::string render_metrics(const std::vector<const Metrics*>& all);
+
+// The Metrics of every group a process publishes, for its endpoint: each
+// added when its group's thread starts, and kept as long as the set.
+class MetricsSet {
+public:
+    Metrics& add(const std::string& group, std::chrono::milliseconds stuck_after);
+    std::string render() const;
+    // With one group, its health; with several, ok only when every group
+    // is, and a line per group, "<group>: <its health>". None yet:
+    // "starting".
+    Metrics::Health health(std::chrono::seconds max_silence) const;
+
+private:
+    mutable std::mutex mutex_;
+    std::vector<std::unique_ptr<Metrics>> all_;
+};
+
 // Serves GET /metrics and GET /health in its own thread. An address
 // without a host listens on every interface, IPv4 and IPv6 ([::] with
 // IPv4-mapped addresses; 0.0.0.0 where IPv6 is off). Throws ConfigError
@@ -154,6 +193,7 @@ std::string prometheus_label_value(std::string_view value);
 class MetricsServer {
 public:
     MetricsServer(const ListenAddress& address, const Metrics& metrics);
+    MetricsServer(const ListenAddress& address, const MetricsSet& metrics);
     // Where it listens, e.g. "127.0.0.1:9100" or "[::]:9100".
     const std::string& address() const { return bound_; }
     ~MetricsServer();
@@ -161,6 +201,9 @@ public:
     MetricsServer& operator=(const MetricsServer&) = delete;
 
 private:
+    MetricsServer(const ListenAddress& address, std::function<std::string()> render,
+                  std::function<Metrics::Health()> health);
+
     std::unique_ptr<httplib::Server> server_;
     std::string bound_;
     std::thread thread_;

@@ -36,6 +36,8 @@ public:
     // first connection shows a setting that cannot work (an option libpq
     // refuses; Redis refusing AUTH or SELECT, or wanting a password).
     int run();
+    // Why run() returned 1, as it logged it.
+    const std::string& fatal_error() const { return fatal_error_; }
 
 protected:
     Service(const Config& config, Metrics& metrics, const std::atomic<bool>& stop, std::string application_name);
@@ -78,6 +80,7 @@ private:
     void connect();
 
     std::string application_name_;
+    std::string fatal_error_;
     Backoff backoff_;
     // Whether each server was reached once: a setting refused after that
     // (a password rotated, a database dropped) is retried, not fatal.
