@@ -604,7 +604,7 @@ SELECT count(*) FROM outbox_emit_many('topic' || :t,
 				f=$WORK/scaling_${target}_${state}_$n
 				row "scaling, $tname, $sname, $n shard(s): drain (events/s) | $(awk '{print $1}' "$f" | stats) |"
 				# round by round, against the first shard count of the same target and state
-				row "scaling, $tname, $sname, $n shard(s) / $first | $(paste -d ' ' "$f" "$WORK/scaling_${target}_${state}_$first" | awk '{print $1 / $7}' | stats) |"
+				row "scaling, $tname, $sname, $n shard(s) / $first shard(s) | $(paste -d ' ' "$f" "$WORK/scaling_${target}_${state}_$first" | awk '{print $1 / $7}' | stats) |"
 				if [ "$state" = running ]; then
 					row "scaling, $tname, $sname, $n shard(s): emitted while draining (events/s) | $(awk '{print $2}' "$f" | stats) |"
 				fi
@@ -914,8 +914,9 @@ if command -v gnuplot >/dev/null; then
 			set xlabel 'percentile'
 			set ylabel 'ms'
 			set logscale y
-			set xtics ('0' 0, '50' log10(2), '90' 1, '99' 2, '99.9' 3, '99.99' 4, '99.999' 5)
+			set xtics ('50' log10(2), '90' 1, '99' 2, '99.9' 3, '99.99' 4, '99.999' 5)
 			set xrange [0:*]
+			set autoscale xfixmax
 			set yrange [0.1:*]
 			set key bottom right
 			set grid
