@@ -526,7 +526,7 @@ SELECT count(*) FROM outbox_emit_many('topic' || :t,
 	# of PostgreSQL (all its processes), of the relays and of the Redis
 	# server(s).
 	scaling_point() {
-		local target=$1 state=$2 n=$3 k group addr nodes redis_pids p x0 t0 t1 emitted
+		local target=$1 state=$2 n=$3 k group addr nodes redis_pids p x0 t0 t1 emitted backends
 		if [ "$target" = cluster ]; then
 			addr=$REDIS_CLUSTER_URL nodes=("${CLUSTER_NODES[@]}") redis_pids=("${REDIS_CLUSTER_PIDS[@]}")
 		else
@@ -555,9 +555,11 @@ SELECT count(*) FROM outbox_emit_many('topic' || :t,
 		done
 		"$TOOL" wait-entries $(printf -- '--redis %s ' "${nodes[@]}") --count "$SCALE_EVENTS" --timeout "$SCALE_TIMEOUT" >/dev/null
 		t1=$(now)
+		# the relays' backends first, so that every snapshot below is
+		# taken at the same moment
+		backends=$(psql_db scaling -At -c "SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'pg_outbox_relay%'")
 		cpu_snapshot $(pg_processes) >"$WORK/cpu1_pg"
-		cpu_snapshot $(psql_db scaling -At -c "SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'pg_outbox_relay%'") \
-			>"$WORK/cpu1_pgrelay"
+		cpu_snapshot $backends >"$WORK/cpu1_pgrelay"
 		cpu_snapshot "${redis_pids[@]}" >"$WORK/cpu1_redis"
 		cpu_snapshot "${SCALE_PIDS[@]}" >"$WORK/cpu1_relay"
 		emitted=0
@@ -932,7 +934,7 @@ fi
 	echo "PostgreSQL $(pg_run postgres --version | awk '{print $3}') (shared_buffers 1GB, fsync and synchronous_commit on,"
 	echo "pg_outbox in shared_preload_libraries: relays are notified when they wait, not on every commit),"
 	echo "Redis $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/') (no persistence), both on this machine."
-	echo "Each figure: median (min–max) of $ROUNDS interleaved rounds; ratios computed round by round."
+	echo "Each figure: median (min–max) of $ROUNDS interleaved rounds$([[ " $ONLY " == *" scaling "* ]] && echo " ($SCALE_ROUNDS for scaling)"); ratios computed round by round."
 	echo
 	echo "| measure | median (min–max) | target |"
 	echo "|---|---|---|"
