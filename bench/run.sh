@@ -3,7 +3,7 @@
 # run, on throwaway PostgreSQL and Redis servers on loopback. Prints a
 # markdown table and writes it to bench/results/. Asserts nothing.
 #
-#   BENCH_ONLY="fetch emit drain shards latency coldstart consume catchup bloat"   workloads (default: all)
+#   BENCH_ONLY="fetch emit drain shards scaling latency coldstart consume catchup bloat"   workloads (default: all)
 #   BENCH_ROUNDS=3                         interleaved rounds per workload
 #   BENCH_EVENTS=1000000                   events drained per round
 #   BENCH_EMIT_SECONDS=10 BENCH_BULK=200000 emit: pgbench duration per run; rows of a bulk emit
@@ -13,11 +13,19 @@
 #   BENCH_BACKLOGS="10000 1000000 5000000" catchup: backlogs behind the cursor
 #   BENCH_BLOAT=1000000                    bloat: events through emit, publish, retention
 #   BENCH_FETCH_SECONDS=5                  fetch: pgbench duration per call measured
+#   BENCH_SCALING_EVENTS=500000 BENCH_SCALING_SHARDS="1 2 4" BENCH_SCALING_TARGETS="redis cluster"
+#   BENCH_SCALING_EMIT_RATE=20000 BENCH_SCALING_ROUNDS=$BENCH_ROUNDS BENCH_SCALING_TIMEOUT=300
+#                                          scaling: backlog drained per point; shard counts; one Redis
+#                                          and/or a 3-master Redis Cluster; events/s of the emitters
+#                                          running beside the drain; rounds; limit of one point (s)
+#
+# With gnuplot (Debian's gnuplot-nox, installed here), the scaling and
+# latency workloads also draw PNG charts beside the table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
-ONLY=${BENCH_ONLY:-fetch emit drain shards latency coldstart consume catchup bloat}
+ONLY=${BENCH_ONLY:-fetch emit drain shards scaling latency coldstart consume catchup bloat}
 ROUNDS=${BENCH_ROUNDS:-3}
 EVENTS=${BENCH_EVENTS:-1000000}
 BURST=${BENCH_BURST:-500000}
@@ -29,8 +37,14 @@ BLOAT=${BENCH_BLOAT:-1000000}
 EMIT_SECONDS=${BENCH_EMIT_SECONDS:-10}
 BULK=${BENCH_BULK:-200000}
 FETCH_SECONDS=${BENCH_FETCH_SECONDS:-5}
+SCALE_EVENTS=${BENCH_SCALING_EVENTS:-500000}
+SCALE_SHARDS=${BENCH_SCALING_SHARDS:-1 2 4}
+SCALE_TARGETS=${BENCH_SCALING_TARGETS:-redis cluster}
+SCALE_EMIT_RATE=${BENCH_SCALING_EMIT_RATE:-20000}
+SCALE_ROUNDS=${BENCH_SCALING_ROUNDS:-$ROUNDS}
+SCALE_TIMEOUT=${BENCH_SCALING_TIMEOUT:-300}
 
-ensure_packages postgresql-15-pgq3
+ensure_packages postgresql-15-pgq3 gnuplot-nox
 build_extension
 build_relay pg_outbox_relay pg_outbox_bench
 RELAY=build/relay/pg_outbox_relay
@@ -38,8 +52,16 @@ TOOL=build/bench/pg_outbox_bench
 
 throwaway_workspace bench
 RELAY_PID=
+EMIT_PID=
+SCALE_PIDS=()
+REDIS_CLUSTER_PIDS=()
 cleanup() {
+	local p
 	stop_pid "$RELAY_PID"
+	for p in "${SCALE_PIDS[@]}"; do stop_pid "$p"; done
+	stop_pid "$EMIT_PID"
+	redis_cluster_stop
+	stop_pid "${MAIN_REDIS_PID:-}"
 	stop_servers
 	if [ -f "$WORK/pg_xid8/data/postmaster.pid" ]; then
 		pg_stop "$(head -n 1 "$WORK/pg_xid8/data/postmaster.pid")"
@@ -54,6 +76,7 @@ pg_start "$WORK/pg" "$PG_PORT" "shared_buffers = '1GB'" "max_wal_size = '8GB'" "
 	"max_connections = 50" "shared_preload_libraries = 'pg_outbox'"
 MAIN_PG_PID=$PG_PID
 redis_start "$WORK/redis" "$REDIS_PORT"
+MAIN_REDIS_PID=$REDIS_PID
 REDIS="127.0.0.1:$REDIS_PORT"
 
 psql_db() {
@@ -474,6 +497,131 @@ if [[ " $ONLY " == *" shards "* ]]; then
 	psql_db postgres -c "DROP DATABASE shards"
 fi
 
+if [[ " $ONLY " == *" scaling "* ]]; then
+	say "scaling: a $SCALE_EVENTS-event backlog drained by one relay per shard ($SCALE_SHARDS shards) into one Redis and a Redis Cluster of 3 masters, emitters stopped and at $SCALE_EMIT_RATE events/s"
+	# (redis_cluster_start leaves REDIS_PID empty: the workspace's Redis
+	# is still MAIN_REDIS_PID)
+	redis_cluster_start "$WORK/cluster" 3 0
+	REDIS_PID=$MAIN_REDIS_PID
+	CLUSTER_NODES=()
+	for p in "${REDIS_CLUSTER_PORTS[@]}"; do CLUSTER_NODES+=("127.0.0.1:$p"); done
+	psql_db postgres -c "CREATE DATABASE scaling"
+	psql_db scaling -c "CREATE EXTENSION pg_outbox" >/dev/null
+	for n in $SCALE_SHARDS; do
+		psql_db scaling -c "SELECT outbox_group_create('s$n', start_at => 'beginning', ordering => 'xid8', shards => $n)" >/dev/null
+	done
+	load_events scaling "$SCALE_EVENTS"
+	psql_db scaling -c "VACUUM ANALYZE outbox.event" >/dev/null
+	# The emitters: transactions of 10 events of one of four topics, random
+	# keys (so every shard gets its share), at a fixed rate.
+	echo "\\set t random(0, 3)
+\\set k random(1, 100000000)
+SELECT count(*) FROM outbox_emit_many('topic' || :t,
+	(SELECT array_agg(lpad((:k + i)::text, 16, '0')) FROM generate_series(1, 10) i),
+	(SELECT array_agg('$PAYLOAD'::jsonb) FROM generate_series(1, 10)));" >"$WORK/scaling_emit.sql"
+	# Drains $SCALE_EVENTS entries of group s$3 into target $1 (redis or
+	# cluster), emitters $2 (stopped or running). Prints the drain's
+	# events/s, the emit rate while it ran (events/s, 0 when stopped), and
+	# CPU microseconds per drained event of the relays' PostgreSQL backends,
+	# of PostgreSQL (all its processes), of the relays and of the Redis
+	# server(s).
+	scaling_point() {
+		local target=$1 state=$2 n=$3 k group addr nodes redis_pids p x0 t0 t1 emitted backends
+		if [ "$target" = cluster ]; then
+			addr=$REDIS_CLUSTER_URL nodes=("${CLUSTER_NODES[@]}") redis_pids=("${REDIS_CLUSTER_PIDS[@]}")
+		else
+			addr=$REDIS nodes=("$REDIS") redis_pids=("$REDIS_PID")
+		fi
+		for p in "${nodes[@]}"; do redis-cli -p "${p##*:}" flushall >/dev/null; done
+		psql_db scaling -c "SELECT outbox_rewind(name || CASE WHEN shards > 1 THEN '/' || shard ELSE '' END, 'beginning')
+			FROM outbox.groups WHERE name = 's$n'; UPDATE outbox.groups SET streams = '{}'" >/dev/null
+		settle scaling
+		if [ "$state" = running ]; then
+			pgbench -n -M prepared -h 127.0.0.1 -p "$PG_PORT" -U postgres -c 2 -j 1 -R $((SCALE_EMIT_RATE / 10)) \
+				-T "$SCALE_TIMEOUT" -f "$WORK/scaling_emit.sql" scaling >"$WORK/scaling_pgbench.out" 2>&1 &
+			EMIT_PID=$!
+			sleep 1 # a steady load before the relays start
+		fi
+		x0=$(psql_db scaling -At -c "SELECT pg_current_xact_id()")
+		cpu_snapshot $(pg_processes) "${redis_pids[@]}" >"$WORK/cpu0"
+		SCALE_PIDS=()
+		t0=$(now)
+		for k in $(seq 0 $((n - 1))); do
+			group=s$n
+			[ "$n" -gt 1 ] && group=s$n/$k
+			"$RELAY" publish --pg "$(conninfo scaling)" --redis "$addr" --group "$group" --batch-size 1000 \
+				--stream 'outbox:{topic}:{shard}' --log-level warn >"$WORK/relay_$k.log" 2>&1 &
+			SCALE_PIDS+=($!)
+		done
+		"$TOOL" wait-entries $(printf -- '--redis %s ' "${nodes[@]}") --count "$SCALE_EVENTS" --timeout "$SCALE_TIMEOUT" >/dev/null
+		t1=$(now)
+		# the relays' backends first, so that every snapshot below is
+		# taken at the same moment
+		backends=$(psql_db scaling -At -c "SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'pg_outbox_relay%'")
+		cpu_snapshot $(pg_processes) >"$WORK/cpu1_pg"
+		cpu_snapshot $backends >"$WORK/cpu1_pgrelay"
+		cpu_snapshot "${redis_pids[@]}" >"$WORK/cpu1_redis"
+		cpu_snapshot "${SCALE_PIDS[@]}" >"$WORK/cpu1_relay"
+		emitted=0
+		if [ "$state" = running ]; then
+			emitted=$(psql_db scaling -At -c "SELECT count(*) FROM outbox.event WHERE txid > '$x0'")
+			stop_pid "$EMIT_PID"
+			EMIT_PID=
+		fi
+		for p in "${SCALE_PIDS[@]}"; do stop_pid "$p"; done
+		SCALE_PIDS=()
+		echo "$SCALE_EVENTS $t0 $t1 $emitted" | awk '{printf "%.0f %.0f", $1 / ($3 - $2), $4 / ($3 - $2)}'
+		for part in pgrelay pg relay redis; do
+			cpu_between "$WORK/cpu0" "$WORK/cpu1_$part" | awk -v n="$SCALE_EVENTS" '{printf " %.2f", $1 * 1e6 / n}'
+		done
+		echo
+	}
+	for target in $SCALE_TARGETS; do
+		for state in stopped running; do
+			for n in $SCALE_SHARDS; do : >"$WORK/scaling_${target}_${state}_$n"; done
+		done
+	done
+	for r in $(seq 1 "$SCALE_ROUNDS"); do
+		for target in $SCALE_TARGETS; do
+			for state in stopped running; do
+				for n in $SCALE_SHARDS; do
+					scaling_point "$target" "$state" "$n" >>"$WORK/scaling_${target}_${state}_$n"
+					echo "   round $r, $target, emitters $state, $n shard(s): events/s, emitted/s, CPU µs per event (PostgreSQL relay backends, PostgreSQL all, relays, Redis): $(tail -n 1 "$WORK/scaling_${target}_${state}_$n")"
+				done
+			done
+		done
+	done
+	# Rows, and the chart's data: one block per target and emitter state,
+	# "shards median min max" of the drain's events/s.
+	: >"$WORK/scaling.dat"
+	first=$(echo "$SCALE_SHARDS" | awk '{print $1}')
+	for target in $SCALE_TARGETS; do
+		tname="one Redis"
+		[ "$target" = cluster ] && tname="Redis Cluster, 3 masters, no replicas"
+		for state in stopped running; do
+			sname="emitters stopped"
+			[ "$state" = running ] && sname="emitters at $SCALE_EMIT_RATE events/s"
+			echo "# $tname, $sname" >>"$WORK/scaling.dat"
+			for n in $SCALE_SHARDS; do
+				f=$WORK/scaling_${target}_${state}_$n
+				row "scaling, $tname, $sname, $n shard(s): drain (events/s) | $(awk '{print $1}' "$f" | stats) |"
+				# round by round, against the first shard count of the same target and state
+				row "scaling, $tname, $sname, $n shard(s) / $first shard(s) | $(paste -d ' ' "$f" "$WORK/scaling_${target}_${state}_$first" | awk '{print $1 / $7}' | stats) |"
+				if [ "$state" = running ]; then
+					row "scaling, $tname, $sname, $n shard(s): emitted while draining (events/s) | $(awk '{print $2}' "$f" | stats) |"
+				fi
+				row "scaling, $tname, $sname, $n shard(s): CPU per drained event of PostgreSQL (the relays' backends; all its processes), relays, Redis (µs) | $(awk '{print $3}' "$f" | stats); $(awk '{print $4}' "$f" | stats), $(awk '{print $5}' "$f" | stats), $(awk '{print $6}' "$f" | stats) |"
+				echo "$n $(awk '{print $1}' "$f" | sort -g | awk '{a[NR]=$1} END {m=(NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2; print m, a[1], a[NR]}')" >>"$WORK/scaling.dat"
+			done
+			printf '\n\n' >>"$WORK/scaling.dat"
+		done
+	done
+	for p in "${CLUSTER_NODES[@]}"; do redis-cli -p "${p##*:}" flushall >/dev/null; done
+	redis flushall >/dev/null
+	redis_cluster_stop
+	psql_db postgres -c "DROP DATABASE scaling"
+fi
+
 if [[ " $ONLY " == *" latency "* ]]; then
 	say "latency: $RATES transactions/s for ${SECONDS_LAT}s each, woken by commits vs polling every 100ms"
 	psql_db postgres -c "CREATE DATABASE lat"
@@ -482,7 +630,7 @@ if [[ " $ONLY " == *" latency "* ]]; then
 	echo "SELECT outbox_emit('lat', 'k' || :client_id, jsonb_build_object('t', extract(epoch FROM clock_timestamp())));" \
 		>"$WORK/lat.sql"
 	for rate in $RATES; do
-		for mode in listen poll xid8; do : >"$WORK/lat_${mode}_$rate"; done
+		for mode in listen poll xid8; do : >"$WORK/lat_${mode}_$rate" >"$WORK/latdist_${mode}_$rate"; done
 	done
 	for r in $(seq 1 "$ROUNDS"); do
 		for rate in $RATES; do
@@ -499,12 +647,14 @@ if [[ " $ONLY " == *" latency "* ]]; then
 				RELAY_PID=$!
 				sleep 1
 				"$TOOL" latency --redis "$REDIS" --stream outbox:lat --count "$count" --timeout $((SECONDS_LAT + 30)) \
-					>"$WORK/lat.out" &
+					--samples "$WORK/lat_samples" >"$WORK/lat.out" &
 				probe=$!
 				sleep 0.5
 				pgbench -n -h 127.0.0.1 -p "$PG_PORT" -U postgres -c 4 -j 2 -R "$rate" -T "$SECONDS_LAT" -f "$WORK/lat.sql" lat \
 					>"$WORK/pgbench.out" 2>&1
 				wait "$probe" || true
+				# every round's latencies, pooled, for the chart
+				cat "$WORK/lat_samples" >>"$WORK/latdist_${mode}_$rate" 2>/dev/null || true
 				stop_pid "$RELAY_PID"
 				RELAY_PID=
 				echo "$(result p50_ms <"$WORK/lat.out") $(result p99_ms <"$WORK/lat.out") $(result p999_ms <"$WORK/lat.out") $(result max_ms <"$WORK/lat.out")" \
@@ -709,6 +859,74 @@ fi
 
 mkdir -p bench/results
 out="bench/results/$(date -u +%Y-%m-%dT%H%M%SZ).md"
+# Charts, beside the table: PNG files named after it.
+charts=()
+if command -v gnuplot >/dev/null; then
+	if [ -s "$WORK/scaling.dat" ]; then
+		# one line per block of scaling.dat (target and emitter state)
+		plots=()
+		i=0
+		while IFS= read -r title; do
+			plots+=("'$WORK/scaling.dat' index $i using 1:2:3:4 with yerrorlines lw 2 pt 7 title '$title'")
+			i=$((i + 1))
+		done < <(sed -n 's/^# //p' "$WORK/scaling.dat")
+		gnuplot <<-GNUPLOT
+			set terminal pngcairo size 960,600 font ',11'
+			set output '${out%.md}-scaling.png'
+			set title "Drain of a $SCALE_EVENTS-event backlog, one relay per shard ($(nproc) cores, everything on one machine)"
+			set xlabel 'shards (relays)'
+			set ylabel 'events/s published (median, bars: min-max of $SCALE_ROUNDS rounds)'
+			set logscale x 2
+			set xtics ($(echo "$SCALE_SHARDS" | sed 's/ /, /g'))
+			set xrange [0.8:$(echo "$SCALE_SHARDS" | awk '{print $NF * 1.25}')]
+			set yrange [0:*]
+			set format y '%.0s%c'
+			set key bottom right
+			set grid
+			plot $(IFS=,; echo "${plots[*]}")
+		GNUPLOT
+		charts+=("scaling:${out%.md}-scaling.png")
+	fi
+	plots=()
+	for rate in $RATES; do
+		for mode in listen poll xid8; do
+			f=$WORK/latdist_${mode}_$rate
+			[ -s "$f" ] || continue
+			# percentile on a "nines" axis: x = -log10(1 - q), up to the
+			# largest sample
+			sort -g "$f" | awk '{a[NR] = $1} END {
+				for (x = 0; x <= 6; x += 0.02) {
+					i = int((1 - 10 ^ -x) * NR) + 1
+					if (i >= NR) break
+					print x, a[i]
+				}
+				print log(NR) / log(10), a[NR]
+			}' >"$f.pct"
+			label="commit order, woken by commits"
+			[ "$mode" = poll ] && label="commit order, polling every 100 ms"
+			[ "$mode" = xid8 ] && label="xid8 order, woken by commits"
+			plots+=("'$f.pct' using 1:2 with lines lw 2 title '$rate tx/s, $label'")
+		done
+	done
+	if [ "${#plots[@]}" -gt 0 ]; then
+		gnuplot <<-GNUPLOT
+			set terminal pngcairo size 960,600 font ',11'
+			set output '${out%.md}-latency.png'
+			set title "Emit to visible in Redis: latency by percentile (every round pooled, $SECONDS_LAT s each)"
+			set xlabel 'percentile'
+			set ylabel 'ms'
+			set logscale y
+			set xtics ('50' log10(2), '90' 1, '99' 2, '99.9' 3, '99.99' 4, '99.999' 5)
+			set xrange [0:*]
+			set autoscale xfixmax
+			set yrange [0.1:*]
+			set key bottom right
+			set grid
+			plot $(IFS=,; echo "${plots[*]}")
+		GNUPLOT
+		charts+=("latency:${out%.md}-latency.png")
+	fi
+fi
 {
 	echo "# pg_outbox benchmark, $(date -u '+%Y-%m-%d %H:%M UTC')"
 	echo
@@ -716,13 +934,17 @@ out="bench/results/$(date -u +%Y-%m-%dT%H%M%SZ).md"
 	echo "PostgreSQL $(pg_run postgres --version | awk '{print $3}') (shared_buffers 1GB, fsync and synchronous_commit on,"
 	echo "pg_outbox in shared_preload_libraries: relays are notified when they wait, not on every commit),"
 	echo "Redis $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/') (no persistence), both on this machine."
-	echo "Each figure: median (min–max) of $ROUNDS interleaved rounds; ratios computed round by round."
+	echo "Each figure: median (min–max) of $ROUNDS interleaved rounds$([[ " $ONLY " == *" scaling "* ]] && echo " ($SCALE_ROUNDS for scaling)"); ratios computed round by round."
 	echo
 	echo "| measure | median (min–max) | target |"
 	echo "|---|---|---|"
 	cat "$TABLE"
+	for c in "${charts[@]}"; do
+		echo
+		echo "![${c%%:*}]($(basename "${c#*:}"))"
+	done
 } >"$out"
 echo
 cat "$out"
 echo
-echo "written to $out"
+echo "written to $out${charts[*]:+ and} $(for c in "${charts[@]}"; do printf '%s ' "${c#*:}"; done)"

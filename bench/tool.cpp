@@ -6,14 +6,16 @@
 //                 LOCKED, pipelined XADD, UPDATE status, COMMIT
 //   latency       reads a stream as entries arrive and reports how long after
 //                 the emitting commit (payload field "t", epoch seconds) each
-//                 one appeared
+//                 one appeared; --samples FILE also writes every latency (ms),
+//                 sorted, one a line, for the latency chart
 //   read-ack      a bare consumer: XREADGROUP and XACK until the stream is
 //                 read, the ceiling of a consumer
 //   pgq-relay     a PgQ consumer publishing to Redis: next_batch,
 //                 get_batch_events, pipelined XADD, finish_batch, COMMIT
 //   wait-entries  waits until the streams matching a pattern hold a number
-//                 of entries, polling over one connection (a redis-cli per
-//                 poll would cost the machine more CPU than it measures)
+//                 of entries, polling over one connection per node (a
+//                 redis-cli per poll would cost the machine more CPU than it
+//                 measures); --redis once per master of a Redis Cluster
 //
 // Each prints "RESULT <name> <value>" lines.
 #include <CLI/CLI.hpp>
@@ -135,7 +137,8 @@ int naive_relay(const std::string& pg_conninfo, const std::string& redis_address
     return 0;
 }
 
-int latency(const std::string& redis_address, const std::string& stream, std::size_t count, int timeout_s) {
+int latency(const std::string& redis_address, const std::string& stream, std::size_t count, int timeout_s,
+            const std::string& samples) {
     auto redis = redis_connect(redis_address);
     std::vector<double> ms;
     ms.reserve(count);
@@ -163,6 +166,15 @@ int latency(const std::string& redis_address, const std::string& stream, std::si
         return 1;
     }
     std::sort(ms.begin(), ms.end());
+    if (!samples.empty()) {
+        std::FILE* f = std::fopen(samples.c_str(), "w");
+        if (f == nullptr) {
+            std::perror(samples.c_str());
+            return 1;
+        }
+        for (double v : ms) std::fprintf(f, "%.3f\n", v);
+        std::fclose(f);
+    }
     auto pct = [&](double p) { return ms[std::min(ms.size() - 1, static_cast<std::size_t>(p * ms.size()))]; };
     std::printf("RESULT count %zu\nRESULT p50_ms %.2f\nRESULT p99_ms %.2f\nRESULT p999_ms %.2f\nRESULT max_ms %.2f\n",
                 ms.size(), pct(0.50), pct(0.99), pct(0.999), ms.back());
@@ -226,18 +238,20 @@ int read_ack(const std::string& redis_address, const std::string& stream, int ba
     return 0;
 }
 
-int wait_entries(const std::string& redis_address, const std::string& pattern, std::size_t count,
+int wait_entries(const std::vector<std::string>& nodes, const std::string& pattern, std::size_t count,
                  int timeout_s) {
-    auto redis = redis_connect(redis_address);
+    std::vector<RedisConnection> redis;
+    for (const auto& node : nodes) redis.push_back(redis_connect(node));
     const auto t0 = Clock::now();
     std::size_t total = 0;
     while (seconds_since(t0) < timeout_s) {
-        auto keys = redis.command_raw({"KEYS", pattern});
         total = 0;
-        if (keys->type == REDIS_REPLY_ARRAY && keys->elements > 0) {
-            for (std::size_t i = 0; i < keys->elements; ++i) redis.append({"XLEN", reply_text(keys->element[i])});
+        for (auto& node : redis) {
+            auto keys = node.command_raw({"KEYS", pattern});
+            if (keys->type != REDIS_REPLY_ARRAY || keys->elements == 0) continue;
+            for (std::size_t i = 0; i < keys->elements; ++i) node.append({"XLEN", reply_text(keys->element[i])});
             for (std::size_t i = 0; i < keys->elements; ++i) {
-                auto n = redis.get_reply_raw();
+                auto n = node.get_reply_raw();
                 if (n->type == REDIS_REPLY_INTEGER) total += static_cast<std::size_t>(n->integer);
             }
         }
@@ -273,7 +287,9 @@ int main(int argc, char** argv) {
         sub->add_option("--pg", pg)->required();
         sub->add_option("--batch", batch);
     }
-    for (auto* sub : {ceiling, naive, lat, ra, pq, we}) sub->add_option("--redis", redis);
+    for (auto* sub : {ceiling, naive, lat, ra, pq}) sub->add_option("--redis", redis);
+    std::vector<std::string> nodes;
+    we->add_option("--redis", nodes, "a Redis address; each master's, for a Redis Cluster");
     we->add_option("--pattern", pattern);
     we->add_option("--count", count)->required();
     we->add_option("--timeout", timeout_s);
@@ -282,11 +298,14 @@ int main(int argc, char** argv) {
     lat->add_option("--stream", stream)->required();
     lat->add_option("--count", count)->required();
     lat->add_option("--timeout", timeout_s);
+    std::string samples;
+    lat->add_option("--samples", samples, "writes every latency (ms), sorted, one a line");
     CLI11_PARSE(app, argc, argv);
     if (ceiling->parsed()) return xadd_ceiling(pg, redis, batch);
     if (naive->parsed()) return naive_relay(pg, redis, batch);
     if (ra->parsed()) return read_ack(redis, stream, batch);
     if (pq->parsed()) return pgq_relay(pg, redis, consumer);
-    if (we->parsed()) return wait_entries(redis, pattern, count, timeout_s);
-    return latency(redis, stream, count, timeout_s);
+    if (we->parsed()) return wait_entries(nodes.empty() ? std::vector<std::string>{redis} : nodes, pattern, count,
+                                          timeout_s);
+    return latency(redis, stream, count, timeout_s, samples);
 }
