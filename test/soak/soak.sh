@@ -94,7 +94,10 @@ else
 	# its shard in one transaction on one master.
 	SHARDS=4
 	STREAM_TEMPLATE='soak:{{shard}}:{topic}'
-	redis_cluster_start "$WORK/cluster" 3 1
+	# Replicas sync at once (a master waits 5 s for more replicas by
+	# default, and a replica that never synced does not fail over).
+	CLUSTER_OPTS=(--repl-diskless-sync-delay 0)
+	redis_cluster_start "$WORK/cluster" 3 1 "${CLUSTER_OPTS[@]}"
 	REDIS_URL=$REDIS_CLUSTER_URL
 	STREAMS=()
 	WORKERS=()
@@ -264,11 +267,13 @@ slot_master() {
 			}
 		}'
 }
-# True when every node that runs sees the cluster whole and no slot open.
+# True when every node sees the cluster whole, every replica is in sync
+# with its master and no slot is open.
 cluster_settled() {
 	local port
 	for port in "${REDIS_CLUSTER_PORTS[@]}"; do
 		redis-cli -p "$port" cluster info 2>/dev/null | grep -q '^cluster_state:ok' || return 1
+		redis-cli -p "$port" info replication 2>/dev/null | grep -q '^role:master\|^master_link_status:up' || return 1
 	done
 	! redis-cli -p "$(cluster_port)" cluster nodes | grep -q -- '->-\|-<-'
 }
@@ -314,7 +319,7 @@ kill_master() {
 	[ -z "$replica" ] || redis-cli -p "$replica" config set masterauth "" >/dev/null || true
 	mv "$WORK/cluster/node$((idx + 1))/redis.log" "$WORK/cluster/node$((idx + 1))/redis.log.$(date +%s%N)"
 	redis_start "$WORK/cluster/node$((idx + 1))" "$port" --cluster-enabled yes --cluster-config-file nodes.conf \
-		--cluster-node-timeout 2000 --cluster-port "$bus" || return 0
+		--cluster-node-timeout 2000 --cluster-port "$bus" "${CLUSTER_OPTS[@]}" || return 0
 	REDIS_CLUSTER_PIDS[idx]=$REDIS_PID
 	REDIS_PID=
 	wait_for 30 replicating "$port" || echo "  the old master did not come back as a replica within 30 s" >&2
@@ -369,6 +374,9 @@ cluster_fix() {
 faults() {
 	local until=$(($(date +%s) + SECONDS_TOTAL - 3))
 	sleep 2
+	if [ "$MODE" = sharded-cluster ] && ! wait_for 30 cluster_settled; then
+		echo "  the replicas did not sync within 30 s" >&2
+	fi
 	while [ "$(date +%s)" -lt "$until" ]; do
 		if [ "$MODE" = single ]; then fault; else cluster_fault; fi
 		sleep "$((1 + RANDOM % 4))"
