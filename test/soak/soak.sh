@@ -296,10 +296,18 @@ replicating() {
 # link to the master and cannot make it again (AUTH with a password the
 # master does not have; a SIGSTOP would not do: the kernel's socket
 # buffer keeps what the master sent), so the master takes 700 ms of
-# writes that the promoted replica never had.
+# writes that the promoted replica never had; the master is then one that
+# serves streams (a random stream's), else any.
 kill_master() {
-	local line port i idx=-1 bus replica=
-	line=$(cluster_masters | shuf -n 1 --random-source=<(yes "$RANDOM")) || return 0
+	local line port i idx=-1 bus replica= slot
+	if [ "${1:-}" = lagging ]; then
+		slot=$(redis-cli -p "$(cluster_port)" cluster keyslot "${STREAMS[RANDOM % ${#STREAMS[@]}]}")
+		port=$(slot_master "$slot")
+		line=$(cluster_masters | awk -v p="$port" '$2 == p')
+	else
+		line=$(cluster_masters | shuf -n 1 --random-source=<(yes "$RANDOM"))
+	fi
+	[ -n "$line" ] || return 0
 	port=${line#* }
 	for i in "${!REDIS_CLUSTER_PORTS[@]}"; do [ "${REDIS_CLUSTER_PORTS[$i]}" = "$port" ] && idx=$i; done
 	[ "$idx" -ge 0 ] || return 0
