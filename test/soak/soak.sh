@@ -299,7 +299,7 @@ replicating() {
 # writes that the promoted replica never had; the master is then one that
 # serves streams (a random stream's), else any.
 kill_master() {
-	local line port i idx=-1 bus replica= slot
+	local line port i idx=-1 bus replica='' slot
 	if [ "${1:-}" = lagging ]; then
 		slot=$(redis-cli -p "$(cluster_port)" cluster keyslot "${STREAMS[RANDOM % ${#STREAMS[@]}]}")
 		port=$(slot_master "$slot")
