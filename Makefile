@@ -85,7 +85,8 @@ installcheck-preload:
 bench:
 	./bench/run.sh
 
-# The fault-injecting soak test with its history checker (SOAK_SECONDS).
+# The fault-injecting soak test with its history checker (SOAK_SECONDS,
+# SOAK_ORDERING, SOAK_MODE).
 soak:
 	./test/soak/soak.sh
 

@@ -3,8 +3,8 @@
 # is missing, builds, starts throwaway servers on loopback, runs the
 # pg_regress tests and isolation specs, the relay's unit and integration
 # tests, the demo, the example applications, the Debian packages (built,
-# installed, the demo on them, removed) and a soak test in each order, and
-# ends with one summary line.
+# installed, the demo on them, removed), a soak test in each order and one
+# of a sharded group on a Redis Cluster, and ends with one summary line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -143,6 +143,15 @@ for ordering in commit xid8; do
 		cat "$log/soak"
 	fi
 done
+
+say "the soak test of a 4-shard group on a Redis Cluster of 3 masters and 3 replicas (40 seconds of faults, then the history checker)"
+if SOAK_SECONDS=40 SOAK_MODE=sharded-cluster ./test/soak/soak.sh >"$log/soak" 2>&1; then
+	passed=$((passed + 1))
+	tail -n 17 "$log/soak"
+else
+	failed=$((failed + 1))
+	cat "$log/soak"
+fi
 
 echo
 echo "${passed} passed, ${failed} failed"

@@ -681,18 +681,35 @@ void Consumer::apply(const std::vector<StreamEntry>& entries) {
         call_bytes = 0;
     };
     std::vector<const StreamEntry*> done;
-    for (const auto& e : entries) {
-        if (lost(e.stream)) continue;
-        if (auto fault = framing_fault(e)) {
-            malformed(e, fault->first, fault->second, done);
-            continue;
+    std::size_t next = 0;
+    try {
+        for (; next < entries.size(); ++next) {
+            const auto& e = entries[next];
+            if (lost(e.stream)) continue;
+            if (auto fault = framing_fault(e)) {
+                malformed(e, fault->first, fault->second, done);
+                continue;
+            }
+            const auto bytes = e.bytes();
+            if (!call.empty() && call_bytes + bytes > kMaxCallBytes) flush();
+            call.push_back(&e);
+            call_bytes += bytes;
         }
-        const auto bytes = e.bytes();
-        if (!call.empty() && call_bytes + bytes > kMaxCallBytes) flush();
-        call.push_back(&e);
-        call_bytes += bytes;
+        flush();
+    } catch (const PgError& e) {
+        // The connection was lost or the server is restarting: the call
+        // that failed and every entry after it are held, and applied
+        // first, in their order, once the connection is back. Left
+        // pending, they would be reclaimed only after --min-idle, behind
+        // newer entries of the same keys.
+        if (!e.retryable()) throw;
+        const std::string sqlstate = classify_sqlstate(e.sqlstate()) == Fault::transient ? e.sqlstate() : "08006";
+        for (const auto* entry : call) hold(*entry, sqlstate, first_line(e.what()));
+        for (std::size_t i = next; i < entries.size(); ++i)
+            if (!lost(entries[i].stream)) hold(entries[i], sqlstate, first_line(e.what()));
+        ack(done);
+        throw;
     }
-    flush();
     ack(done);
 }
 
@@ -715,7 +732,7 @@ void Consumer::apply_call(const std::vector<const StreamEntry*>& call, std::vect
         metrics_.pg_rtt_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     } catch (const PgError& e) {
         // The whole call failed. A lost connection or a transient error is
-        // retried by the service loop; the entries stay pending.
+        // retried by the service loop, with the entries held (see apply).
         if (e.retryable()) throw;
         if (classify_sqlstate(e.sqlstate()) == Fault::configuration) {
             for (const auto* entry : call) hold(*entry, e.sqlstate(), first_line(e.what()));

@@ -631,6 +631,28 @@ TEST_F(ConsumeTest, ConfigurationFaultWhileRunningHoldsEntries) {
     expect_projection_exactly_once();
 }
 
+// A lost connection (the worker's backend terminated, as in a PostgreSQL
+// restart) fails a whole batch: the batch is held and applied first once
+// the worker has reconnected, not left pending until --min-idle while
+// newer entries of the same keys are read and applied before it.
+TEST_F(ConsumeTest, LostConnectionHoldsTheBatch) {
+    start_relay();
+    auto& consumer = start_consumer("w1", {"--min-idle", "60s", "--claim-interval", "50ms"});
+    emit(3);
+    ASSERT_TRUE(wait_applied(3));
+    {
+        auto db = sink();
+        db.exec("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'consumer_user'");
+    }
+    emit(6, 3);
+    ASSERT_TRUE(wait_applied(9, 10s)) << consumer.log();  // far sooner than --min-idle
+    EXPECT_NE(consumer.log().find("entries held"), std::string::npos) << consumer.log();
+    EXPECT_NE(consumer.log().find("the fault is gone"), std::string::npos) << consumer.log();
+    ASSERT_TRUE(eventually(
+        [&] { return pending("outbox:orders") + pending("outbox:payments") + pending("outbox:audit") == 0; }, 10s));
+    expect_projection_exactly_once();
+}
+
 // An entry that fails the whole call, outside its subtransaction (here a
 // statement timeout, which no exception block catches): the batch is
 // applied entry by entry, the others apply, and only that entry counts

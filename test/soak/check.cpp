@@ -5,20 +5,29 @@
 // soak run as well as a history taken from a real deployment:
 //
 //   committed.tsv     event_id  topic  position  created_at (epoch seconds)
-//                     every event of a committed transaction (the outbox)
+//                     [stream  key]
+//                     every event of a committed transaction (the outbox);
+//                     with the optional columns, the stream the event must
+//                     be published to (a sharded group's: its shard's) and
+//                     its key (empty when it has none), which turn on the
+//                     routing and the per-key order checks
 //   streams.tsv       stream  entry_id  event_id  position
 //                     every stream entry, in stream order
-//   applied.tsv       event_id  applied_at (epoch seconds)
+//   applied.tsv       event_id  applied_at (epoch seconds)  [order]
 //                     every application of an event by the consumer (one row
-//                     per application: a duplicate apply is two rows)
+//                     per application: a duplicate apply is two rows); the
+//                     optional order (an increasing number) says in which
+//                     order they were applied, else applied_at does
 //   dead_letters.tsv  stream  entry_id  event_id
 //                     entries the consumer gave up on; an entry_id "(A B)"
 //                     (or "(A B]") is a range of ids trimmed before the
 //                     consumer read them
 //
 // It prints one line per measure and a verdict; the exit status is 0 when
-// lost, phantom, duplicate applies, order violations and duplicate stream
-// entries are all 0.
+// lost, phantom, duplicate applies, order violations, duplicate stream
+// entries and (when checked) misrouted entries and key order violations
+// are all 0. Per-key order: the first applications of the events of one
+// (topic, key), or of one topic's keyless events, are in feed order.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -61,7 +70,7 @@ std::vector<std::vector<std::string>> read_tsv(const std::string& path) {
         std::stringstream ss(line);
         std::string f;
         while (std::getline(ss, f, '\t')) fields.push_back(f);
-        while (fields.size() < 4) fields.emplace_back();
+        while (fields.size() < 6) fields.emplace_back();
         rows.push_back(std::move(fields));
     }
     return rows;
@@ -71,6 +80,8 @@ struct Committed {
     std::string topic;
     Position position;
     double created_at;
+    std::string stream;  // empty: prefix + topic
+    std::string key;
 };
 
 }  // namespace
@@ -85,18 +96,26 @@ int main(int argc, char** argv) {
     const std::string prefix = argc > 2 ? argv[2] : "outbox:";
 
     std::unordered_map<std::string, Committed> committed;
-    for (const auto& r : read_tsv(dir + "/committed.tsv"))
-        committed[r[0]] = Committed{r[1], parse_position(r[2]).value_or(Position{}), std::stod(r[3])};
+    bool routed = false;
+    for (const auto& r : read_tsv(dir + "/committed.tsv")) {
+        committed[r[0]] = Committed{r[1], parse_position(r[2]).value_or(Position{}), std::stod(r[3]), r[4], r[5]};
+        if (!r[4].empty()) routed = true;
+    }
+    auto stream_of = [&](const Committed& c) { return c.stream.empty() ? prefix + c.topic : c.stream; };
 
     // Streams: distinct events, duplicates, order.
     std::unordered_map<std::string, int> in_streams;
     std::map<std::string, std::optional<Position>> last_in_stream;
-    std::size_t phantom = 0, duplicate_entries = 0, order_violations = 0;
+    std::size_t phantom = 0, duplicate_entries = 0, order_violations = 0, misrouted = 0;
     for (const auto& r : read_tsv(dir + "/streams.tsv")) {
         const auto& stream = r[0];
         const auto& event_id = r[2];
         if (++in_streams[event_id] == 2) ++duplicate_entries;
-        if (!committed.count(event_id)) ++phantom;
+        const auto it = committed.find(event_id);
+        if (it == committed.end())
+            ++phantom;
+        else if (routed && stream != stream_of(it->second))
+            ++misrouted;
         const auto pos = parse_position(r[3]);
         auto& last = last_in_stream[stream];
         if (pos && last && !(*last < *pos)) ++order_violations;
@@ -104,9 +123,12 @@ int main(int argc, char** argv) {
     }
 
     // Applies: distinct, duplicates, delays.
+    // The first application of each event, by (topic, key), in the order
+    // applied, for the per-key order check.
     std::unordered_map<std::string, int> applies;
     std::vector<double> delays;
     std::size_t duplicate_applies = 0, applied_phantom = 0;
+    std::unordered_map<std::string, std::vector<std::pair<double, Position>>> by_key;
     for (const auto& r : read_tsv(dir + "/applied.tsv")) {
         if (++applies[r[0]] == 2) ++duplicate_applies;
         const auto it = committed.find(r[0]);
@@ -114,7 +136,24 @@ int main(int argc, char** argv) {
             ++applied_phantom;
             continue;
         }
-        if (applies[r[0]] == 1) delays.push_back((std::stod(r[1]) - it->second.created_at) * 1000.0);
+        if (applies[r[0]] == 1) {
+            delays.push_back((std::stod(r[1]) - it->second.created_at) * 1000.0);
+            if (routed)
+                by_key[it->second.topic + '\0' + it->second.key].emplace_back(
+                    std::stod(r[2].empty() ? r[1] : r[2]), it->second.position);
+        }
+    }
+    // An event applied after a later event of its key (in feed order) is
+    // one violation.
+    std::size_t key_order_violations = 0;
+    for (auto& [unit, events] : by_key) {
+        std::sort(events.begin(), events.end(),
+                  [](const auto& a, const auto& b) { return a.first < b.first; });
+        std::optional<Position> highest;
+        for (const auto& e : events) {
+            if (highest && e.second < *highest) ++key_order_violations;
+            if (!highest || *highest < e.second) highest = e.second;
+        }
     }
 
     // Dead letters: single entries by event id, or by stream and entry id
@@ -139,8 +178,8 @@ int main(int argc, char** argv) {
         }
     }
     auto dead_lettered = [&](const std::string& id, const Committed& c) {
-        if (dead_ids.count(id) || dead_entries.count({prefix + c.topic, c.position})) return true;
-        const auto it = dead_ranges.find(prefix + c.topic);
+        if (dead_ids.count(id) || dead_entries.count({stream_of(c), c.position})) return true;
+        const auto it = dead_ranges.find(stream_of(c));
         if (it == dead_ranges.end()) return false;
         for (const auto& range : it->second)
             if (range.from < c.position && (c.position < range.to || (range.to_included && c.position == range.to)))
@@ -170,9 +209,13 @@ int main(int argc, char** argv) {
     std::printf("duplicate stream entries: %zu\n", duplicate_entries);
     std::printf("duplicate applies: %zu\n", duplicate_applies);
     std::printf("order violations: %zu\n", order_violations);
+    if (routed) {
+        std::printf("misrouted (in another stream than their shard's): %zu\n", misrouted);
+        std::printf("key order violations (applied after a later event of their key): %zu\n", key_order_violations);
+    }
     std::printf("end-to-end delay: p99 %.1f ms, max %.1f ms\n", p99, max);
     const bool ok = lost == 0 && phantom + applied_phantom == 0 && duplicate_applies == 0 && order_violations == 0 &&
-                    duplicate_entries == 0 && !committed.empty();
+                    duplicate_entries == 0 && misrouted == 0 && key_order_violations == 0 && !committed.empty();
     std::printf("verdict: %s\n", ok ? "PASS" : "FAIL");
     return ok ? 0 : 1;
 }

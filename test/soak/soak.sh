@@ -17,6 +17,20 @@
 #   SOAK_SEED          seed of the fault schedule (default: random, printed)
 #   SOAK_ORDERING      commit (default: pg_outbox preloaded, a commit-ordered
 #                      group, no two-phase commits) or xid8
+#   SOAK_MODE          single (default: the above, one Redis) or
+#                      sharded-cluster: the group has 4 shards, published
+#                      by one relay per shard (two for shards 0 and 1) to a
+#                      Redis Cluster of 3 masters and 3 replicas without
+#                      AOF, and applied by one worker per shard (its three
+#                      streams under one hash tag, so per-key order holds);
+#                      the faults are relays killed, stopped and hung,
+#                      PostgreSQL restarted, a master killed (its replica
+#                      takes over, a tail of its streams may be lost; it
+#                      comes back as a replica), slots resharded and a
+#                      stream's slot migrated while the writers run. The
+#                      checker also checks that each event is in its
+#                      shard's stream and that each key's events applied
+#                      in feed order
 #
 # Everything runs on throwaway servers on loopback, stopped by PID.
 set -euo pipefail
@@ -31,6 +45,11 @@ case $ORDERING in
 commit | xid8) ;;
 *) echo "SOAK_ORDERING must be commit or xid8, not \"$ORDERING\"" >&2; exit 2 ;;
 esac
+MODE=${SOAK_MODE:-single}
+case $MODE in
+single | sharded-cluster) ;;
+*) echo "SOAK_MODE must be single or sharded-cluster, not \"$MODE\"" >&2; exit 2 ;;
+esac
 
 ensure_packages
 build_extension
@@ -42,62 +61,103 @@ throwaway_workspace soak
 declare -A PIDS=()
 WRITERS_PID=
 FAULTS_PID=
+REDIS_CLUSTER_PIDS=()
 cleanup() {
 	for p in "$FAULTS_PID" "$WRITERS_PID"; do stop_pid "$p"; done
 	for name in "${!PIDS[@]}"; do
 		kill -CONT "${PIDS[$name]}" 2>/dev/null || true
 		stop_pid "${PIDS[$name]}"
 	done
+	redis_cluster_stop
 	stop_servers
 	[ "${KEEP:-0}" = 1 ] || rm -rf "$WORK"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-say "soak: ${SECONDS_TOTAL}s, $ORDERING order, fault schedule seed $SEED, work in $WORK"
+say "soak: ${SECONDS_TOTAL}s, $ORDERING order, $MODE, fault schedule seed $SEED, work in $WORK"
 PG_SETTINGS=("max_prepared_transactions = 50" "max_connections = 100")
 [ "$ORDERING" = commit ] && PG_SETTINGS+=("shared_preload_libraries = 'pg_outbox'")
 pg_start "$WORK/pg" "$PG_PORT" "${PG_SETTINGS[@]}"
-REDIS_OPTS=(--appendonly yes --appendfsync everysec)
-redis_start "$WORK/redis" "$REDIS_PORT" "${REDIS_OPTS[@]}"
-
 db() { local d=$1; shift; psql -X -q -At -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PG_PORT" -U postgres -d "$d" "$@"; }
-redis() { redis-cli -p "$REDIS_PORT" "$@"; }
+if [ "$MODE" = single ]; then
+	SHARDS=1
+	REDIS_OPTS=(--appendonly yes --appendfsync everysec)
+	redis_start "$WORK/redis" "$REDIS_PORT" "${REDIS_OPTS[@]}"
+	REDIS_URL="127.0.0.1:$REDIS_PORT"
+	STREAMS=(outbox:t0 outbox:t1 outbox:t2)
+	RELAYS=(relay1 relay2)
+	WORKERS=(worker1 worker2)
+	redis() { redis-cli -p "$REDIS_PORT" "$@"; }
+else
+	# Each shard's streams under one hash tag: one slot, so a worker reads
+	# its shard in one transaction on one master.
+	SHARDS=4
+	STREAM_TEMPLATE='soak:{{shard}}:{topic}'
+	# Replicas sync at once (a master waits 5 s for more replicas by
+	# default, and a replica that never synced does not fail over).
+	CLUSTER_OPTS=(--repl-diskless-sync-delay 0)
+	redis_cluster_start "$WORK/cluster" 3 1 "${CLUSTER_OPTS[@]}"
+	REDIS_URL=$REDIS_CLUSTER_URL
+	STREAMS=()
+	WORKERS=()
+	for s in $(seq 0 $((SHARDS - 1))); do
+		STREAMS+=("soak:{$s}:t0" "soak:{$s}:t1" "soak:{$s}:t2")
+		WORKERS+=("worker$s")
+	done
+	RELAYS=(relay0a relay0b relay1a relay1b relay2a relay3a)
+	# A command on any node that answers, following redirections.
+	redis() { redis-cli -c -p "$(cluster_port)" "$@"; }
+fi
 
 psql -X -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -c "CREATE DATABASE soak" -c "CREATE DATABASE sink"
-db soak -v ordering="$ORDERING" <<'SQL'
+db soak -v ordering="$ORDERING" -v shards="$SHARDS" <<'SQL'
 CREATE EXTENSION pg_outbox;
 CREATE SEQUENCE soak_n;
-SELECT outbox_group_create('soak', start_at => 'beginning', ordering => :'ordering');
+SELECT outbox_group_create('soak', start_at => 'beginning', ordering => :'ordering', shards => :shards);
 SQL
 db sink <<'SQL'
 CREATE EXTENSION pg_outbox;
 -- No unique constraint: a duplicate apply would show as two rows.
-CREATE TABLE projection (event_id uuid NOT NULL, n bigint, applied_at timestamptz NOT NULL DEFAULT clock_timestamp());
+-- seq: the order of the applies (one worker applies each key's events).
+CREATE TABLE projection (event_id uuid NOT NULL, n bigint, applied_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+                         seq bigserial);
 CREATE FUNCTION soak_apply(payload jsonb, event_id uuid) RETURNS void LANGUAGE sql AS
     $$ INSERT INTO projection (event_id, n) VALUES (event_id, (payload->>'n')::bigint) $$;
 SELECT inbox_consumer_create('projection', current_user::regrole);
 SQL
 
+# In sharded-cluster mode relayNx publishes shard N, workerN reads shard
+# N's streams.
 start() { # name: (re)starts a relay or a worker
-	local name=$1
+	local name=$1 group=soak streams=() s
 	case $name in
 	relay*)
+		local shard_opts=()
+		if [ "$MODE" = sharded-cluster ]; then
+			shard_opts=(--stream "$STREAM_TEMPLATE")
+			group="soak/${name:5:1}"
+		fi
 		"$RELAY" publish --pg "host=127.0.0.1 port=$PG_PORT dbname=soak user=postgres" \
-			--redis "127.0.0.1:$REDIS_PORT" --group soak --poll-interval 200ms --retry-max 1s \
+			--redis "$REDIS_URL" --group "$group" "${shard_opts[@]}" --poll-interval 200ms --retry-max 1s \
 			--stats-interval 1s --maintain-interval 3s --lease 1s >>"$WORK/$name.log" 2>&1 &
 		;;
 	worker*)
+		if [ "$MODE" = sharded-cluster ]; then
+			for s in t0 t1 t2; do streams+=(--stream "soak:{${name:6:1}}:$s"); done
+		else
+			for s in "${STREAMS[@]}"; do streams+=(--stream "$s"); done
+		fi
 		"$RELAY" consume --pg "host=127.0.0.1 port=$PG_PORT dbname=sink user=postgres" \
-			--redis "127.0.0.1:$REDIS_PORT" --consumer projection --worker "$name" \
-			--stream outbox:t0 --stream outbox:t1 --stream outbox:t2 --handler 'SELECT soak_apply($3, $5)' \
+			--redis "$REDIS_URL" --consumer projection --worker "$name" \
+			"${streams[@]}" --handler 'SELECT soak_apply($3, $5)' \
 			--block 200ms --min-idle 2s --claim-interval 500ms --max-deliveries 1000000 \
 			--retry-max 1s >>"$WORK/$name.log" 2>&1 &
 		;;
 	esac
 	PIDS[$name]=$!
 }
-for name in relay1 relay2 worker1 worker2; do start "$name"; done
+for name in "${RELAYS[@]}" "${WORKERS[@]}"; do start "$name"; done
 
 # The writers: 16 clients, short pgbench runs in a loop (a PostgreSQL
 # restart ends a run; the next one starts).
@@ -133,17 +193,19 @@ writers() {
 writers &
 WRITERS_PID=$!
 
-# The relay that leads, by the last leadership line of its log.
+# The relay that leads, by the last leadership line of its log, among the
+# given ones (default relay1 relay2).
 leading_relay() {
-	local n
-	for n in relay1 relay2; do
+	local n candidates=("$@")
+	[ "$#" -gt 0 ] || candidates=(relay1 relay2)
+	for n in "${candidates[@]}"; do
 		if grep -E 'leading group|standing by|lost the leadership' "$WORK/$n.log" 2>/dev/null | tail -n 1 |
 				grep -q 'leading group'; then
 			echo "$n"
 			return
 		fi
 	done
-	echo relay1
+	echo "${candidates[0]}"
 }
 
 # The faults, one every 1 to 4 seconds, in a random order.
@@ -164,11 +226,168 @@ fault() {
 	   kill -STOP "${PIDS[$n]}"; sleep 3; kill -CONT "${PIDS[$n]}" ;;
 	esac
 }
+# The cluster's faults, one every 1 to 4 seconds, in a random order.
+cluster_fault() {
+	local f=$((RANDOM % 8))
+	case $f in
+	0) local n=${RELAYS[RANDOM % ${#RELAYS[@]}]}; echo "kill -9 $n"; kill -KILL "${PIDS[$n]}" 2>/dev/null || true; sleep 0.3; start "$n" ;;
+	1) local n=${RELAYS[RANDOM % ${#RELAYS[@]}]}; echo "stop and continue $n"; kill -STOP "${PIDS[$n]}"; sleep 2; kill -CONT "${PIDS[$n]}" ;;
+	2) local s=$((RANDOM % 2)) n; n=$(leading_relay "relay${s}a" "relay${s}b")
+	   echo "hung leader: stop the leading relay of a shard for 3 leases"
+	   kill -STOP "${PIDS[$n]}"; sleep 3; kill -CONT "${PIDS[$n]}" ;;
+	3) echo "postgresql fast restart"; pg_run pg_ctl -D "$WORK/pg/data" -m fast -w restart >/dev/null 2>&1 || true ;;
+	4) echo "kill -9 a master, its replica takes over, it comes back as a replica"; kill_master ;;
+	5) echo "kill -9 a master behind a lagging replica (a tail of its streams is lost)"; kill_master lagging ;;
+	6) echo "reshard 100 slots from a stream's master to another"; reshard ;;
+	7) echo "migrate a stream's slot to another master"; migrate_stream_slot ;;
+	esac
+}
+
+# The port of a cluster node that answers.
+cluster_port() {
+	local port
+	for port in "${REDIS_CLUSTER_PORTS[@]}"; do
+		redis-cli -p "$port" ping >/dev/null 2>&1 && { echo "$port"; return; }
+	done
+	echo "${REDIS_CLUSTER_PORTS[0]}"
+}
+# The masters that are not failed, as "id port" lines.
+cluster_masters() {
+	redis-cli -p "$(cluster_port)" cluster nodes |
+		awk '$3 ~ /master/ && $3 !~ /fail/ && $8 == "connected" { split($2, a, "[:@]"); print $1, a[2] }'
+}
+# The port of the master that serves a slot.
+slot_master() {
+	redis-cli -p "$(cluster_port)" cluster nodes | awk -v s="$1" '
+		$3 ~ /master/ && $3 !~ /fail/ {
+			for (i = 9; i <= NF; i++) {
+				if ($i ~ /^\[/) continue
+				n = split($i, r, "-"); if (n == 1) r[2] = r[1]
+				if (s + 0 >= r[1] + 0 && s + 0 <= r[2] + 0) { split($2, a, "[:@]"); print a[2]; exit }
+			}
+		}'
+}
+# True when every node sees the cluster whole, every replica is in sync
+# with its master and no slot is open.
+cluster_settled() {
+	local port
+	for port in "${REDIS_CLUSTER_PORTS[@]}"; do
+		redis-cli -p "$port" cluster info 2>/dev/null | grep -q '^cluster_state:ok' || return 1
+		redis-cli -p "$port" info replication 2>/dev/null | grep -q '^role:master\|^master_link_status:up' || return 1
+	done
+	! redis-cli -p "$(cluster_port)" cluster nodes | grep -q -- '->-\|-<-'
+}
+# True when the node on a port is marked failed and the others see the
+# cluster whole again (its replica took over).
+failed_over() {
+	local p
+	p=$(cluster_port)
+	redis-cli -p "$p" cluster nodes | grep -q "127.0.0.1:$1@[0-9]* [a-z,]*fail " &&
+		redis-cli -p "$p" cluster info | grep -q '^cluster_state:ok'
+}
+# True when the node on a port is a replica whose link is up, and the
+# cluster is settled.
+replicating() {
+	redis-cli -p "$1" info replication | grep -q '^master_link_status:up' && cluster_settled
+}
+# Kills a master by PID, waits for its replica to take over, restarts it
+# (same port, directory and nodes.conf, so it rejoins as a replica) and
+# waits for it to replicate. With "lagging", the replica first loses its
+# link to the master and cannot make it again (AUTH with a password the
+# master does not have; a SIGSTOP would not do: the kernel's socket
+# buffer keeps what the master sent), so the master takes 700 ms of
+# writes that the promoted replica never had; the master is then one that
+# serves streams (a random stream's), else any.
+kill_master() {
+	local line port i idx=-1 bus replica='' slot
+	if [ "${1:-}" = lagging ]; then
+		slot=$(redis-cli -p "$(cluster_port)" cluster keyslot "${STREAMS[RANDOM % ${#STREAMS[@]}]}")
+		port=$(slot_master "$slot")
+		line=$(cluster_masters | awk -v p="$port" '$2 == p')
+	else
+		line=$(cluster_masters | shuf -n 1 --random-source=<(yes "$RANDOM"))
+	fi
+	[ -n "$line" ] || return 0
+	port=${line#* }
+	for i in "${!REDIS_CLUSTER_PORTS[@]}"; do [ "${REDIS_CLUSTER_PORTS[$i]}" = "$port" ] && idx=$i; done
+	[ "$idx" -ge 0 ] || return 0
+	bus=$(awk '/myself/ { split($2, a, "[:@]"); print a[3] }' "$WORK/cluster/node$((idx + 1))/nodes.conf")
+	if [ "${1:-}" = lagging ]; then
+		replica=$(redis-cli -p "$port" cluster nodes |
+			awk -v m="${line% *}" '$3 ~ /slave/ && $4 == m { split($2, a, "[:@]"); print a[2]; exit }')
+		if [ -n "$replica" ]; then
+			redis-cli -p "$replica" config set masterauth not-the-password >/dev/null
+			redis-cli -p "$replica" client kill type master >/dev/null
+			sleep 0.7
+		fi
+	fi
+	kill -KILL "${REDIS_CLUSTER_PIDS[$idx]}"
+	wait "${REDIS_CLUSTER_PIDS[$idx]}" 2>/dev/null || true
+	wait_for 30 failed_over "$port" || echo "  the cluster did not fail over within 30 s" >&2
+	[ -z "$replica" ] || redis-cli -p "$replica" config set masterauth "" >/dev/null || true
+	mv "$WORK/cluster/node$((idx + 1))/redis.log" "$WORK/cluster/node$((idx + 1))/redis.log.$(date +%s%N)"
+	redis_start "$WORK/cluster/node$((idx + 1))" "$port" --cluster-enabled yes --cluster-config-file nodes.conf \
+		--cluster-node-timeout 2000 --cluster-port "$bus" "${CLUSTER_OPTS[@]}" ||
+		echo "  the old master did not start again" >&2
+	REDIS_CLUSTER_PIDS[idx]=$REDIS_PID
+	REDIS_PID=
+	wait_for 30 replicating "$port" || echo "  the old master did not come back as a replica within 30 s" >&2
+}
+# Moves 100 slots (the lowest of the source) from the master of a random
+# stream's slot to another master, with redis-cli --cluster reshard.
+reshard() {
+	local stream slot from to
+	cluster_settled || { echo "  not settled, skipped" >&2; return 0; }
+	stream=${STREAMS[RANDOM % ${#STREAMS[@]}]}
+	slot=$(redis-cli -p "$(cluster_port)" cluster keyslot "$stream")
+	from=$(slot_master "$slot")
+	to=$(cluster_masters | awk -v p="$from" '$2 != p { print $1 }' | shuf -n 1 --random-source=<(yes "$RANDOM"))
+	[ -n "$from" ] && [ -n "$to" ] || return 0
+	timeout 60 redis-cli --cluster reshard "127.0.0.1:$from" --cluster-from "$(redis-cli -p "$from" cluster myid)" \
+		--cluster-to "$to" --cluster-slots 100 --cluster-yes >>"$WORK/reshard.log" 2>&1 ||
+		{ echo "  reshard failed (see reshard.log)" >&2; cluster_fix; }
+}
+# Moves the slot of a random stream to another master as redis-cli's
+# reshard does, slot by slot: IMPORTING, MIGRATING, MIGRATE, NODE.
+migrate_stream_slot() {
+	local stream slot from to to_port from_id keys i m
+	cluster_settled || { echo "  not settled, skipped" >&2; return 0; }
+	stream=${STREAMS[RANDOM % ${#STREAMS[@]}]}
+	slot=$(redis-cli -p "$(cluster_port)" cluster keyslot "$stream")
+	from=$(slot_master "$slot")
+	to=$(cluster_masters | awk -v p="$from" '$2 != p' | shuf -n 1 --random-source=<(yes "$RANDOM"))
+	[ -n "$from" ] && [ -n "$to" ] || return 0
+	to_port=${to#* }
+	to=${to% *}
+	from_id=$(redis-cli -p "$from" cluster myid)
+	echo "  slot $slot of $stream from :$from to :$to_port" >&2
+	{
+		redis-cli -p "$to_port" cluster setslot "$slot" importing "$from_id" &&
+			redis-cli -p "$from" cluster setslot "$slot" migrating "$to" &&
+			for i in $(seq 1 100); do
+				keys=$(redis-cli -p "$from" cluster getkeysinslot "$slot" 100)
+				[ -n "$keys" ] || break
+				# shellcheck disable=SC2086 # one key per word
+				redis-cli -p "$from" migrate 127.0.0.1 "$to_port" "" 0 10000 KEYS $keys
+			done &&
+			for m in $to_port $from $(cluster_masters | awk -v a="$from" -v b="$to_port" '$2 != a && $2 != b { print $2 }'); do
+				redis-cli -p "$m" cluster setslot "$slot" node "$to"
+			done
+	} >>"$WORK/reshard.log" 2>&1 || { echo "  migration failed (see reshard.log)" >&2; cluster_fix; }
+}
+# Closes slots a failed migration left open.
+cluster_fix() {
+	timeout 60 redis-cli --cluster fix "127.0.0.1:$(cluster_port)" --cluster-yes >>"$WORK/reshard.log" 2>&1 || true
+}
+
 faults() {
 	local until=$(($(date +%s) + SECONDS_TOTAL - 3))
 	sleep 2
+	if [ "$MODE" = sharded-cluster ] && ! wait_for 30 cluster_settled; then
+		echo "  the replicas did not sync within 30 s" >&2
+	fi
 	while [ "$(date +%s)" -lt "$until" ]; do
-		fault
+		if [ "$MODE" = single ]; then fault; else cluster_fault; fi
 		sleep "$((1 + RANDOM % 4))"
 	done
 }
@@ -180,8 +399,8 @@ WRITERS_PID=
 say "faults injected: $(wc -l <"$WORK/faults.log") ($(sort "$WORK/faults.log" | uniq -c | sort -rn | awk '{c=$1; $1=""; printf "%s%s x%s", sep, $0, c; sep=","}'))"
 
 # Bring everything back and let it drain.
-kill -CONT "$REDIS_PID" 2>/dev/null || true
-for name in relay1 relay2 worker1 worker2; do
+[ -z "$REDIS_PID" ] || kill -CONT "$REDIS_PID" 2>/dev/null || true
+for name in "${RELAYS[@]}" "${WORKERS[@]}"; do
 	kill -CONT "${PIDS[$name]}" 2>/dev/null || true
 	kill -0 "${PIDS[$name]}" 2>/dev/null || start "$name"
 done
@@ -196,11 +415,15 @@ done
 db soak -c "SELECT count(*) FROM outbox_maintain()" >/dev/null
 committed() { db soak -c "SELECT count(*) FROM outbox.event"; }
 settled() {
-	local c a d p
+	local c a d p n
 	c=$(committed)
 	a=$(db sink -c "SELECT count(DISTINCT event_id) FROM projection")
 	p=0
-	for s in outbox:t0 outbox:t1 outbox:t2; do p=$((p + $(redis xpending "$s" projection 2>/dev/null | head -n 1 || echo 0))); done
+	for s in "${STREAMS[@]}"; do
+		n=$(redis xpending "$s" projection 2>/dev/null | head -n 1 || true)
+		[[ $n =~ ^[0-9]+$ ]] || n=0
+		p=$((p + n))
+	done
 	[ "$p" = 0 ] && [ "$(db soak -c "SELECT coalesce(sum(waiting), 0) FROM outbox_group_stats()")" = 0 ] && \
 		[ "$a" -gt 0 ] && [ "$(db sink -c "SELECT count(*) FROM projection WHERE applied_at > clock_timestamp() - interval '2 seconds'")" = 0 ]
 }
@@ -212,9 +435,13 @@ done
 # The history.
 H="$WORK/history"
 mkdir -p "$H"
-# Each committed event with its position in the group's order.
+# Each committed event with its position in the group's order (in
+# sharded-cluster mode also its shard's stream and its key).
+ROUTE=
+[ "$MODE" = sharded-cluster ] &&
+	ROUTE=", 'soak:{' || outbox.shard_of(e.topic, e.key, $SHARDS) || '}:' || e.topic, coalesce(e.key, '')"
 if [ "$ORDERING" = commit ]; then
-	db soak -F $'\t' -c "SELECT e.event_id, e.topic, m.ticket || '-' || e.seq, extract(epoch FROM e.created_at)
+	db soak -F $'\t' -c "SELECT e.event_id, e.topic, m.ticket || '-' || e.seq, extract(epoch FROM e.created_at) $ROUTE
 						  FROM outbox.event e JOIN outbox.commit_log m ON m.txid = e.txid" >"$H/committed.tsv"
 	unmarked=$(db soak -c "SELECT count(*) FROM outbox.event e WHERE NOT EXISTS (SELECT 1 FROM outbox.commit_log m WHERE m.txid = e.txid)")
 	if [ "$unmarked" != 0 ]; then
@@ -224,9 +451,10 @@ if [ "$ORDERING" = commit ]; then
 		exit 1
 	fi
 else
-	db soak -F $'\t' -c "SELECT event_id, topic, txid || '-' || seq, extract(epoch FROM created_at) FROM outbox.event" >"$H/committed.tsv"
+	db soak -F $'\t' -c "SELECT e.event_id, e.topic, e.txid || '-' || e.seq, extract(epoch FROM e.created_at) $ROUTE
+						  FROM outbox.event e" >"$H/committed.tsv"
 fi
-for s in outbox:t0 outbox:t1 outbox:t2; do
+for s in "${STREAMS[@]}"; do
 	start_id=-
 	while :; do
 		chunk=$(redis --raw xrange "$s" "$start_id" + COUNT 5000)
@@ -242,9 +470,12 @@ for s in outbox:t0 outbox:t1 outbox:t2; do
 	done
 done
 touch "$H/streams.tsv"
-db sink -F $'\t' -c "SELECT event_id, extract(epoch FROM applied_at) FROM projection" >"$H/applied.tsv"
+db sink -F $'\t' -c "SELECT event_id, extract(epoch FROM applied_at), seq FROM projection" >"$H/applied.tsv"
 db sink -F $'\t' -c "SELECT stream, entry_id, coalesce(event_id::text, '') FROM outbox.dead_letters" >"$H/dead_letters.tsv"
 
+if [ "$MODE" = sharded-cluster ]; then
+	say "streams found behind by the relays: $(cat "$WORK"/relay*.log | grep -cE 'is behind|lost entries' || true), gaps found by the workers: $(cat "$WORK"/worker*.log | grep -c ': gap (' || true)"
+fi
 say "history: $(wc -l <"$H/committed.tsv") committed, $(wc -l <"$H/streams.tsv") stream entries, $(wc -l <"$H/applied.tsv") applies, $(wc -l <"$H/dead_letters.tsv") dead letters"
 if "$CHECK" "$H"; then
 	echo "soak: 1 passed, 0 failed"
