@@ -91,7 +91,10 @@ SELECT outbox_group_drop('c_head'), outbox_group_drop('c_head_u');
 -- relay tests wake it); at REPEATABLE READ every read would see the same
 -- snapshot, and it returns at once.
 SELECT outbox_group_create('c_wait', ordering => 'commit');
-SELECT outbox_group_create('c_wait_x', ordering => 'xid8');
+-- (A topic nothing emits: events of transactions still open below the
+-- horizon when the group is created, such as a background maintenance
+-- run's, would otherwise make the batch not empty.)
+SELECT outbox_group_create('c_wait_x', ARRAY['nothing emits this'], ordering => 'xid8');
 -- (A fetch that takes the leadership writes, and so does not wait: lead first.)
 SELECT outbox_lead('c_wait');
 SELECT clock_timestamp() AS t0 \gset
