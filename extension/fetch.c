@@ -115,7 +115,9 @@ static int	FetchesInUse = 0;
  * (a batch's buffer allocated anew grows by doubling and is faulted in page
  * by page each time). A batch's value is the buffer itself, in use until
  * the memory of the calling query goes away; a call meanwhile (another in
- * the same query) packs into a buffer of its own.
+ * the same query) packs into a buffer of its own. It lives in
+ * TopMemoryContext, not in FetchContext, which the end of a query of rows
+ * may empty while the buffer is kept or in use.
  */
 static StringInfoData PackBuffer;
 static bool PackBufferInUse = false;
@@ -750,6 +752,17 @@ OutboxFetch(FunctionCallInfo fcinfo, FeedBatch *out)
 	SPI_finish();
 }
 
+/* Calls "func" when the calling query's memory goes away. */
+static void
+OutboxAtQueryEnd(MemoryContext query_memory, MemoryContextCallbackFunction func)
+{
+	MemoryContextCallback *done = MemoryContextAlloc(query_memory, sizeof(MemoryContextCallback));
+
+	done->func = func;
+	done->arg = NULL;
+	MemoryContextRegisterResetCallback(query_memory, done);
+}
+
 /*
  * The batch is in use until the calling query's memory goes away (fetch
  * memory is emptied only between batches).
@@ -757,15 +770,10 @@ OutboxFetch(FunctionCallInfo fcinfo, FeedBatch *out)
 static void
 OutboxFetchInUse(MemoryContext query_memory)
 {
-	MemoryContextCallback *done;
-
 	if (FetchContext == NULL)
 		FetchContext = AllocSetContextCreate(TopMemoryContext, "pg_outbox fetch",
 											 ALLOCSET_DEFAULT_SIZES);
-	done = MemoryContextAlloc(query_memory, sizeof(MemoryContextCallback));
-	done->func = OutboxFetchDone;
-	done->arg = NULL;
-	MemoryContextRegisterResetCallback(query_memory, done);
+	OutboxAtQueryEnd(query_memory, OutboxFetchDone);
 	FetchesInUse++;
 }
 
@@ -834,22 +842,14 @@ outbox_fetch_packed(PG_FUNCTION_ARGS)
 
 	if (!PackBufferInUse)
 	{
-		MemoryContextCallback *done;
-
-		if (FetchContext == NULL)
-			FetchContext = AllocSetContextCreate(TopMemoryContext, "pg_outbox fetch",
-												 ALLOCSET_DEFAULT_SIZES);
 		if (PackBuffer.data == NULL)
 		{
-			MemoryContext old = MemoryContextSwitchTo(FetchContext);
+			MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
 
 			initStringInfo(&PackBuffer);
 			MemoryContextSwitchTo(old);
 		}
-		done = MemoryContextAlloc(fcinfo->flinfo->fn_mcxt, sizeof(MemoryContextCallback));
-		done->func = OutboxPackBufferDone;
-		done->arg = NULL;
-		MemoryContextRegisterResetCallback(fcinfo->flinfo->fn_mcxt, done);
+		OutboxAtQueryEnd(fcinfo->flinfo->fn_mcxt, OutboxPackBufferDone);
 		PackBufferInUse = true;
 		buf = &PackBuffer;
 		resetStringInfo(buf);
