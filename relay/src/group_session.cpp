@@ -220,31 +220,32 @@ std::vector<Event> GroupSession::receive_fetch() {
             rethrow_refusal(e);
         }
     }();
+    if (!fetch_waits_) metrics_.pg_rtt_seconds = seconds_since(fetch_sent_);
     auto batch = unpack_fetch(r);
-    size_next_fetch(batch.size());
-    return batch;
+    if (batch.first_age_seconds) {
+        metrics_.lag_seconds = *batch.first_age_seconds;
+        metrics_.batch_waiting();
+    } else {
+        metrics_.caught_up();
+    }
+    size_next_fetch(batch.events.size());
+    return std::move(batch.events);
 }
 
-std::vector<Event> GroupSession::unpack_fetch(const PgResult& r) {
-    if (!fetch_waits_) metrics_.pg_rtt_seconds = seconds_since(fetch_sent_);
+// The batch from outbox_fetch_packed()'s value, or from outbox_fetch()'s
+// rows (a database not yet updated).
+PackedBatch GroupSession::unpack_fetch(const PgResult& r) const {
     if (packed_) {
-        PackedBatch packed;
         try {
             if (r.rows() != 1 || r.is_null(0, 0)) throw std::invalid_argument("no packed batch returned");
-            packed = unpack_batch(r.get(0, 0));
+            return unpack_batch(r.get(0, 0));
         } catch (const std::invalid_argument& e) {
             throw PgError(std::string("outbox_fetch_packed returned a malformed batch: ") + e.what(), "XX000", false,
                           kFetchStatement);
         }
-        if (packed.first_age_seconds) {
-            metrics_.lag_seconds = *packed.first_age_seconds;
-            metrics_.batch_waiting();
-        } else {
-            metrics_.caught_up();
-        }
-        return std::move(packed.events);
     }
-    std::vector<Event> batch;
+    PackedBatch out;
+    auto& batch = out.events;
     batch.reserve(r.rows());
     for (int i = 0; i < r.rows(); ++i) {
         Event e;
@@ -262,13 +263,8 @@ std::vector<Event> GroupSession::unpack_fetch(const PgResult& r) {
         e.parsed = *parsed;
         batch.push_back(std::move(e));
     }
-    if (r.rows() > 0) {
-        metrics_.lag_seconds = std::stod(std::string(r.get(0, 7)));
-        metrics_.batch_waiting();
-    } else {
-        metrics_.caught_up();
-    }
-    return batch;
+    if (r.rows() > 0) out.first_age_seconds = std::stod(std::string(r.get(0, 7)));
+    return out;
 }
 
 std::vector<Event> GroupSession::fetch_asking_for_wakeup() {

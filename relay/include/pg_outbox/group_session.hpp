@@ -128,7 +128,7 @@ private:
         send_fetch(unadvanced_ ? &unadvanced_->first : nullptr, wait);
     }
     std::vector<Event> receive_fetch();
-    std::vector<Event> unpack_fetch(const PgResult& result);
+    PackedBatch unpack_fetch(const PgResult& result) const;
     void size_next_fetch(std::size_t received);
 
     const Config& config_;
