@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <optional>
+#include <random>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -71,17 +72,29 @@ bool alive(pid_t pid) { return pid > 0 && ::kill(pid, 0) == 0; }
 
 }  // namespace
 
+// A TCP port on 127.0.0.1 that nothing listens on, below the kernel's
+// ephemeral range (as scripts/lib.sh picks them): a port of that range (what
+// binding port 0 gives) may become the local end of any outgoing
+// connection, of this test's relays and clients included, before the
+// server that was to listen on it starts.
 int free_port() {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = 0;
-    ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-    socklen_t len = sizeof addr;
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-    ::close(fd);
-    return ntohs(addr.sin_port);
+    int low = 32768;
+    if (std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range"); range) range >> low;
+    if (low <= 11000) low = 32768;
+    static std::mt19937 random(std::random_device{}());
+    std::uniform_int_distribution<int> pick(10000, low - 1);
+    for (int attempt = 0; attempt < 1000; ++attempt) {
+        const int port = pick(random);
+        const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in addr{};
+        addr.sin_family = AF_INET;
+        addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        addr.sin_port = htons(static_cast<std::uint16_t>(port));
+        const bool bound = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+        ::close(fd);
+        if (bound) return port;
+    }
+    throw std::runtime_error("no free TCP port on 127.0.0.1 below the ephemeral range");
 }
 
 std::string make_temp_dir(const std::string& prefix) {
