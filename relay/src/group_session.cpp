@@ -143,7 +143,7 @@ ConfigError template_without_shard(const std::string& stream_template, const std
 
 void GroupSession::reset() {
     pg_ = nullptr;
-    prefetched_.clear();
+    drop_prefetched();
     unadvanced_.reset();
     advance_sent_ = false;
     if (metrics_.leader.exchange(false))
@@ -174,13 +174,13 @@ bool GroupSession::lead() {
 
 void GroupSession::stand_by() {
     discard_queued();
-    prefetched_.clear();
+    drop_prefetched();
     metrics_.leader = false;
 }
 
 void GroupSession::rewound() {
     discard_queued();
-    prefetched_.clear();
+    drop_prefetched();
     unadvanced_.reset();
 }
 
@@ -212,7 +212,7 @@ void GroupSession::size_next_fetch(std::size_t received) {
         fetch_size_ = config_.batch_size;
 }
 
-std::vector<Event> GroupSession::receive_fetch() {
+PackedBatch GroupSession::receive_batch() {
     auto r = [this] {
         try {
             return pg_->receive();
@@ -222,14 +222,43 @@ std::vector<Event> GroupSession::receive_fetch() {
     }();
     if (!fetch_waits_) metrics_.pg_rtt_seconds = seconds_since(fetch_sent_);
     auto batch = unpack_fetch(r);
+    size_next_fetch(batch.events.size());
+    return batch;
+}
+
+void GroupSession::note_lag(const PackedBatch& batch) {
     if (batch.first_age_seconds) {
         metrics_.lag_seconds = *batch.first_age_seconds;
         metrics_.batch_waiting();
     } else {
         metrics_.caught_up();
     }
-    size_next_fetch(batch.events.size());
+}
+
+std::vector<Event> GroupSession::receive_fetch() {
+    auto batch = receive_batch();
+    note_lag(batch);
     return std::move(batch.events);
+}
+
+std::vector<Event> GroupSession::take_prefetched() {
+    // Read during the write of the batch before it: what it says of the
+    // lag counts now that the write succeeded.
+    if (prefetched_unnoted_) note_lag(prefetched_);
+    prefetched_unnoted_ = false;
+    auto events = std::move(prefetched_.events);
+    prefetched_ = {};
+    return events;
+}
+
+void GroupSession::receive_prefetch() {
+    prefetched_ = receive_batch();
+    prefetched_unnoted_ = !prefetched_.events.empty();
+}
+
+void GroupSession::drop_prefetched() {
+    prefetched_ = {};
+    prefetched_unnoted_ = false;
 }
 
 // The batch from outbox_fetch_packed()'s value, or from outbox_fetch()'s
@@ -321,13 +350,16 @@ void GroupSession::receive_advance() {
 void GroupSession::settle_pipeline() {
     try {
         receive_advance();
-        pg_->receive();
     } catch (const PgError&) {
         // The next turn finds the connection broken, if it is.
     } catch (const LostLeadership&) {
     } catch (const GroupRewound&) {
         // The next fetch, from the moved cursor, says so again.
     }
+    // The fetch read ahead, unless it was received before the failure:
+    // dropped either way.
+    discard_queued();
+    drop_prefetched();
 }
 
 void GroupSession::discard_queued() {

@@ -158,12 +158,16 @@ void Publisher::turn() {
         }
         const auto t0 = std::chrono::steady_clock::now();
         // While Redis writes this batch, PostgreSQL advances the cursor past
-        // the previous ones (when an advance is due) and fetches the next.
+        // the previous ones (when an advance is due) and fetches the next,
+        // which this relay reads and unpacks before Redis replies.
         if (session_.advance_due()) session_.send_advance();
         session_.send_prefetch(batch.back().position);
         StreamWriter::Written streams;
         try {
-            streams = writer_.write(batch);
+            streams = writer_.write(batch, [this] {
+                session_.receive_advance();
+                session_.receive_prefetch();
+            });
         } catch (...) {
             session_.settle_pipeline();
             throw;
@@ -171,8 +175,6 @@ void Publisher::turn() {
         const auto t1 = std::chrono::steady_clock::now();
         metrics_.batches_published++;
         metrics_.batch_published();
-        session_.receive_advance();
-        session_.receive_prefetch();
         session_.record_published(batch.back().position, std::move(streams));
         spdlog::debug("published {} events up to {} (redis {:.2f} ms, overlapped with the advance and next fetch; "
                       "turn {:.2f} ms)",

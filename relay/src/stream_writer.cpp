@@ -52,6 +52,10 @@ private:
     std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
 };
 
+// A transaction is sent in pieces of about this many bytes as it is
+// formatted.
+constexpr std::size_t kSendPieceBytes = 64 * 1024;
+
 // How many times a stream's share follows a MOVED or ASK within one part
 // before the part fails (and is retried after a backoff).
 constexpr int kMaxRedirectRounds = 5;
@@ -180,8 +184,15 @@ StreamWriter::Shares StreamWriter::split(std::span<const Event> batch) const {
     return shares;
 }
 
-StreamWriter::Written StreamWriter::write(std::span<const Event> batch) {
+StreamWriter::Written StreamWriter::write(std::span<const Event> batch, const std::function<void()>& while_waiting) {
     RttTimer rtt(metrics_.redis_rtt_seconds);
+    while_waiting_ = while_waiting ? &while_waiting : nullptr;
+    deferred_ = nullptr;
+    // Whatever way the write ends, the caller's function is not run later.
+    struct Forget {
+        const std::function<void()>*& pointer;
+        ~Forget() { pointer = nullptr; }
+    } forget{while_waiting_};
     Written last;
     const auto max_bytes = static_cast<std::size_t>(config_.batch_bytes);
     for (std::size_t from = 0; from < batch.size();) {
@@ -199,6 +210,9 @@ StreamWriter::Written StreamWriter::write(std::span<const Event> batch) {
             for (auto& [stream, position] : write_part(batch.subspan(from, to - from)))
                 last[stream] = std::move(position);
         } catch (const RedisError& e) {
+            // The caller's reading ahead failed too: that is for it to
+            // see first, the batch is retried whole anyway.
+            rethrow_deferred();
             // Nothing of a refused transaction ran, and the script stops
             // at an entry refused, so the same positions can be written
             // again in smaller parts: entries that got in are refused as
@@ -228,8 +242,26 @@ StreamWriter::Written StreamWriter::write(std::span<const Event> batch) {
         if (metrics_.redis_oom.exchange(false)) spdlog::info("Redis accepts writes again");
         if (oom_limit_ > 0) oom_limit_ = oom_limit_ * 2 >= batch.size() ? 0 : oom_limit_ * 2;
         from = to;
+        // The caller's reading ahead failed: the rest of the batch waits.
+        rethrow_deferred();
     }
+    run_while_waiting();
+    rethrow_deferred();
     return last;
+}
+
+void StreamWriter::run_while_waiting() {
+    const auto* f = std::exchange(while_waiting_, nullptr);
+    if (f == nullptr) return;
+    try {
+        (*f)();
+    } catch (...) {
+        deferred_ = std::current_exception();
+    }
+}
+
+void StreamWriter::rethrow_deferred() {
+    if (deferred_) std::rethrow_exception(std::exchange(deferred_, nullptr));
 }
 
 StreamWriter::Written StreamWriter::write_part(std::span<const Event> events) {
@@ -304,27 +336,38 @@ bool StreamWriter::streams_as_known(const Shares& shares) const {
 StreamWriter::Transaction StreamWriter::write_transaction(const Shares& shares, Written& last) {
     // Streams still watched since the last transaction (which looked at
     // its own streams again after EXEC) need no look; most batches go to
-    // the streams of the one before, so most batches take one round trip.
-    // Otherwise the transaction is formatted while the look makes its
-    // round trip, and thrown away in the rare case the streams are not as
-    // known.
+    // the streams of the one before, so most batches take one round trip,
+    // and the transaction goes out in pieces as it is formatted: Redis
+    // queues the first commands while the next are formatted. Otherwise
+    // the transaction is formatted while the look makes its round trip,
+    // and thrown away in the rare case the streams are not as known.
     std::vector<std::string> unwatched;
     for (const auto& key : shares.keys)
         if (watched_.find(key) == watched_.end()) unwatched.push_back(key);
-    if (!unwatched.empty()) {
+    const bool looking = !unwatched.empty();
+    if (looking) {
         look_.clear();
         format_look(look_, unwatched);
         redis_->append_formatted(look_);
         redis_->flush();
+    } else if (!streams_as_known(shares)) {
+        return Transaction::declined;
     }
     transaction_.clear();
+    // Sends what is formatted so far, unless a look is still to be read.
+    auto send_piece = [this, looking] {
+        if (looking) return;
+        redis_->append_formatted(transaction_);
+        redis_->flush();
+        transaction_.clear();
+    };
     format_command(transaction_, {"MULTI"});
     const std::string_view maxlen = config_.maxlen > 0 ? std::string_view(maxlen_text_) : std::string_view();
     std::vector<std::string_view> argv;
     std::size_t entries = 0;
     for (std::size_t s = 0; s < shares.keys.size(); ++s) {
         // Each entry's prev: the stream's last id before it. The look
-        // below must find the stream's last id at what this relay knows
+        // must find the stream's last id at what this relay knows
         // (known_), or nothing of this is sent.
         const auto known = known_.find(shares.keys[s]);
         const std::string first_prev = (known == known_.end() ? Position{} : known->second).to_string();
@@ -333,6 +376,7 @@ StreamWriter::Transaction StreamWriter::write_transaction(const Shares& shares, 
             xadd_argv(argv, shares.keys[s], *e, prev, maxlen);
             format_command(transaction_, argv);
             prev = e->position;
+            if (transaction_.size() >= kSendPieceBytes) send_piece();
         }
         entries += shares.events[s].size();
     }
@@ -340,9 +384,14 @@ StreamWriter::Transaction StreamWriter::write_transaction(const Shares& shares, 
     // EXEC ends every WATCH: look at the streams again for the next batch,
     // in the same round trip.
     format_look(transaction_, shares.keys);
-    if (!unwatched.empty()) read_look(unwatched);
-    if (!streams_as_known(shares)) return Transaction::declined;
+    if (looking) {
+        read_look(unwatched);
+        if (!streams_as_known(shares)) return Transaction::declined;
+    }
     redis_->append_formatted(transaction_);
+    redis_->flush();
+    // Redis works on the transaction; the caller meanwhile does its part.
+    run_while_waiting();
 
     // Read every reply before deciding, so that the connection is left
     // outside the transaction whatever happens.
@@ -475,6 +524,9 @@ StreamWriter::Written StreamWriter::write_with_script(const Shares& shares) {
                 if (std::find(nodes.begin(), nodes.end(), to[s]) == nodes.end()) nodes.push_back(to[s]);
             for (auto* node : nodes) node->flush();
         }
+        if (!cluster_) redis_->flush();
+        // Redis runs the scripts; the caller meanwhile does its part.
+        if (round == 0) run_while_waiting();
         if (unwatch && round == 0) redis_->get_reply_raw();  // OK; nothing to act on either way
         std::vector<std::size_t> redirected;
         bool moved = false;

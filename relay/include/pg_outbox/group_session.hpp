@@ -67,9 +67,11 @@ public:
     // Fetching. The server sleeps in outbox_fetch() for a commit instead
     // of this relay waiting for a notification (pg_outbox preloaded).
     bool sleeps_in_fetch() const { return sleeps_in_fetch_; }
-    // The batch read ahead, if any (taken: the next take is empty).
-    std::vector<Event> take_prefetched() { return std::exchange(prefetched_, {}); }
-    void drop_prefetched() { prefetched_.clear(); }
+    // The batch read ahead, if any (taken: the next take is empty). What
+    // it says of the lag counts when it is taken: it was read while the
+    // batch before it was being written, which may fail.
+    std::vector<Event> take_prefetched();
+    void drop_prefetched();
     // Drops what Redis acknowledged but the cursor was not advanced to: it
     // is fetched and written again (a replay Redis refuses as present).
     void forget_unadvanced() { unadvanced_.reset(); }
@@ -85,11 +87,11 @@ public:
     // Reads ahead the batch after "after" (the batch still being written
     // to Redis); receive_prefetch() keeps it for take_prefetched().
     void send_prefetch(const std::string& after) { send_fetch(&after); }
-    void receive_prefetch() { prefetched_ = receive_fetch(); }
+    void receive_prefetch();
     // Reads ahead with the server sleeping up to "wait" for a commit.
     void prefetch_waiting(std::chrono::milliseconds wait) {
         send_next_fetch(wait);
-        prefetched_ = receive_fetch();
+        prefetched_.events = receive_fetch();
     }
 
     // The cursor advance of the batches Redis acknowledged: recorded, sent
@@ -105,7 +107,8 @@ public:
         receive_advance();
     }
     // After a batch failed while the advance and the next fetch were in
-    // flight: reads their results and drops them, whatever they say.
+    // flight, or after they were received: reads what is still queued and
+    // drops it, whatever it says, with the batch read ahead.
     void settle_pipeline();
     // Reads and drops the results still queued on the connection.
     void discard_queued();
@@ -128,6 +131,9 @@ private:
         send_fetch(unadvanced_ ? &unadvanced_->first : nullptr, wait);
     }
     std::vector<Event> receive_fetch();
+    // A fetch's batch, and the lag and stall metrics it implies.
+    PackedBatch receive_batch();
+    void note_lag(const PackedBatch& batch);
     PackedBatch unpack_fetch(const PgResult& result) const;
     void size_next_fetch(std::size_t received);
 
@@ -138,7 +144,8 @@ private:
     bool standing_by_ = false;
     bool sleeps_in_fetch_ = false;
     // The batch fetched while the previous one was being written to Redis.
-    std::vector<Event> prefetched_;
+    PackedBatch prefetched_;
+    bool prefetched_unnoted_ = false;  // its lag not yet noted
     // The last position Redis acknowledged, not yet sent to the cursor.
     std::optional<std::pair<std::string, std::map<std::string, std::string>>> unadvanced_;
     bool advance_sent_ = false;

@@ -5,6 +5,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <exception>
+#include <functional>
 #include <map>
 #include <optional>
 #include <span>
@@ -60,7 +62,13 @@ public:
     // Redis refuses for want of memory (OOM) is written again in halves,
     // down to one event, before the batch fails. Throws RedisError after
     // reading every reply when an entry failed.
-    Written write(std::span<const Event> batch);
+    //
+    // "while_waiting", when given, runs once while Redis works on the
+    // batch: after the first part is sent, before its replies are read
+    // (the relay reads the next batch from PostgreSQL meanwhile). What it
+    // throws is thrown once that part's replies are read, the connection
+    // left in step; the later parts are then not written.
+    Written write(std::span<const Event> batch, const std::function<void()>& while_waiting = {});
 
     // The stream-loss check: compares each stream the group published to
     // ("published": its last position there) with its last id in Redis.
@@ -101,6 +109,10 @@ private:
     // The append script, stream by stream (after UNWATCH, when streams are
     // watched).
     Written write_with_script(const Shares& shares);
+    // Runs the caller's "while_waiting" if it has not run yet; keeps what
+    // it throws for rethrow_deferred().
+    void run_while_waiting();
+    void rethrow_deferred();
     // How many of the first n events of a stream's share, found already
     // present by the script, were not counted before.
     std::size_t count_already(const std::string& key, const std::vector<const Event*>& events, std::size_t n);
@@ -134,6 +146,10 @@ private:
     // Per stream, the highest position counted as already published.
     std::map<std::string, Position> already_counted_;
     bool stream_behind_ = false;
+    // The "while_waiting" of the batch being written, until it runs, and
+    // what it threw.
+    const std::function<void()>* while_waiting_ = nullptr;
+    std::exception_ptr deferred_;
 };
 
 }  // namespace pg_outbox
