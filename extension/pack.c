@@ -78,6 +78,26 @@ OutboxPackText(StringInfo buf, Datum value, bool isnull)
 }
 
 /*
+ * Whether any of the 8 bytes of "w" needs an escape in a JSON string: is
+ * below 0x20, a '"' or a '\\'. Word-at-a-time tests, exact as a whole:
+ * "(x - ones) & ~x & highs" is nonzero iff a byte of x is zero, and with
+ * "ones * 0x20" in place of "ones", iff a byte is below 0x20 (bytes of
+ * 0x80 and above never count: their high bit is set in x).
+ */
+static inline bool
+OutboxJsonWordNeedsEscape(uint64 w)
+{
+	const uint64 ones = UINT64CONST(0x0101010101010101);
+	const uint64 highs = UINT64CONST(0x8080808080808080);
+	uint64		quote = w ^ (ones * '"');
+	uint64		backslash = w ^ (ones * '\\');
+
+	return (((quote - ones) & ~quote) |
+			((backslash - ones) & ~backslash) |
+			((w - ones * 0x20) & ~w)) & highs;
+}
+
+/*
  * A JSON string as escape_json() writes it (jsonb's output function),
  * without first copying it to end it with a NUL: runs of characters that
  * need no escape are copied whole. A jsonb string holds no NUL.
@@ -93,8 +113,21 @@ OutboxJsonString(StringInfo buf, const char *s, int len)
 	appendStringInfoCharMacro(buf, '"');
 	for (p = s; p < end; p++)
 	{
-		unsigned char c = (unsigned char) *p;
+		unsigned char c;
 
+		/* Most strings need no escape: skip them 8 bytes at a time. */
+		while (end - p >= (int) sizeof(uint64))
+		{
+			uint64		w;
+
+			memcpy(&w, p, sizeof(w));
+			if (OutboxJsonWordNeedsEscape(w))
+				break;
+			p += sizeof(w);
+		}
+		if (p >= end)
+			break;
+		c = (unsigned char) *p;
 		if (c >= 0x20 && c != '"' && c != '\\')
 			continue;
 		appendBinaryStringInfo(buf, run, p - run);

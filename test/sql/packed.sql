@@ -103,6 +103,13 @@ INSERT INTO corpus (j)
 SELECT jsonb_build_object('id', i, 'parts', (SELECT jsonb_agg(j ORDER BY n) FROM corpus WHERE (n * 7 + i) % 5 = 0 AND n < 27),
                           'n', (i * 1.25)::numeric, 'neg', -i, 'text', md5(i::text))
   FROM generate_series(1, 50) i;
+-- A character to escape, or one just beside the limits (0x1f, 0x20,
+-- 0x7f, bytes above 0x7f), at every offset of the first three 8-byte
+-- words, with text of every length after it.
+INSERT INTO corpus (j)
+SELECT jsonb_build_object(repeat('k', o) || c, repeat('a', o) || c || repeat('b', l))
+  FROM generate_series(0, 17) o, generate_series(0, 9, 3) l,
+       unnest(ARRAY[chr(1), chr(31), ' ', '"', '\', chr(127), 'é', '€', 'x"y\z' || chr(10)]) c;
 
 SELECT count(*) IS NOT NULL AS emitted FROM (
     SELECT outbox_emit(CASE WHEN n % 4 = 0 THEN 'payments' ELSE 'orders' END,
