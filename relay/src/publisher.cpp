@@ -130,7 +130,9 @@ void Publisher::turn() {
         }
         session_.maybe_maintain(false);
         auto batch = session_.take_prefetched();
-        if (batch.empty()) batch = session_.fetch();
+        // Nothing read ahead: fetch, unless the server sleeps in the fetch
+        // below, which returns at once what is there.
+        if (batch.empty() && !session_.sleeps_in_fetch()) batch = session_.fetch();
         // About to sleep: ask for a notification, and look once more.
         if (batch.empty() && config_.listen && !session_.sleeps_in_fetch()) batch = session_.fetch_asking_for_wakeup();
         if (batch.empty()) {
