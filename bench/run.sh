@@ -368,14 +368,19 @@ if [[ " $ONLY " == *" drain "* ]]; then
 	}
 	: >"$WORK/drain"
 	for r in $(seq 1 "$ROUNDS"); do
+		# The ceiling between the two orders, so that each ratio is to a
+		# ceiling measured right beside it: this machine's speed drifts.
 		drain_relay drain
 		relay_eps=$DRAIN_EPS rss=$DRAIN_RSS xid8_cpu=$DRAIN_CPU
-		drain_relay drain_commit
-		commit_eps=$DRAIN_EPS commit_cpu=$DRAIN_CPU
 		# the ceiling: bare pipelined XADD of the same entries
 		redis flushall >/dev/null
 		settle drain
+		cpu_snapshot "$REDIS_PID" >"$WORK/cpu0"
 		ceiling_eps=$("$TOOL" xadd-ceiling --pg "$(conninfo drain)" --redis "$REDIS" | result events_per_second)
+		cpu_snapshot "$REDIS_PID" >"$WORK/cpu1_redis"
+		ceiling_cpu=$(cpu_between "$WORK/cpu0" "$WORK/cpu1_redis" | awk -v n="$EVENTS" '{printf "%.2f", $1 * 1e6 / n}')
+		drain_relay drain_commit
+		commit_eps=$DRAIN_EPS commit_cpu=$DRAIN_CPU
 		# the naive status-column relay
 		redis flushall >/dev/null
 		psql_db drain -c "TRUNCATE naive_outbox; INSERT INTO naive_outbox (id, event_id, topic, key, payload, headers, created_at)
@@ -385,9 +390,9 @@ if [[ " $ONLY " == *" drain "* ]]; then
 		redis flushall >/dev/null
 		settle drain
 		pgq_eps=$("$TOOL" pgq-relay --pg "$(conninfo drain)" --redis "$REDIS" --consumer "round$r" | result events_per_second)
-		echo "$relay_eps $ceiling_eps $naive_eps $rss $pgq_eps $commit_eps$xid8_cpu$commit_cpu" >>"$WORK/drain"
+		echo "$relay_eps $ceiling_eps $naive_eps $rss $pgq_eps $commit_eps$xid8_cpu$commit_cpu $ceiling_cpu" >>"$WORK/drain"
 		echo "   round $r: relay $relay_eps/s (commit order $commit_eps/s), XADD ceiling $ceiling_eps/s, naive relay $naive_eps/s, PgQ consumer $pgq_eps/s, relay peak RSS ${rss} kB"
-		echo "   CPU µs per event (PostgreSQL, relay, Redis): xid8 order$xid8_cpu; commit order$commit_cpu"
+		echo "   CPU µs per event (PostgreSQL, relay, Redis): xid8 order$xid8_cpu; commit order$commit_cpu; Redis under the bare XADD $ceiling_cpu"
 	done
 	redis flushall >/dev/null
 	row "drain $EVENTS events: pg_outbox_relay, xid8 order (events/s) | $(awk '{print $1}' "$WORK/drain" | stats) |"
@@ -406,6 +411,7 @@ if [[ " $ONLY " == *" drain "* ]]; then
 			c=$((c + 1))
 		done
 	done
+	row "drain: CPU of Redis per event under the bare pipelined XADD (µs) | $(awk '{print $13}' "$WORK/drain" | stats) |"
 	row "drain: relay in commit order / in xid8 order | $(awk '{print $6 / $1}' "$WORK/drain" | stats) |"
 	row "relay peak RSS during drain (MB) | $(awk '{print $4 / 1024}' "$WORK/drain" | stats) | < 64"
 	psql_db postgres -c "DROP DATABASE drain"

@@ -51,36 +51,56 @@ private:
 }  // namespace
 
 PackedBatch unpack_batch(std::string_view bytes) {
+    PackedBatch out;
+    unpack_batch(bytes, out);
+    return out;
+}
+
+namespace {
+
+// Sets an optional field, in the string it already holds if any.
+void assign_optional(std::optional<std::string>& to, std::optional<std::string_view> from) {
+    if (!from)
+        to.reset();
+    else if (to)
+        to->assign(*from);
+    else
+        to.emplace(*from);
+}
+
+}  // namespace
+
+void unpack_batch(std::string_view bytes, PackedBatch& out) {
     PackReader in(bytes);
     if (in.take(4, "the header") != "OBP1") throw std::invalid_argument("packed batch: not in format OBP1");
     const auto count = in.uint(4, "the header");
     const auto age = static_cast<std::int64_t>(in.uint(8, "the header"));
-    PackedBatch out;
+    out.first_age_seconds.reset();
     // Each event takes 28 bytes at least: a count beyond that is a lie.
     if (count > in.left() / 28)
         throw std::invalid_argument("packed batch: " + std::to_string(count) + " events cannot fit in " +
                                     std::to_string(in.left()) + " bytes");
-    out.events.reserve(count);
-    for (std::uint64_t i = 0; i < count; ++i) {
-        Event e;
-        e.position = in.required("position");
+    out.events.resize(count);
+    for (auto& e : out.events) {
+        e.position.assign(in.required("position"));
         const auto parsed = Position::parse(e.position);
         if (!parsed) throw std::invalid_argument("packed batch: malformed position \"" + e.position + "\"");
         e.parsed = *parsed;
-        e.event_id = in.required("event_id");
-        e.topic = in.required("topic");
-        if (auto k = in.field("key")) e.key = std::string(*k);
-        e.payload = in.required("payload");
-        if (auto h = in.field("headers")) e.headers = std::string(*h);
+        e.event_id.assign(in.required("event_id"));
+        e.topic.assign(in.required("topic"));
+        assign_optional(e.key, in.field("key"));
+        e.payload.assign(in.required("payload"));
+        assign_optional(e.headers, in.field("headers"));
         // Not finite, or outside RFC 3339's years: empty, as to_char()'s
         // NULL was.
-        if (auto c = in.field("created_at")) e.created_at = *c;
-        out.events.push_back(std::move(e));
+        if (auto c = in.field("created_at"))
+            e.created_at.assign(*c);
+        else
+            e.created_at.clear();
     }
     if (!in.done())
         throw std::invalid_argument("packed batch: " + std::to_string(in.left()) + " bytes after the last event");
     if (count > 0 && age >= 0) out.first_age_seconds = static_cast<double>(age) / 1e6;
-    return out;
 }
 
 bool is_already_published_error(std::string_view reply_error) {

@@ -251,6 +251,18 @@ std::vector<Event> GroupSession::take_prefetched() {
     return events;
 }
 
+void GroupSession::recycle(std::vector<Event> events) {
+    // A batch of large payloads would otherwise keep its memory for as
+    // long as the relay runs.
+    constexpr std::size_t kRecycledFieldBytes = 64 * 1024;
+    for (auto& e : events) {
+        if (e.payload.capacity() > kRecycledFieldBytes) std::string().swap(e.payload);
+        if (e.headers && e.headers->capacity() > kRecycledFieldBytes) e.headers.reset();
+        if (e.key && e.key->capacity() > kRecycledFieldBytes) e.key.reset();
+    }
+    spare_ = std::move(events);
+}
+
 void GroupSession::receive_prefetch() {
     prefetched_ = receive_batch();
     prefetched_unnoted_ = !prefetched_.events.empty();
@@ -263,11 +275,14 @@ void GroupSession::drop_prefetched() {
 
 // The batch from outbox_fetch_packed()'s value, or from outbox_fetch()'s
 // rows (a database not yet updated).
-PackedBatch GroupSession::unpack_fetch(const PgResult& r) const {
+PackedBatch GroupSession::unpack_fetch(const PgResult& r) {
     if (packed_) {
         try {
             if (r.rows() != 1 || r.is_null(0, 0)) throw std::invalid_argument("no packed batch returned");
-            return unpack_batch(r.get(0, 0));
+            PackedBatch out;
+            out.events = std::move(spare_);
+            unpack_batch(r.get(0, 0), out);
+            return out;
         } catch (const std::invalid_argument& e) {
             throw PgError(std::string("outbox_fetch_packed returned a malformed batch: ") + e.what(), "XX000", false,
                           kFetchStatement);

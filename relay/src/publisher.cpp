@@ -182,6 +182,7 @@ void Publisher::turn() {
                       "turn {:.2f} ms)",
                       batch.size(), batch.back().position, metrics_.redis_rtt_seconds * 1000,
                       std::chrono::duration<double, std::milli>(t1 - t0).count() + seconds_since(t1) * 1000);
+        session_.recycle(std::move(batch));
     } catch (const LostLeadership&) {
         session_.stand_by();
         metrics_.redis_oom = false;

@@ -168,6 +168,43 @@ TEST(PackedBatch, UnpacksEveryFieldAndNulls) {
     EXPECT_DOUBLE_EQ(*b.first_age_seconds, 1.5);
 }
 
+// A batch unpacked into the events of the one before holds exactly what a
+// fresh unpack holds: no field, NULL or length is left from the last.
+TEST(PackedBatch, UnpackingIntoARecycledBatchLeavesNothingOfIt) {
+    using namespace std::string_view_literals;
+    Packer big;
+    big.header(3, 2000000);
+    big.event("7-1", "a long key, longer than any small string"sv, "{\"h\": \"headers of the first batch\"}",
+              std::string(5000, 'x'));
+    big.event("7-2", "k2"sv, std::nullopt);
+    big.event("7-3", std::nullopt, "{}");
+    Packer small;
+    small.header(2, -1);
+    small.event("8-1", std::nullopt, "{\"trace\": 2}", "{}");
+    small.event("8-2", "k"sv, std::nullopt, "");
+    PackedBatch b = unpack_batch(big.bytes);
+    ASSERT_EQ(b.events.size(), 3u);
+    unpack_batch(small.bytes, b);
+    const auto fresh = unpack_batch(small.bytes);
+    ASSERT_EQ(b.events.size(), 2u);
+    EXPECT_FALSE(b.first_age_seconds);
+    for (std::size_t i = 0; i < 2; ++i) {
+        EXPECT_EQ(b.events[i].position, fresh.events[i].position);
+        EXPECT_EQ(b.events[i].parsed, fresh.events[i].parsed);
+        EXPECT_EQ(b.events[i].key, fresh.events[i].key);
+        EXPECT_EQ(b.events[i].payload, fresh.events[i].payload);
+        EXPECT_EQ(b.events[i].headers, fresh.events[i].headers);
+        EXPECT_EQ(b.events[i].created_at, fresh.events[i].created_at);
+    }
+    EXPECT_EQ(b.events[0].headers, std::optional<std::string>("{\"trace\": 2}"));
+    EXPECT_EQ(b.events[1].payload, "");
+    // Grown again, and refused halfway: the caller drops what is there.
+    unpack_batch(big.bytes, b);
+    EXPECT_EQ(b.events.size(), 3u);
+    EXPECT_EQ(b.events[0].payload, std::string(5000, 'x'));
+    EXPECT_THROW(unpack_batch(std::string_view(big.bytes).substr(0, big.bytes.size() - 1), b), std::invalid_argument);
+}
+
 TEST(PackedBatch, EmptyBatchHasNoAge) {
     Packer p;
     p.header(0, -1);

@@ -39,6 +39,10 @@ struct PackedBatch {
 // the bytes are not a whole batch in that format (truncated, trailing
 // bytes, a NULL where the field cannot be one, a malformed position).
 PackedBatch unpack_batch(std::string_view bytes);
+// The same into "out", reusing its events: a string whose capacity holds
+// the new field takes it without allocating, so that a relay recycling
+// the batch it wrote unpacks the next one in the memory of the last.
+void unpack_batch(std::string_view bytes, PackedBatch& out);
 
 // True when Redis refused an XADD because the stream already holds an
 // entry with an equal or greater id: with explicit ids, the entry was

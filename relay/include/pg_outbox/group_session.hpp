@@ -88,6 +88,10 @@ public:
     // to Redis); receive_prefetch() keeps it for take_prefetched().
     void send_prefetch(const std::string& after) { send_fetch(&after); }
     void receive_prefetch();
+    // A batch written and done with: the next one is unpacked into its
+    // events' strings, which then need no allocation. A field of more than
+    // 64 KB gives its memory back rather than keep it.
+    void recycle(std::vector<Event> events);
     // Reads ahead with the server sleeping up to "wait" for a commit.
     void prefetch_waiting(std::chrono::milliseconds wait) {
         send_next_fetch(wait);
@@ -134,7 +138,7 @@ private:
     // A fetch's batch, and the lag and stall metrics it implies.
     PackedBatch receive_batch();
     void note_lag(const PackedBatch& batch);
-    PackedBatch unpack_fetch(const PgResult& result) const;
+    PackedBatch unpack_fetch(const PgResult& result);
     void size_next_fetch(std::size_t received);
 
     const Config& config_;
@@ -146,6 +150,7 @@ private:
     // The batch fetched while the previous one was being written to Redis.
     PackedBatch prefetched_;
     bool prefetched_unnoted_ = false;  // its lag not yet noted
+    std::vector<Event> spare_;         // see recycle()
     // The last position Redis acknowledged, not yet sent to the cursor.
     std::optional<std::pair<std::string, std::map<std::string, std::string>>> unadvanced_;
     bool advance_sent_ = false;
