@@ -684,6 +684,18 @@ if [[ " $ONLY " == *" latency "* ]]; then
 			row "latency at $rate tx/s, $label: max (ms) | $(awk '{print $4}' "$WORK/lat_${mode}_$rate" | stats) | $([ -n "$woken" ] && [ "$rate" = 2000 ] && echo '< 50')"
 		done
 	done
+	# Each round's figures, woken by commits.
+	for rate in $RATES; do
+		for mode in listen xid8; do
+			label="commit order"
+			[ "$mode" = xid8 ] && label="xid8 order"
+			r=0
+			while read -r p50 p99 p999 max; do
+				r=$((r + 1))
+				row "latency at $rate tx/s, $label, round $r: p50 / p99 / p99.9 / max (ms) | $p50 / $p99 / $p999 / $max |"
+			done <"$WORK/lat_${mode}_$rate"
+		done
+	done
 	psql_db postgres -c "DROP DATABASE lat"
 fi
 
