@@ -132,9 +132,11 @@ void Publisher::turn() {
         auto batch = session_.take_prefetched();
         // Nothing read ahead: fetch, unless the server sleeps in the fetch
         // below, which returns at once what is there.
-        if (batch.empty() && !session_.sleeps_in_fetch()) batch = session_.fetch();
-        // About to sleep: ask for a notification, and look once more.
-        if (batch.empty() && config_.listen && !session_.sleeps_in_fetch()) batch = session_.fetch_asking_for_wakeup();
+        if (batch.empty() && !session_.sleeps_in_fetch()) {
+            batch = session_.fetch();
+            // About to sleep: ask for a notification, and look once more.
+            if (batch.empty() && config_.listen) batch = session_.fetch_asking_for_wakeup();
+        }
         if (batch.empty()) {
             // A relay keeping up with a trickle of commits runs dry many
             // times a second: the cursor still moves at most every

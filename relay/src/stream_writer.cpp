@@ -354,13 +354,6 @@ StreamWriter::Transaction StreamWriter::write_transaction(const Shares& shares, 
         return Transaction::declined;
     }
     transaction_.clear();
-    // Sends what is formatted so far, unless a look is still to be read.
-    auto send_piece = [this, looking] {
-        if (looking) return;
-        redis_->append_formatted(transaction_);
-        redis_->flush();
-        transaction_.clear();
-    };
     format_command(transaction_, {"MULTI"});
     const std::string_view maxlen = config_.maxlen > 0 ? std::string_view(maxlen_text_) : std::string_view();
     std::vector<std::string_view> argv;
@@ -376,7 +369,13 @@ StreamWriter::Transaction StreamWriter::write_transaction(const Shares& shares, 
             xadd_argv(argv, shares.keys[s], *e, prev, maxlen);
             format_command(transaction_, argv);
             prev = e->position;
-            if (transaction_.size() >= kSendPieceBytes) send_piece();
+            // What is formatted so far goes out, unless a look is still
+            // to be read.
+            if (!looking && transaction_.size() >= kSendPieceBytes) {
+                redis_->append_formatted(transaction_);
+                redis_->flush();
+                transaction_.clear();
+            }
         }
         entries += shares.events[s].size();
     }
