@@ -53,12 +53,11 @@ TOOL=build/bench/pg_outbox_bench
 throwaway_workspace bench
 RELAY_PID=
 EMIT_PID=
-SCALE_PIDS=()
+SHARD_PIDS=()
 REDIS_CLUSTER_PIDS=()
 cleanup() {
-	local p
 	stop_pid "$RELAY_PID"
-	for p in "${SCALE_PIDS[@]}"; do stop_pid "$p"; done
+	stop_shard_relays
 	stop_pid "$EMIT_PID"
 	redis_cluster_stop
 	stop_pid "${MAIN_REDIS_PID:-}"
@@ -87,6 +86,31 @@ psql_db() {
 conninfo() { echo "host=127.0.0.1 port=$PG_PORT user=postgres dbname=$1"; }
 redis() { redis-cli -p "$REDIS_PORT" "$@"; }
 now() { date +%s.%N; }
+# Rewinds every shard of group $2 of database $1 to the beginning, with
+# no stream published to.
+rewind_shards() {
+	psql_db "$1" -c "SELECT outbox_rewind(name || CASE WHEN shards > 1 THEN '/' || shard ELSE '' END, 'beginning')
+		FROM outbox.groups WHERE name = '$2'; UPDATE outbox.groups SET streams = '{}'" >/dev/null
+}
+# Starts a relay per shard of group $2 ($3 shards) of database $1 into the
+# Redis at $4, to streams outbox:{topic}:{shard}: their PIDs in SHARD_PIDS,
+# which stop_shard_relays (and the exit) stops.
+start_shard_relays() {
+	local db=$1 name=$2 n=$3 addr=$4 k group
+	SHARD_PIDS=()
+	for k in $(seq 0 $((n - 1))); do
+		group=$name
+		[ "$n" -gt 1 ] && group=$name/$k
+		"$RELAY" publish --pg "$(conninfo "$db")" --redis "$addr" --group "$group" --batch-size 1000 \
+			--stream 'outbox:{topic}:{shard}' --log-level warn >"$WORK/relay_$k.log" 2>&1 &
+		SHARD_PIDS+=($!)
+	done
+}
+stop_shard_relays() {
+	local p
+	for p in "${SHARD_PIDS[@]}"; do stop_pid "$p"; done
+	SHARD_PIDS=()
+}
 # A quiet start for the next measurement: nothing left for autovacuum to
 # clean up behind the previous one, no checkpoint due.
 settle() {
@@ -459,25 +483,17 @@ if [[ " $ONLY " == *" shards "* ]]; then
 		line=""
 		for n in 1 2 4; do
 			redis flushall >/dev/null
-			psql_db shards -c "SELECT outbox_rewind(name || CASE WHEN shards > 1 THEN '/' || shard ELSE '' END, 'beginning')
-				FROM outbox.groups WHERE name = 'd$n'; UPDATE outbox.groups SET streams = '{}'" >/dev/null
+			rewind_shards shards "d$n"
 			settle shards
 			cpu_snapshot $(pg_processes) "$REDIS_PID" >"$WORK/cpu0"
-			pids=()
 			t0=$(now)
-			for k in $(seq 0 $((n - 1))); do
-				group=d$n
-				[ "$n" -gt 1 ] && group=d$n/$k
-				"$RELAY" publish --pg "$(conninfo shards)" --redis "$REDIS" --group "$group" --batch-size 1000 \
-					--stream 'outbox:{topic}:{shard}' --log-level warn >"$WORK/relay_$k.log" 2>&1 &
-				pids+=($!)
-			done
+			start_shard_relays shards "d$n" "$n" "$REDIS"
 			wait_streams "$EVENTS"
 			t1=$(now)
 			cpu_snapshot $(pg_processes) >"$WORK/cpu1_pg"
 			cpu_snapshot "$REDIS_PID" >"$WORK/cpu1_redis"
-			cpu_snapshot "${pids[@]}" >"$WORK/cpu1_relay"
-			for p in "${pids[@]}"; do stop_pid "$p"; done
+			cpu_snapshot "${SHARD_PIDS[@]}" >"$WORK/cpu1_relay"
+			stop_shard_relays
 			line="$line $(echo "$EVENTS $t0 $t1" | awk '{printf "%.0f", $1 / ($3 - $2)}')"
 			for part in pg relay redis; do
 				line="$line $(cpu_between "$WORK/cpu0" "$WORK/cpu1_$part" | awk -v n="$EVENTS" '{printf "%.2f", $1 * 1e6 / n}')"
@@ -532,15 +548,14 @@ SELECT count(*) FROM outbox_emit_many('topic' || :t,
 	# of PostgreSQL (all its processes), of the relays and of the Redis
 	# server(s).
 	scaling_point() {
-		local target=$1 state=$2 n=$3 k group addr nodes redis_pids p x0 t0 t1 emitted backends
+		local target=$1 state=$2 n=$3 addr nodes redis_pids p x0 t0 t1 emitted backends
 		if [ "$target" = cluster ]; then
 			addr=$REDIS_CLUSTER_URL nodes=("${CLUSTER_NODES[@]}") redis_pids=("${REDIS_CLUSTER_PIDS[@]}")
 		else
 			addr=$REDIS nodes=("$REDIS") redis_pids=("$REDIS_PID")
 		fi
 		for p in "${nodes[@]}"; do redis-cli -p "${p##*:}" flushall >/dev/null; done
-		psql_db scaling -c "SELECT outbox_rewind(name || CASE WHEN shards > 1 THEN '/' || shard ELSE '' END, 'beginning')
-			FROM outbox.groups WHERE name = 's$n'; UPDATE outbox.groups SET streams = '{}'" >/dev/null
+		rewind_shards scaling "s$n"
 		settle scaling
 		if [ "$state" = running ]; then
 			pgbench -n -M prepared -h 127.0.0.1 -p "$PG_PORT" -U postgres -c 2 -j 1 -R $((SCALE_EMIT_RATE / 10)) \
@@ -550,15 +565,8 @@ SELECT count(*) FROM outbox_emit_many('topic' || :t,
 		fi
 		x0=$(psql_db scaling -At -c "SELECT pg_current_xact_id()")
 		cpu_snapshot $(pg_processes) "${redis_pids[@]}" >"$WORK/cpu0"
-		SCALE_PIDS=()
 		t0=$(now)
-		for k in $(seq 0 $((n - 1))); do
-			group=s$n
-			[ "$n" -gt 1 ] && group=s$n/$k
-			"$RELAY" publish --pg "$(conninfo scaling)" --redis "$addr" --group "$group" --batch-size 1000 \
-				--stream 'outbox:{topic}:{shard}' --log-level warn >"$WORK/relay_$k.log" 2>&1 &
-			SCALE_PIDS+=($!)
-		done
+		start_shard_relays scaling "s$n" "$n" "$addr"
 		"$TOOL" wait-entries $(printf -- '--redis %s ' "${nodes[@]}") --count "$SCALE_EVENTS" --timeout "$SCALE_TIMEOUT" >/dev/null
 		t1=$(now)
 		# the relays' backends first, so that every snapshot below is
@@ -567,15 +575,14 @@ SELECT count(*) FROM outbox_emit_many('topic' || :t,
 		cpu_snapshot $(pg_processes) >"$WORK/cpu1_pg"
 		cpu_snapshot $backends >"$WORK/cpu1_pgrelay"
 		cpu_snapshot "${redis_pids[@]}" >"$WORK/cpu1_redis"
-		cpu_snapshot "${SCALE_PIDS[@]}" >"$WORK/cpu1_relay"
+		cpu_snapshot "${SHARD_PIDS[@]}" >"$WORK/cpu1_relay"
 		emitted=0
 		if [ "$state" = running ]; then
 			emitted=$(psql_db scaling -At -c "SELECT count(*) FROM outbox.event WHERE txid > '$x0'")
 			stop_pid "$EMIT_PID"
 			EMIT_PID=
 		fi
-		for p in "${SCALE_PIDS[@]}"; do stop_pid "$p"; done
-		SCALE_PIDS=()
+		stop_shard_relays
 		echo "$SCALE_EVENTS $t0 $t1 $emitted" | awk '{printf "%.0f %.0f", $1 / ($3 - $2), $4 / ($3 - $2)}'
 		for part in pgrelay pg relay redis; do
 			cpu_between "$WORK/cpu0" "$WORK/cpu1_$part" | awk -v n="$SCALE_EVENTS" '{printf " %.2f", $1 * 1e6 / n}'
