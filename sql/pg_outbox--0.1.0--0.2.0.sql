@@ -1794,6 +1794,38 @@ COMMENT ON FUNCTION @extschema@.outbox_group_stats(text) IS
 CREATE VIEW outbox.group_stats AS SELECT * FROM @extschema@.outbox_group_stats();
 COMMENT ON VIEW outbox.group_stats IS 'pg_outbox: per-group statistics (see outbox_group_stats())';
 
+-- The groups as a relay or a tool reads them: a row per group, or per
+-- shard of a sharded group, without the backlog count that makes
+-- outbox_group_stats() a scan. for_group names a group (all its shards)
+-- or one shard ("<group>/<shard>"); a name that matches nothing gives no
+-- rows.
+CREATE FUNCTION @extschema@.outbox_groups(for_group text DEFAULT NULL)
+RETURNS TABLE (group_name text, shard integer, shards integer, ordering text, topics text[],
+			   cursor_position text, streams jsonb, stale boolean, generation bigint)
+LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT g.name, g.shard, g.shards, g.ordering, g.topics, g.cursor, g.streams, g.stale, g.generation
+	  FROM outbox.groups g
+	 WHERE for_group IS NULL OR g.name = for_group OR g.name || '/' || g.shard = for_group
+	 ORDER BY g.name, g.shard
+$$;
+COMMENT ON FUNCTION @extschema@.outbox_groups(text) IS
+	'pg_outbox: the groups (or one, or one shard): shards, order, topics, cursor, the last position per stream, stale, generation';
+
+-- When maintenance (outbox_maintain(), by the background worker, a relay
+-- or a scheduler) last started and finished; a run in progress has
+-- started after it last finished.
+CREATE FUNCTION @extschema@.outbox_maintenance_status()
+RETURNS TABLE (last_started_at timestamptz, last_finished_at timestamptz)
+LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT m.last_started_at, m.last_finished_at FROM outbox.maintenance m
+$$;
+COMMENT ON FUNCTION @extschema@.outbox_maintenance_status() IS
+	'pg_outbox: when maintenance last started and finished';
+
 REVOKE ALL ON ALL TABLES IN SCHEMA outbox FROM PUBLIC;
 
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA outbox FROM PUBLIC;
@@ -1829,7 +1861,9 @@ REVOKE ALL ON FUNCTION
 	@extschema@.outbox_maintain(),
 	@extschema@.outbox_group_set_stale(text, boolean),
 	@extschema@.outbox_drop_empty_partitions(),
-	@extschema@.outbox_partitions()
+	@extschema@.outbox_partitions(),
+	@extschema@.outbox_groups(text),
+	@extschema@.outbox_maintenance_status()
 FROM PUBLIC;
 
 GRANT USAGE ON SCHEMA outbox TO outbox_writer, outbox_relay, outbox_consumer, outbox_admin;
@@ -1857,7 +1891,9 @@ TO outbox_relay, outbox_admin;
 
 GRANT EXECUTE ON FUNCTION
 	@extschema@.outbox_maintain(),
-	@extschema@.outbox_partitions()
+	@extschema@.outbox_partitions(),
+	@extschema@.outbox_groups(text),
+	@extschema@.outbox_maintenance_status()
 TO outbox_relay, outbox_admin;
 
 GRANT EXECUTE ON FUNCTION
@@ -1865,9 +1901,12 @@ GRANT EXECUTE ON FUNCTION
 	@extschema@.outbox_drop_empty_partitions()
 TO outbox_admin;
 
-GRANT SELECT ON outbox.maintenance TO outbox_relay, outbox_admin;
+-- Relays read the groups and maintenance through outbox_groups() and
+-- outbox_maintenance_status(), no longer the tables.
+REVOKE SELECT ON outbox.groups, outbox.maintenance FROM outbox_relay;
+GRANT SELECT ON outbox.groups, outbox.maintenance TO outbox_admin;
 
-GRANT SELECT ON outbox.feed, outbox.groups, outbox.group_stats, outbox.horizon_holders TO outbox_relay, outbox_admin;
+GRANT SELECT ON outbox.feed, outbox.group_stats, outbox.horizon_holders TO outbox_relay, outbox_admin;
 
 GRANT EXECUTE ON FUNCTION
 	@extschema@.outbox_group_create(text, text[], text, text, integer),

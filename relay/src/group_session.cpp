@@ -43,20 +43,17 @@ constexpr const char* kAdvanceSql = "SELECT outbox_advance($1, $2, $3::jsonb)";
 // flushes the advance's commit record first.
 constexpr const char* kAdvanceAsyncSql =
     "SELECT outbox_advance($1, $2, $3::jsonb) FROM set_config('synchronous_commit', 'off', true)";
-// The row of the group or shard ($1 the name, $2 the shard); a database not
-// yet updated to 0.2.0 has no shard columns, and each group is one shard.
+// The group's or shard's row ($1 the group's name, $2 the shard), read
+// through the extension's API, as everything the relay reads.
 constexpr const char* kStreamsSql =
-    "SELECT streams::text, cursor FROM outbox.groups g"
-    " WHERE name = $1 AND coalesce((pg_catalog.to_jsonb(g) ->> 'shard')::int, 0) = $2::int";
-constexpr const char* kShardsSql =
-    "SELECT coalesce((pg_catalog.to_jsonb(g) ->> 'shards')::int, 1) FROM outbox.groups g"
-    " WHERE name = $1 AND coalesce((pg_catalog.to_jsonb(g) ->> 'shard')::int, 0) = $2::int";
+    "SELECT streams::text, cursor_position FROM outbox_groups($1) WHERE shard = $2::int";
+constexpr const char* kShardsSql = "SELECT shards FROM outbox_groups($1) WHERE shard = $2::int";
 constexpr const char* kRewindSql = "SELECT outbox_rewind($1, $2)";
 // Maintenance, unless something ran it within the interval ($1, in ms).
 constexpr const char* kMaintainSql =
     "SELECT CASE WHEN coalesce(m.last_finished_at < now() - $1 * interval '1 millisecond', true)"
     "            THEN (SELECT count(*) FROM outbox_maintain() WHERE action <> 'skipped') END"
-    "  FROM outbox.maintenance m";
+    "  FROM outbox_maintenance_status() m";
 
 // Names of the statements prepared on each connection.
 constexpr const char* kFetchStatement = "pg_outbox_fetch";
@@ -423,7 +420,7 @@ void GroupSession::maybe_maintain(bool idle) {
         const auto t0 = std::chrono::steady_clock::now();
         auto r = pg_->exec(kMaintainSql, {std::to_string(config_.maintain_interval.count())});
         if (r.rows() > 0 && !r.is_null(0, 0) && r.get(0, 0) != "0")
-            spdlog::info("partition maintenance: {} actions (see outbox.maintenance and the server log)", r.get(0, 0));
+            spdlog::info("partition maintenance: {} actions (see outbox_maintenance_status() and the server log)", r.get(0, 0));
         else
             spdlog::debug("partition maintenance: nothing to do ({:.1f} ms)", seconds_since(t0) * 1000);
     } catch (const PgError& e) {

@@ -24,9 +24,8 @@ namespace pg_outbox {
 
 namespace {
 
-// Every group and shard the database has; the columns are those of the
-// extension of the relay's own version (use_extension checked it).
-constexpr const char* kGroupsSql = "SELECT name, shard, shards FROM outbox.groups ORDER BY name, shard";
+// Every group and shard the database has.
+constexpr const char* kGroupsSql = "SELECT group_name, shard, shards FROM outbox_groups() ORDER BY 1, 2";
 
 std::string join(const std::vector<std::string>& items) {
     std::string out;
@@ -34,7 +33,7 @@ std::string join(const std::vector<std::string>& items) {
     return out;
 }
 
-// Reads outbox.groups and expands the --group list, on a connection of its
+// Reads the groups (outbox_groups()) and expands the --group list, on a connection of its
 // own; a lost or refused connection is retried (with backoff) until the
 // database answers or "stop" is set (then: an empty list). A setting
 // libpq refuses, or a database without pg_outbox of this version, is a

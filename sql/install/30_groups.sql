@@ -431,8 +431,28 @@ END
 $$;
 COMMENT ON FUNCTION @extschema@.outbox_group_drop(text, boolean) IS 'pg_outbox: drops a group and its cursor (every shard''s)';
 
+-- The groups as a relay or a tool reads them: a row per group, or per
+-- shard of a sharded group, without the backlog count that makes
+-- outbox_group_stats() a scan. for_group names a group (all its shards)
+-- or one shard ("<group>/<shard>"); a name that matches nothing gives no
+-- rows.
+CREATE FUNCTION @extschema@.outbox_groups(for_group text DEFAULT NULL)
+RETURNS TABLE (group_name text, shard integer, shards integer, ordering text, topics text[],
+			   cursor_position text, streams jsonb, stale boolean, generation bigint)
+LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT g.name, g.shard, g.shards, g.ordering, g.topics, g.cursor, g.streams, g.stale, g.generation
+	  FROM outbox.groups g
+	 WHERE for_group IS NULL OR g.name = for_group OR g.name || '/' || g.shard = for_group
+	 ORDER BY g.name, g.shard
+$$;
+COMMENT ON FUNCTION @extschema@.outbox_groups(text) IS
+	'pg_outbox: the groups (or one, or one shard): shards, order, topics, cursor, the last position per stream, stale, generation';
+
 --
--- Privileges: relays read the groups; admins manage them.
+-- Privileges: relays read the groups through outbox_groups(); admins
+-- manage them, and read the table.
 --
 REVOKE ALL ON TABLE outbox.groups FROM PUBLIC;
 REVOKE ALL ON FUNCTION
@@ -452,13 +472,15 @@ REVOKE ALL ON FUNCTION
 	outbox.shard_index_name(integer),
 	outbox.ensure_shard_index(integer),
 	@extschema@.outbox_group_create(text, text[], text, text, integer),
-	@extschema@.outbox_group_drop(text, boolean)
+	@extschema@.outbox_group_drop(text, boolean),
+	@extschema@.outbox_groups(text)
 FROM PUBLIC;
 
 -- Writers evaluate it in the shard indexes' expressions.
 GRANT EXECUTE ON FUNCTION outbox.shard_of(text, text, integer) TO PUBLIC;
 
-GRANT SELECT ON outbox.groups TO outbox_relay, outbox_admin;
+GRANT SELECT ON outbox.groups TO outbox_admin;
+GRANT EXECUTE ON FUNCTION @extschema@.outbox_groups(text) TO outbox_relay, outbox_admin;
 GRANT EXECUTE ON FUNCTION
 	@extschema@.outbox_group_create(text, text[], text, text, integer),
 	@extschema@.outbox_group_drop(text, boolean)

@@ -383,6 +383,20 @@ COMMENT ON FUNCTION @extschema@.outbox_partitions() IS
 	'pg_outbox: the event partitions with bounds, size, and whether retention may retire them or why not; the default partition''s exact row count';
 
 
+-- When maintenance (outbox_maintain(), by the background worker, a relay
+-- or a scheduler) last started and finished; a run in progress has
+-- started after it last finished.
+CREATE FUNCTION @extschema@.outbox_maintenance_status()
+RETURNS TABLE (last_started_at timestamptz, last_finished_at timestamptz)
+LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT m.last_started_at, m.last_finished_at FROM outbox.maintenance m
+$$;
+COMMENT ON FUNCTION @extschema@.outbox_maintenance_status() IS
+	'pg_outbox: when maintenance last started and finished';
+
+
 --
 -- Privileges: relays (and admins) run maintenance; admins reshape it.
 --
@@ -393,15 +407,17 @@ REVOKE ALL ON FUNCTION
 	@extschema@.outbox_maintain(),
 	@extschema@.outbox_drop_empty_partitions(),
 	@extschema@.outbox_group_set_stale(text, boolean),
-	@extschema@.outbox_partitions()
+	@extschema@.outbox_partitions(),
+	@extschema@.outbox_maintenance_status()
 FROM PUBLIC;
 
 GRANT EXECUTE ON FUNCTION
 	@extschema@.outbox_maintain(),
-	@extschema@.outbox_partitions()
+	@extschema@.outbox_partitions(),
+	@extschema@.outbox_maintenance_status()
 TO outbox_relay, outbox_admin;
 GRANT EXECUTE ON FUNCTION
 	@extschema@.outbox_group_set_stale(text, boolean),
 	@extschema@.outbox_drop_empty_partitions()
 TO outbox_admin;
-GRANT SELECT ON outbox.maintenance TO outbox_relay, outbox_admin;
+GRANT SELECT ON outbox.maintenance TO outbox_admin;

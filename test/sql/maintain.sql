@@ -53,6 +53,9 @@ SELECT partition_name, rows_estimate, reason FROM outbox_partitions();
 SET client_min_messages = error;
 SELECT action, count(*) > 0 AS some FROM outbox_maintain() GROUP BY action ORDER BY action;
 SET client_min_messages = warning;
+-- What the run left for outbox_maintenance_status().
+SELECT last_started_at IS NOT NULL AS started, last_finished_at >= last_started_at AS finished
+  FROM outbox_maintenance_status();
 SELECT count(*) AS in_default FROM outbox.event_default;
 SELECT pg_temp.settled();
 SELECT key FROM outbox.feed;

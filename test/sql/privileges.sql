@@ -28,7 +28,7 @@ INSERT INTO calls VALUES
     (1, $$SELECT outbox_emit('t', 'k', '{}')$$),
     (2, $$SELECT outbox_emit_many('t', NULL, ARRAY['{}']::jsonb[])$$),
     (3, $$SELECT * FROM outbox_fetch('priv')$$),
-    (4, $$SELECT outbox_advance('priv', (SELECT cursor_txid || '-' || cursor_seq FROM outbox.groups WHERE name = 'priv'))$$),
+    (4, $$SELECT outbox_advance('priv', (SELECT cursor_position FROM outbox_groups('priv')))$$),
     (5, $$SELECT outbox_rewind('priv', 'now')$$),
     (6, $$SELECT * FROM outbox_group_stats()$$),
     (7, $$SELECT * FROM outbox.group_stats$$),
@@ -45,7 +45,11 @@ INSERT INTO calls VALUES
     (18, $$SELECT outbox_reanchor('priv') IS NOT NULL$$),
     (19, $$SELECT count(*) >= 0 FROM outbox.horizon_holders_all()$$),
     (20, $$SELECT outbox.note_generation(1, 1)$$),
-    (21, $$SELECT outbox.set_member('outbox.event'::regclass, false)$$);
+    (21, $$SELECT outbox.set_member('outbox.event'::regclass, false)$$),
+    (22, $$SELECT count(*) FROM outbox_groups()$$),
+    (23, $$SELECT count(*) FROM outbox_maintenance_status()$$),
+    (24, $$SELECT count(*) FROM outbox.groups$$),
+    (25, $$SELECT count(*) FROM outbox.maintenance$$);
 
 SET ROLE regress_outbox_nobody;
 SELECT n, pg_temp.try(q) FROM calls ORDER BY n;

@@ -35,6 +35,13 @@ SELECT outbox_group_create('c', start_at => 'beginning', ordering => 'commit', s
 SELECT outbox_group_create('one', start_at => 'beginning', ordering => 'xid8');
 SELECT outbox_group_create('x', shards => 2);
 SELECT name, shard, shards, cursor FROM outbox.groups ORDER BY name, shard;
+-- outbox_groups(): a group's shards, or one shard; a name that matches
+-- nothing gives no rows, whatever it looks like.
+SELECT group_name, shard, shards, ordering, cursor_position, streams, stale, generation FROM outbox_groups('x');
+SELECT group_name, shard, shards, ordering FROM outbox_groups('c/3');
+SELECT count(*) AS every_row FROM outbox_groups();
+SELECT left(v, 12) AS for_group, length(v), (SELECT count(*) FROM outbox_groups(v)) AS rows
+  FROM unnest(ARRAY['one', 'one/0', 'one/1', 'x/4', 'x/01', 'x/', '/0', 'X', '', 'x/0/0', 'x/-1', repeat('x', 100000), NULL]) v;
 SELECT indexrelid::regclass AS index, pg_get_indexdef(indexrelid) LIKE '%outbox.shard_of(topic, key, 4), txid, seq)' AS on_shard_txid_seq
   FROM pg_index WHERE indrelid = 'outbox.event'::regclass AND NOT indisprimary;
 

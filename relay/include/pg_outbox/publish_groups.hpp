@@ -11,7 +11,7 @@
 
 namespace pg_outbox {
 
-// A row of outbox.groups: a group of one shard (shards 1, shard 0), or one
+// A row of outbox_groups(): a group of one shard (shards 1, shard 0), or one
 // shard of a sharded group.
 struct GroupRow {
     std::string name;
@@ -23,7 +23,7 @@ struct GroupRow {
 // publishers to run, in the order given: "<group>/*" becomes every shard
 // of the group, <group>/0 to <group>/<N-1> (the group's name alone when it
 // has one shard). Throws ConfigError, naming the item, when one names a
-// group that "rows" (outbox.groups) lacks, a shard the group does not
+// group that "rows" (outbox_groups()) lacks, a shard the group does not
 // have, a sharded group without its shard, or a group or shard that
 // another item names too ("orders/1" and "orders/*"; "g" and "g/0", the
 // one shard of g); and when a sharded group is served with a stream
@@ -39,7 +39,7 @@ bool needs_group_lookup(const std::vector<std::string>& groups);
 // exit code. One group or shard, as --group names it: a Publisher in the
 // calling thread, as it always was (0 stopped, 1 a fatal error, 2 a
 // setting that cannot work). Several (see needs_group_lookup): the list is
-// read from outbox.groups first (expand_groups; connection failures are
+// read from outbox_groups() first (expand_groups; connection failures are
 // retried until stopped), then each group or shard runs in a thread of its
 // own with its own connections, leadership, backoff and metrics, and logs
 // with its name (set_log_context). A fatal error of one group (exit 1 for
