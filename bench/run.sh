@@ -276,13 +276,23 @@ if [[ " $ONLY " == *" emit "* ]]; then
 	: >"$WORK/emit"
 	for r in $(seq 1 "$ROUNDS"); do
 		line=""
+		# Each variant runs twice for half the time, the list forward and
+		# then backward, so that a machine whose speed drifts during the
+		# round favours no variant over another: a ratio of two variants
+		# is taken between runs centred on the same moment.
+		half=$(((EMIT_SECONDS + 1) / 2))
 		for shape in 1 100; do
-			for v in "${VARIANTS[@]}"; do
+			declare -A SUM=()
+			for v in "${VARIANTS[@]}" $(printf '%s\n' "${VARIANTS[@]}" | tac); do
 				reset_tables
-				tps=$(pgbench -n -M prepared -h 127.0.0.1 -p "$(port_of "$v")" -U postgres -c 4 -j 2 -T "$EMIT_SECONDS" \
+				tps=$(pgbench -n -M prepared -h 127.0.0.1 -p "$(port_of "$v")" -U postgres -c 4 -j 2 -T "$half" \
 					-f "$WORK/emit${shape}_$v.sql" emit 2>&1 | sed -n 's/^tps = \([0-9.]*\) .*/\1/p')
-				line="$line $(echo "$tps $shape" | awk '{printf "%.0f", $1 * $2}')"
+				SUM[$v]=$(echo "${SUM[$v]:-0} ${tps:-0}" | awk '{print $1 + $2}')
 			done
+			for v in "${VARIANTS[@]}"; do
+				line="$line $(echo "${SUM[$v]} $shape" | awk '{printf "%.0f", $1 / 2 * $2}')"
+			done
+			unset SUM
 		done
 		sizes=""
 		for v in "${BULK_VARIANTS[@]}"; do

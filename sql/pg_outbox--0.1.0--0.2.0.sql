@@ -23,6 +23,10 @@ ALTER TABLE outbox.groups
 	ADD COLUMN lease_until timestamptz,
 	ADD CONSTRAINT groups_epoch_check CHECK (epoch >= 0);
 
+-- Commit markers: no key on txid (nothing looks a marker up by its
+-- transaction); the ticket index is the one readers scan.
+ALTER TABLE outbox.commit_log DROP CONSTRAINT commit_log_pkey;
+
 -- Groups: shards (a row, cursor and leader each); the name is unique per
 -- shard.
 ALTER TABLE outbox.groups
