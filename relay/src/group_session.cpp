@@ -49,10 +49,13 @@ constexpr const char* kStreamsSql =
     "SELECT streams::text, cursor_position FROM outbox_groups($1) WHERE shard = $2::int";
 constexpr const char* kShardsSql = "SELECT shards FROM outbox_groups($1) WHERE shard = $2::int";
 constexpr const char* kRewindSql = "SELECT outbox_rewind($1, $2)";
-// Maintenance, unless something ran it within the interval ($1, in ms).
+// Maintenance, unless something ran it within the interval ($1, in ms):
+// what it did, an action and its object a line ("moved outbox.event_..."),
+// or null when it did not run.
 constexpr const char* kMaintainSql =
     "SELECT CASE WHEN coalesce(m.last_finished_at < now() - $1 * interval '1 millisecond', true)"
-    "            THEN (SELECT count(*) FROM outbox_maintain() WHERE action <> 'skipped') END"
+    "            THEN (SELECT coalesce(string_agg(concat_ws(' ', a.action, a.object, a.detail), ', '), '')"
+    "                    FROM outbox_maintain() a WHERE a.action <> 'skipped') END"
     "  FROM outbox_maintenance_status() m";
 
 // Names of the statements prepared on each connection.
@@ -419,8 +422,8 @@ void GroupSession::maybe_maintain(bool idle) {
     try {
         const auto t0 = std::chrono::steady_clock::now();
         auto r = pg_->exec(kMaintainSql, {std::to_string(config_.maintain_interval.count())});
-        if (r.rows() > 0 && !r.is_null(0, 0) && r.get(0, 0) != "0")
-            spdlog::info("partition maintenance: {} actions (see outbox_maintenance_status() and the server log)", r.get(0, 0));
+        if (r.rows() > 0 && !r.is_null(0, 0) && !r.get(0, 0).empty())
+            spdlog::info("partition maintenance: {}", r.get(0, 0));
         else
             spdlog::debug("partition maintenance: nothing to do ({:.1f} ms)", seconds_since(t0) * 1000);
     } catch (const PgError& e) {

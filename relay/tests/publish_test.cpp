@@ -532,7 +532,8 @@ TEST_F(PublishTest, RelayRunsMaintenanceWhenNoWorkerDoes) {
         << relay.log();
     // The relay logs the run once its statement returned, which may be
     // after the moved rows became visible here.
-    EXPECT_TRUE(eventually([&] { return relay.log().find("partition maintenance:") != std::string::npos; }, 5s))
+    EXPECT_TRUE(eventually([&] { return relay.log().find("partition maintenance: moved outbox.event_") != std::string::npos; },
+                           5s))
         << relay.log();
     emit(3, 3);
     ASSERT_TRUE(wait_all_published());
