@@ -1817,9 +1817,9 @@ $$;
 COMMENT ON FUNCTION @extschema@.outbox_groups(text) IS
 	'pg_outbox: the groups (or one, or one shard): shards, order, topics, cursor, the last position per stream, stale, generation';
 
--- When maintenance (outbox_maintain(), by the background worker, a relay
--- or a scheduler) last started and finished; a run in progress has
--- started after it last finished.
+-- When the last maintenance run (outbox_maintain(), by the background
+-- worker, a relay or a scheduler) started and finished; a run writes both
+-- as it ends, so a run in progress shows only in pg_stat_activity.
 CREATE FUNCTION @extschema@.outbox_maintenance_status()
 RETURNS TABLE (last_started_at timestamptz, last_finished_at timestamptz)
 LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER

@@ -383,9 +383,9 @@ COMMENT ON FUNCTION @extschema@.outbox_partitions() IS
 	'pg_outbox: the event partitions with bounds, size, and whether retention may retire them or why not; the default partition''s exact row count';
 
 
--- When maintenance (outbox_maintain(), by the background worker, a relay
--- or a scheduler) last started and finished; a run in progress has
--- started after it last finished.
+-- When the last maintenance run (outbox_maintain(), by the background
+-- worker, a relay or a scheduler) started and finished; a run writes both
+-- as it ends, so a run in progress shows only in pg_stat_activity.
 CREATE FUNCTION @extschema@.outbox_maintenance_status()
 RETURNS TABLE (last_started_at timestamptz, last_finished_at timestamptz)
 LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER
