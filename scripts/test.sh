@@ -104,6 +104,9 @@ ctest_step ctest -j2 -LE cluster
 say "relay: Redis Cluster tests (own PostgreSQL and a 3-master, 3-replica cluster per test)"
 ctest_step ctest-cluster -L cluster
 
+say "layout: no include cycle among the extension's files; the relay reads no table of the extension's (test/layout.sh)"
+tap_step layout ./test/layout.sh
+
 say "monitoring: the alert rules and the dashboard parse and name only metrics the relay exposes (test/monitoring.sh)"
 tap_step monitoring ./test/monitoring.sh
 
