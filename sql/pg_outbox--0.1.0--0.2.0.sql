@@ -1752,6 +1752,16 @@ $$;
 COMMENT ON FUNCTION @extschema@.outbox_horizon_holders() IS
 	'pg_outbox: backends and prepared transactions holding a transaction id, oldest first; the oldest holds the feed horizon back';
 
+-- Whether the row of group "name", shard "shard", is one that "for_group"
+-- names in the listing functions: every row when NULL, a group's every
+-- shard by its name, one shard as "<group>/<shard>".
+CREATE FUNCTION outbox.group_named(name text, shard integer, for_group text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT for_group IS NULL OR name = for_group OR name || '/' || shard::text = for_group $$;
+COMMENT ON FUNCTION outbox.group_named(text, integer, text) IS
+	'pg_outbox: whether a listing function''s for_group names the row of a group''s shard';
+
 CREATE FUNCTION @extschema@.outbox_group_stats(for_group text DEFAULT NULL)
 RETURNS TABLE (group_name text, topics text[], cursor_position text, leader_pid integer,
 			   waiting bigint, oldest_waiting_age interval, advanced_at timestamptz,
@@ -1788,7 +1798,7 @@ AS $$
 	  LEFT JOIN LATERAL (
 		SELECT h.pid, h.gid, h.held_for FROM outbox.horizon_holders_all() h
 		 WHERE h.holds_horizon AND g.ordering = 'xid8' LIMIT 1) hh ON true
-	 WHERE for_group IS NULL OR g.name = for_group OR g.name || '/' || g.shard = for_group
+	 WHERE outbox.group_named(g.name, g.shard, for_group)
 	 ORDER BY g.name, g.shard
 $$;
 
@@ -1811,7 +1821,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 	SELECT g.name, g.shard, g.shards, g.ordering, g.topics, g.cursor, g.streams, g.stale, g.generation
 	  FROM outbox.groups g
-	 WHERE for_group IS NULL OR g.name = for_group OR g.name || '/' || g.shard = for_group
+	 WHERE outbox.group_named(g.name, g.shard, for_group)
 	 ORDER BY g.name, g.shard
 $$;
 COMMENT ON FUNCTION @extschema@.outbox_groups(text) IS

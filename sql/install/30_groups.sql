@@ -431,6 +431,16 @@ END
 $$;
 COMMENT ON FUNCTION @extschema@.outbox_group_drop(text, boolean) IS 'pg_outbox: drops a group and its cursor (every shard''s)';
 
+-- Whether the row of group "name", shard "shard", is one that "for_group"
+-- names in the listing functions: every row when NULL, a group's every
+-- shard by its name, one shard as "<group>/<shard>".
+CREATE FUNCTION outbox.group_named(name text, shard integer, for_group text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT for_group IS NULL OR name = for_group OR name || '/' || shard::text = for_group $$;
+COMMENT ON FUNCTION outbox.group_named(text, integer, text) IS
+	'pg_outbox: whether a listing function''s for_group names the row of a group''s shard';
+
 -- The groups as a relay or a tool reads them: a row per group, or per
 -- shard of a sharded group, without the backlog count that makes
 -- outbox_group_stats() a scan. for_group names a group (all its shards)
@@ -444,7 +454,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 	SELECT g.name, g.shard, g.shards, g.ordering, g.topics, g.cursor, g.streams, g.stale, g.generation
 	  FROM outbox.groups g
-	 WHERE for_group IS NULL OR g.name = for_group OR g.name || '/' || g.shard = for_group
+	 WHERE outbox.group_named(g.name, g.shard, for_group)
 	 ORDER BY g.name, g.shard
 $$;
 COMMENT ON FUNCTION @extschema@.outbox_groups(text) IS
@@ -468,6 +478,7 @@ REVOKE ALL ON FUNCTION
 	outbox.is_leader(integer),
 	outbox.resign(integer),
 	outbox.split_group_name(text),
+	outbox.group_named(text, integer, text),
 	outbox.get_group(text, boolean),
 	outbox.shard_index_name(integer),
 	outbox.ensure_shard_index(integer),

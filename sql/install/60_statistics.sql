@@ -96,7 +96,7 @@ AS $$
 	  LEFT JOIN LATERAL (
 		SELECT h.pid, h.gid, h.held_for FROM outbox.horizon_holders_all() h
 		 WHERE h.holds_horizon AND g.ordering = 'xid8' LIMIT 1) hh ON true
-	 WHERE for_group IS NULL OR g.name = for_group OR g.name || '/' || g.shard = for_group
+	 WHERE outbox.group_named(g.name, g.shard, for_group)
 	 ORDER BY g.name, g.shard
 $$;
 COMMENT ON FUNCTION @extschema@.outbox_group_stats(text) IS
