@@ -33,9 +33,10 @@ std::string join(const std::vector<std::string>& items) {
     return out;
 }
 
-// Reads the groups (outbox_groups()) and expands the --group list, on a connection of its
-// own; a lost or refused connection is retried (with backoff) until the
-// database answers or "stop" is set (then: an empty list). A setting
+// Reads the groups (outbox_groups()) and expands the --group list, on a
+// connection of its own; a lost or refused connection is retried (with
+// backoff) until the database answers or "stop" is set (then: an empty
+// list). A setting
 // libpq refuses, or a database without pg_outbox of this version, is a
 // ConfigError; any other PostgreSQL error a PgError.
 std::vector<std::string> lookup_groups(const Config& config, const std::atomic<bool>& stop) {
