@@ -1840,6 +1840,17 @@ $$;
 COMMENT ON FUNCTION @extschema@.outbox_maintenance_status() IS
 	'pg_outbox: when maintenance last started and finished';
 
+-- The last background maintenance run of each database of the cluster, as
+-- the launcher and its workers record it in shared memory (pg_outbox
+-- preloaded; else 55000): databases without the extension are listed too.
+CREATE FUNCTION @extschema@.outbox_maintenance_databases()
+RETURNS TABLE (database name, runs bigint, last_outcome text, last_started_at timestamptz,
+			   last_finished_at timestamptz)
+AS 'MODULE_PATHNAME', 'outbox_maintenance_databases'
+LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
+COMMENT ON FUNCTION @extschema@.outbox_maintenance_databases() IS
+	'pg_outbox: the last background maintenance run of each database of the cluster: runs, outcome, start and end';
+
 REVOKE ALL ON ALL TABLES IN SCHEMA outbox FROM PUBLIC;
 
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA outbox FROM PUBLIC;
@@ -1877,7 +1888,8 @@ REVOKE ALL ON FUNCTION
 	@extschema@.outbox_drop_empty_partitions(),
 	@extschema@.outbox_partitions(),
 	@extschema@.outbox_groups(text),
-	@extschema@.outbox_maintenance_status()
+	@extschema@.outbox_maintenance_status(),
+	@extschema@.outbox_maintenance_databases()
 FROM PUBLIC;
 
 GRANT USAGE ON SCHEMA outbox TO outbox_writer, outbox_relay, outbox_consumer, outbox_admin;
@@ -1912,7 +1924,8 @@ TO outbox_relay, outbox_admin;
 
 GRANT EXECUTE ON FUNCTION
 	@extschema@.outbox_group_set_stale(text, boolean),
-	@extschema@.outbox_drop_empty_partitions()
+	@extschema@.outbox_drop_empty_partitions(),
+	@extschema@.outbox_maintenance_databases()
 TO outbox_admin;
 
 -- Relays read the groups and maintenance through outbox_groups() and

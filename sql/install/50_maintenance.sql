@@ -396,6 +396,17 @@ $$;
 COMMENT ON FUNCTION @extschema@.outbox_maintenance_status() IS
 	'pg_outbox: when maintenance last started and finished';
 
+-- The last background maintenance run of each database of the cluster, as
+-- the launcher and its workers record it in shared memory (pg_outbox
+-- preloaded; else 55000): databases without the extension are listed too.
+CREATE FUNCTION @extschema@.outbox_maintenance_databases()
+RETURNS TABLE (database name, runs bigint, last_outcome text, last_started_at timestamptz,
+			   last_finished_at timestamptz)
+AS 'MODULE_PATHNAME', 'outbox_maintenance_databases'
+LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
+COMMENT ON FUNCTION @extschema@.outbox_maintenance_databases() IS
+	'pg_outbox: the last background maintenance run of each database of the cluster: runs, outcome, start and end';
+
 
 --
 -- Privileges: relays (and admins) run maintenance; admins reshape it.
@@ -408,7 +419,8 @@ REVOKE ALL ON FUNCTION
 	@extschema@.outbox_drop_empty_partitions(),
 	@extschema@.outbox_group_set_stale(text, boolean),
 	@extschema@.outbox_partitions(),
-	@extschema@.outbox_maintenance_status()
+	@extschema@.outbox_maintenance_status(),
+	@extschema@.outbox_maintenance_databases()
 FROM PUBLIC;
 
 GRANT EXECUTE ON FUNCTION
@@ -418,6 +430,7 @@ GRANT EXECUTE ON FUNCTION
 TO outbox_relay, outbox_admin;
 GRANT EXECUTE ON FUNCTION
 	@extschema@.outbox_group_set_stale(text, boolean),
-	@extschema@.outbox_drop_empty_partitions()
+	@extschema@.outbox_drop_empty_partitions(),
+	@extschema@.outbox_maintenance_databases()
 TO outbox_admin;
 GRANT SELECT ON outbox.maintenance TO outbox_admin;
