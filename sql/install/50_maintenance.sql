@@ -127,6 +127,9 @@ DECLARE
 	started timestamptz := clock_timestamp();
 	lagging_names text[];
 	lagging_ages interval[];
+	xid8_horizon xid8;
+	ticket_horizon bigint;
+	newest timestamptz;
 BEGIN
 	IF NOT outbox.try_maintenance_lock() THEN
 		action := 'skipped'; detail := 'another maintenance run is in progress';
@@ -136,13 +139,38 @@ BEGIN
 	SELECT * INTO cfg FROM outbox.config;
 	PERFORM set_config('lock_timeout', (extract(epoch FROM cfg.lock_timeout) * 1000)::int || 'ms', true);
 	-- The lag of each group (step 5) is read first, while the run has no
-	-- transaction id: counting a backlog takes time, and a transaction id
-	-- held meanwhile would hold back the feed horizon of every group in
-	-- xid8 order. The run writes only from here, mostly nothing.
-	SELECT array_agg(s.group_name ORDER BY s.group_name), array_agg(s.oldest_waiting_age ORDER BY s.group_name)
+	-- transaction id, which would hold back the feed horizon of every group
+	-- in xid8 order. The run writes only from here, mostly nothing.
+	-- A group's lag is the age of the first event after its cursor, of any
+	-- topic and shard: one index probe per partition ahead of the cursor,
+	-- never a read of the backlog (a group of some topics or one shard
+	-- would otherwise read every event of the others after its cursor).
+	-- Such a group's cursor stays behind the others' events, so it counts
+	-- only while no session leads it; its relay measures it while one does.
+	xid8_horizon := outbox.horizon();
+	IF EXISTS (SELECT 1 FROM outbox.groups gr WHERE gr.ordering OPERATOR(pg_catalog.=) 'commit'::text)
+	   AND outbox.commit_order_available() THEN
+		ticket_horizon := outbox.commit_horizon();
+	END IF;
+	SELECT pg_catalog.array_agg(w.name ORDER BY w.name), pg_catalog.array_agg(w.age ORDER BY w.name)
 	  INTO lagging_names, lagging_ages
-	  FROM @extschema@.outbox_group_stats() s
-	 WHERE NOT s.stale AND s.oldest_waiting_age > cfg.max_group_lag;
+	  FROM (SELECT gr.name OPERATOR(pg_catalog.||) CASE WHEN gr.shards OPERATOR(pg_catalog.>) 1
+													   THEN '/' OPERATOR(pg_catalog.||) gr.shard::text ELSE '' END AS name,
+				   pg_catalog.now() OPERATOR(pg_catalog.-) coalesce(
+					   (SELECT bl.created_at
+						  FROM outbox.backlog(gr.cursor_txid, gr.cursor_seq, NULL::text[], xid8_horizon) bl
+						 WHERE gr.ordering OPERATOR(pg_catalog.=) 'xid8'::text
+						 ORDER BY bl.txid, bl.seq LIMIT 1),
+					   (SELECT cb.created_at
+						  FROM outbox.commit_backlog(gr.cursor_ticket, gr.cursor_seq, NULL::text[], ticket_horizon) cb
+						 WHERE gr.ordering OPERATOR(pg_catalog.=) 'commit'::text
+						 LIMIT 1)) AS age
+			  FROM outbox.groups gr
+			 WHERE NOT gr.stale
+			   AND ((gr.topics IS NULL AND gr.shards OPERATOR(pg_catalog.=) 1)
+					OR NOT coalesce(gr.lease_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()
+									AND outbox.session_alive(gr.leader_pid, gr.leader_started), false))) w
+	 WHERE w.age OPERATOR(pg_catalog.>) cfg.max_group_lag;
 
 	-- 1. Rows that landed in the default partition: give each range its
 	-- partition and move the rows there, a range per subtransaction.
@@ -203,8 +231,20 @@ BEGIN
 	END LOOP;
 
 	-- 3. Retention: a partition leaves when every live group has passed all
-	-- of it and its last event is older than the retention.
+	-- of it and its last event is older than the retention. What bounds
+	-- alone decide comes first: the age of its last event (one index
+	-- probe), then a live group of every topic and shard whose cursor is
+	-- before the partition's events. Only a partition old enough that no
+	-- such group holds is searched for the events of the other groups
+	-- (retire_blocker()), and it is retired unless one is found.
 	FOR b IN SELECT * FROM outbox.partition_bounds() p WHERE p.upper <= outbox.horizon() ORDER BY p.lower LOOP
+		EXECUTE pg_catalog.format('SELECT created_at FROM %s ORDER BY txid DESC, seq DESC LIMIT 1', b.relid) INTO newest;
+		CONTINUE WHEN newest OPERATOR(pg_catalog.>=) (pg_catalog.now() OPERATOR(pg_catalog.-) cfg.retention);
+		CONTINUE WHEN newest IS NOT NULL
+				  AND EXISTS (SELECT 1 FROM outbox.groups gr
+							   WHERE NOT gr.stale AND gr.ordering OPERATOR(pg_catalog.=) 'xid8'::text
+								 AND gr.topics IS NULL AND gr.shards OPERATOR(pg_catalog.=) 1
+								 AND gr.cursor_txid OPERATOR(pg_catalog.<) b.lower);
 		CONTINUE WHEN outbox.retire_blocker(b.relid, b.lower, b.upper) IS NOT NULL;
 		BEGIN
 			-- Tickets of retired markers are never issued again (commit.c).

@@ -144,6 +144,56 @@ SELECT key FROM outbox_fetch('merge', 10);
 SELECT key FROM outbox_fetch('merge', 2, (SELECT pos FROM outbox_fetch('merge', 1)));
 SELECT outbox_group_drop('merge');
 
+-- Maintenance reads no group's backlog. "quiet" takes topic q only: one
+-- event of it, then 3,000 of topic t that it will never publish; "slow"
+-- and "fast" are behind all of them. A run reads the event partitions a
+-- few rows at a time (the first event after each cursor, the last of
+-- each partition), never the 3,000: this transaction's statistics count
+-- the rows it read. Retention is a day here, so no partition is searched
+-- for a group's events.
+UPDATE outbox.config SET retention = '1 day', max_group_lag = '1 day', retire_mode = 'drop';
+CALL burn(250);
+SELECT outbox_group_create('quiet', topics => '{q}', start_at => 'now', ordering => 'xid8');
+SELECT outbox_emit('q', 'kept', '{}') IS NOT NULL AS emitted;
+CALL burn(250);
+SELECT count(*) AS noise FROM (SELECT outbox_emit('t', 'noise-' || i, '{}') FROM generate_series(1, 3000) i) e;
+CALL burn(250);
+SELECT pg_temp.settled();
+SET client_min_messages = error;
+SELECT count(*) >= 0 AS ran FROM outbox_maintain();
+BEGIN;
+SELECT count(*) >= 0 AS ran FROM outbox_maintain();
+SELECT sum(seq_tup_read + coalesce(idx_tup_fetch, 0)) < 300 AS few_rows_read
+  FROM pg_stat_xact_user_tables WHERE schemaname = 'outbox' AND relname LIKE 'event\_%';
+COMMIT;
+SET client_min_messages = warning;
+
+-- Lag is the age of the first event after a cursor, of any topic: a group
+-- of some topics counts only while no session leads it.
+UPDATE outbox.config SET max_group_lag = '1 microsecond';
+SET client_min_messages = error;
+SELECT object FROM outbox_maintain() WHERE action = 'lagging' ORDER BY 1;
+SELECT count(*) AS fetched FROM outbox_fetch('quiet', 10);
+SELECT object FROM outbox_maintain() WHERE action = 'lagging' ORDER BY 1;
+SELECT outbox_resign('quiet');
+SET client_min_messages = warning;
+
+-- Retention still keeps what a live group has not passed (I-6): with
+-- "slow" and "fast" stale, the partitions of the noise go, that of
+-- "quiet"'s waiting event stays until "quiet" passes it.
+UPDATE outbox.config SET retention = '0', max_group_lag = '1 day';
+SELECT outbox_group_set_stale('slow');
+SELECT outbox_group_set_stale('fast');
+SET client_min_messages = error;
+SELECT count(*) > 0 AS retired FROM outbox_maintain() WHERE action = 'dropped';
+SELECT topic, count(*), min(key) FROM outbox.event GROUP BY topic ORDER BY topic;
+SELECT outbox_advance('quiet', (SELECT pos FROM outbox_fetch('quiet', 10) WHERE key = 'kept'));
+SELECT count(*) > 0 AS retired FROM outbox_maintain() WHERE action = 'dropped';
+SET client_min_messages = warning;
+SELECT count(*) AS events_left FROM outbox.event;
+SELECT outbox_group_set_stale('slow', false);
+SELECT outbox_group_set_stale('fast', false);
+
 -- The summary of the last run.
 SELECT last_started_at <= last_finished_at AS ran FROM outbox.maintenance;
 
