@@ -194,6 +194,21 @@ SELECT count(*) AS events_left FROM outbox.event;
 SELECT outbox_group_set_stale('slow', false);
 SELECT outbox_group_set_stale('fast', false);
 
+-- outbox_maintenance_databases() reads what the background workers
+-- record: preloaded, it lists the cluster's databases; without preloading
+-- nothing records runs, and it says so (55000) rather than list nothing.
+CREATE FUNCTION pg_temp.databases_as_expected() RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    preloaded boolean := current_setting('shared_preload_libraries') ~ '(^|[ ,])pg_outbox($|[ ,])';
+BEGIN
+    PERFORM 1 FROM outbox_maintenance_databases() d WHERE d.database = current_database();
+    RETURN preloaded AND FOUND;
+EXCEPTION WHEN object_not_in_prerequisite_state THEN
+    RETURN NOT preloaded;
+END
+$$;
+SELECT pg_temp.databases_as_expected();
+
 -- The summary of the last run.
 SELECT last_started_at <= last_finished_at AS ran FROM outbox.maintenance;
 
