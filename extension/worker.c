@@ -512,6 +512,10 @@ OutboxStatusEnded(const OutboxScheduled *d)
 	OutboxDatabaseStatus *s;
 	OutboxRunOutcome outcome = OUTBOX_RUN_OK;
 
+	/*
+	 * Without a slot nothing was recorded: the run counts as one that ran,
+	 * and a database without the extension is looked at every interval.
+	 */
 	if (d->slot < 0)
 		return outcome;
 	LWLockAcquire(Launcher->lock, LW_EXCLUSIVE);
