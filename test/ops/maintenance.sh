@@ -114,6 +114,22 @@ check "within three rounds no database ran more than twice as often as another" 
 	         max=\$(tr ' ' '\n' <<<'$deltas' | cut -d= -f2 | sort -n | tail -1);
 	         [ \"\$max\" -le \$((2 * min)) ] || { echo \"# min \$min, max \$max\" >&2; exit 1; }"
 
+# How a run went: off where background maintenance is off, failed where
+# outbox_maintain() raises (it writes, and the database's transactions are
+# read-only), ok again once that is undone.
+q postgres -c "ALTER DATABASE maint14 SET pg_outbox.background_maintenance = off" \
+	-c "ALTER DATABASE maint15 SET default_transaction_read_only = on" >/dev/null
+check "a run where background maintenance is off says so" \
+	until_true 60 "SELECT last_outcome = 'off' FROM outbox_maintenance_databases() WHERE database = 'maint14'"
+check "a run that failed says so, with the time it ended" \
+	until_true 60 "SELECT last_outcome = 'failed' AND last_finished_at IS NOT NULL
+	                 FROM outbox_maintenance_databases() WHERE database = 'maint15'"
+q postgres -c "ALTER DATABASE maint14 RESET pg_outbox.background_maintenance" \
+	-c "ALTER DATABASE maint15 RESET default_transaction_read_only" >/dev/null
+check "the next runs are ok again" \
+	until_true 60 "SELECT bool_and(last_outcome = 'ok') FROM outbox_maintenance_databases()
+	                WHERE database IN ('maint14', 'maint15')"
+
 # A dropped database leaves the list.
 q postgres -c "DROP DATABASE maint16 WITH (FORCE)" >/dev/null
 check "a dropped database leaves the list" \
