@@ -38,7 +38,7 @@ ISOLATION_OPTS = --inputdir=test --outputdir=test/isolation --load-extension=$(E
 
 # Tests that need pg_outbox in shared_preload_libraries (the commit order):
 # make installcheck-preload, against a server that preloads it.
-PRELOAD_REGRESS = commit_order shards
+PRELOAD_REGRESS = commit_order shards skip_commit
 PRELOAD_ISOLATION = commit_inversion commit_open_tx commit_abort_gap commit_window
 
 EXTRA_CLEAN = test/results test/isolation test/regression.diffs test/regression.out

@@ -76,7 +76,7 @@ SELECT pg_column_size(payload) < 65536 AS small_stored, outbox.json_text_size(pa
 -- The batch stops before it, in both forms: the events before it are
 -- published.
 SELECT pg_temp.names(pg_temp.packed_positions(outbox_fetch_packed('skip'))) AS packed_batch;
-SELECT pg_temp.names(array_agg(pos ORDER BY pos)) AS rows_batch FROM outbox_fetch('skip');
+SELECT pg_temp.names(array_agg(pos ORDER BY n)) AS rows_batch FROM outbox_fetch('skip') WITH ORDINALITY f(pos, txid, seq, event_id, topic, key, payload, headers, created_at, n);
 SELECT pg_temp.names(pg_temp.packed_positions(outbox_fetch_packed('skip', 100, pg_temp.pos_of('e1')))) AS after_e1;
 SELECT outbox_advance('skip', pg_temp.pos_of('e3'));
 
