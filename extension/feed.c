@@ -370,7 +370,7 @@ OutboxEventFits(FeedBatch *out, const FeedRange *a, const char *pos, const Datum
 			 errmsg("event at position %s of group \"%s\" is too large to publish", pos, a->name),
 			 errdetail("Its payload and headers print as " UINT64_FORMAT " bytes of JSON text, more than the %d bytes any event may print as (the largest pg_outbox.max_payload_size): it was written before outbox_emit() checked the size of JSON text, or not by outbox_emit().",
 					   size, OUTBOX_MAX_EVENT_TEXT),
-			 errhint("Pass it with SELECT outbox_skip(%s, %s, <reason>): the group goes on after it, and outbox.skipped_events records it.",
+			 errhint("Pass it with SELECT outbox_skip(%s, %s, '<reason>'): the group goes on after it, and outbox.skipped_events records it.",
 					 quote_literal_cstr(a->name), quote_literal_cstr(pos))));
 	pg_unreachable();
 }

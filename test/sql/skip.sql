@@ -83,7 +83,7 @@ SELECT outbox_advance('skip', pg_temp.pos_of('e3'));
 -- Alone first in its batch, it is refused, naming the group, the
 -- position, the size and the way out; every time, in both forms.
 SELECT state, message = format('event at position %s of group "skip" is too large to publish', pg_temp.pos_of('big')) AS message_names_it,
-       detail, hint = format('Pass it with SELECT outbox_skip(''skip'', ''%s'', <reason>): the group goes on after it, and outbox.skipped_events records it.', pg_temp.pos_of('big')) AS hint_says_how
+       detail, hint = format('Pass it with SELECT outbox_skip(''skip'', ''%s'', ''<reason>''): the group goes on after it, and outbox.skipped_events records it.', pg_temp.pos_of('big')) AS hint_says_how
   FROM pg_temp.error($$SELECT outbox_fetch_packed('skip')$$);
 SELECT state FROM pg_temp.error($$SELECT outbox_fetch_packed('skip')$$);
 SELECT state FROM pg_temp.error($$SELECT * FROM outbox_fetch('skip')$$);
