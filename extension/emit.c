@@ -21,8 +21,9 @@
  * defined here because only these checks read it.
  *
  * Layering: emit.c calls writer.c to write the rows, xact.c to note that
- * the transaction emitted (xact.c then runs the commit steps), and
- * tables.c for the columns; nothing calls into it but fmgr and _PG_init.
+ * the transaction emitted (xact.c then runs the commit steps), pack.c for
+ * the size of a payload as JSON text, and tables.c for the columns;
+ * nothing calls into it but fmgr and _PG_init.
  *
  *-------------------------------------------------------------------------
  */
@@ -43,6 +44,7 @@
 #include "utils/xid8.h"
 
 #include "emit.h"
+#include "pack.h"
 #include "tables.h"
 #include "writer.h"
 #include "xact.h"
@@ -54,7 +56,7 @@
 /* pg_outbox.max_payload_size, in bytes */
 #define OUTBOX_DEFAULT_MAX_PAYLOAD_SIZE (1024 * 1024)
 #define OUTBOX_MIN_MAX_PAYLOAD_SIZE		1024
-#define OUTBOX_MAX_MAX_PAYLOAD_SIZE		(256 * 1024 * 1024)
+#define OUTBOX_MAX_MAX_PAYLOAD_SIZE		OUTBOX_MAX_EVENT_TEXT
 
 PG_FUNCTION_INFO_V1(outbox_emit);
 PG_FUNCTION_INFO_V1(outbox_emit_many);
@@ -84,7 +86,7 @@ OutboxEmitInit(void)
 {
 	DefineCustomIntVariable("pg_outbox.max_payload_size",
 							"Largest event payload outbox_emit() accepts.",
-							"The size of the payload as stored (jsonb), in bytes.",
+							"Payload and headers together, in bytes, both as stored (jsonb) and as JSON text (as the relay publishes them).",
 							&pg_outbox_max_payload_size,
 							OUTBOX_DEFAULT_MAX_PAYLOAD_SIZE,
 							OUTBOX_MIN_MAX_PAYLOAD_SIZE,
@@ -195,31 +197,56 @@ OutboxCheckKey(text *key, int element)
 }
 
 /*
- * Checks an event's stored size, payload and headers together (the relay
- * writes both into one stream entry), against pg_outbox.max_payload_size.
- * "headers" may be NULL; "element" is 0 for a scalar, else the array index.
+ * Checks an event's size, payload and headers together (the relay writes
+ * both into one stream entry), against pg_outbox.max_payload_size: as
+ * stored (jsonb), and as JSON text, which is what the relay fetches and
+ * publishes. The two differ both ways: jsonb stores 1e131071 in a dozen
+ * bytes and prints it with 131,072 digits, so that an event of a few
+ * kilobytes could print as a gigabyte, a batch that no fetch can build.
+ * The text's size is computed from the value's entries without printing
+ * it (pack.c). "headers" may be NULL; "element" is 0 for a scalar, else
+ * the array index.
  */
 static void
 OutboxCheckSize(Jsonb *payload, Jsonb *headers, int element)
 {
 	Size		size = VARSIZE(payload);
 	Size		hsize = headers ? VARSIZE(headers) : 0;
+	uint64		text_size;
 
-	if (size + hsize <= (Size) pg_outbox_max_payload_size)
+	if (size + hsize > (Size) pg_outbox_max_payload_size)
+	{
+		if (headers == NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+					 element ? errmsg("payload %d is too large", element) : errmsg("payload is too large"),
+					 errdetail("The payload is %zu bytes as jsonb; pg_outbox.max_payload_size is %d bytes.",
+							   size, pg_outbox_max_payload_size),
+					 errhint("Store large content elsewhere and emit a reference to it, or raise pg_outbox.max_payload_size.")));
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 element ? errmsg("payload and headers %d are too large", element) : errmsg("payload and headers are too large"),
+				 errdetail("The payload is %zu bytes and the headers are %zu bytes as jsonb; pg_outbox.max_payload_size, which counts both, is %d bytes.",
+						   size, hsize, pg_outbox_max_payload_size),
+				 errhint("Store large content elsewhere and emit a reference to it, or raise pg_outbox.max_payload_size.")));
+	}
+
+	text_size = OutboxEventTextSize(payload, headers, (uint64) pg_outbox_max_payload_size);
+	if (text_size <= (uint64) pg_outbox_max_payload_size)
 		return;
 	if (headers == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 element ? errmsg("payload %d is too large", element) : errmsg("payload is too large"),
-				 errdetail("The payload is %zu bytes as jsonb; pg_outbox.max_payload_size is %d bytes.",
-						   size, pg_outbox_max_payload_size),
-				 errhint("Store large content elsewhere and emit a reference to it, or raise pg_outbox.max_payload_size.")));
+				 errdetail("The payload is %zu bytes as jsonb but prints as " UINT64_FORMAT " bytes of JSON text, as the relay publishes it; pg_outbox.max_payload_size is %d bytes.",
+						   size, text_size, pg_outbox_max_payload_size),
+				 errhint("A number prints with every digit (1e1000 as 1001 bytes), a control character in a string as 6 bytes: store such content elsewhere and emit a reference to it, or raise pg_outbox.max_payload_size.")));
 	ereport(ERROR,
 			(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 			 element ? errmsg("payload and headers %d are too large", element) : errmsg("payload and headers are too large"),
-			 errdetail("The payload is %zu bytes and the headers are %zu bytes as jsonb; pg_outbox.max_payload_size, which counts both, is %d bytes.",
-					   size, hsize, pg_outbox_max_payload_size),
-			 errhint("Store large content elsewhere and emit a reference to it, or raise pg_outbox.max_payload_size.")));
+			 errdetail("The payload and headers are %zu bytes as jsonb but print as " UINT64_FORMAT " bytes of JSON text, as the relay publishes them; pg_outbox.max_payload_size, which counts both, is %d bytes.",
+					   size + hsize, text_size, pg_outbox_max_payload_size),
+			 errhint("A number prints with every digit (1e1000 as 1001 bytes), a control character in a string as 6 bytes: store such content elsewhere and emit a reference to it, or raise pg_outbox.max_payload_size.")));
 }
 
 /* Checks that headers are a JSON object. */

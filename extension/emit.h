@@ -4,7 +4,7 @@
  *	  outbox_emit() and outbox_emit_many(): the SQL API that writes events.
  *
  * Only _PG_init calls into emit.c (the SQL functions are called through
- * fmgr). emit.c calls writer.c, xact.c and tables.c.
+ * fmgr). emit.c calls writer.c, xact.c, pack.c and tables.c.
  *
  *-------------------------------------------------------------------------
  */

@@ -40,6 +40,7 @@
 #include "postgres.h"
 
 #include "access/attmap.h"
+#include "access/detoast.h"
 #include "access/genam.h"
 #include "access/htup_details.h"
 #include "access/relscan.h"
@@ -59,6 +60,7 @@
 #include "partitioning/partdesc.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
+#include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
@@ -327,9 +329,57 @@ OutboxTopicWanted(const FeedRange *a, Datum topic)
 }
 
 /*
+ * Whether the batch takes the event at "pos" (values and nulls: its
+ * columns, the payload and headers detoasted), checked before anything of
+ * it is written, from the size of its JSON text computed without printing
+ * it (pack.c). An event whose payload and headers print as more than
+ * OUTBOX_MAX_EVENT_TEXT can never be published: met first in a batch, it
+ * is refused (OB004) with what it takes to pass it; met later, the batch
+ * stops before it, so that the events before it are published and the
+ * next batch meets it first. A packed batch also stops before an event
+ * that would take it past FEED_PACKED_MAX_BYTES, unless the event comes
+ * first. Before these checks, a fetch printed such an event whole, up to
+ * the gigabyte a value can hold, and failed every time it was called.
+ */
+static bool
+OutboxEventFits(FeedBatch *out, const FeedRange *a, const char *pos, const Datum *values, const bool *nulls)
+{
+	const Jsonb *payload = nulls[EVENT_PAYLOAD] ? NULL : DatumGetJsonbP(values[EVENT_PAYLOAD]);
+	const Jsonb *headers = nulls[EVENT_HEADERS] ? NULL : DatumGetJsonbP(values[EVENT_HEADERS]);
+	uint64		limit = OUTBOX_MAX_EVENT_TEXT;
+	uint64		overhead = 0;
+	uint64		size;
+
+	if (payload == NULL)
+		return true;			/* never written by outbox_emit() */
+	if (out->packed != NULL && out->count > 0)
+	{
+		overhead = OutboxPackEventOverhead(pos, values, nulls);
+		limit = Min(limit, (uint64) Max((int64) FEED_PACKED_MAX_BYTES - out->packed->len - (int64) overhead, 0));
+	}
+	size = OutboxEventTextSize(payload, headers, limit);
+	if (size <= limit)
+		return true;
+	if (out->count > 0)
+	{
+		out->stopped = true;
+		return false;
+	}
+	ereport(ERROR,
+			(errcode(ERRCODE_OUTBOX_EVENT_TOO_LARGE),
+			 errmsg("event at position %s of group \"%s\" is too large to publish", pos, a->name),
+			 errdetail("Its payload and headers print as " UINT64_FORMAT " bytes of JSON text, more than the %d bytes any event may print as (the largest pg_outbox.max_payload_size): it was written before outbox_emit() checked the size of JSON text, or not by outbox_emit().",
+					   size, OUTBOX_MAX_EVENT_TEXT),
+			 errhint("Pass it with SELECT outbox_skip(%s, %s, '<reason>'): the group goes on after it, and outbox.skipped_events records it.",
+					 quote_literal_cstr(a->name), quote_literal_cstr(pos))));
+	pg_unreachable();
+}
+
+/*
  * Adds the event in the scan's current row to the batch, at position
  * "<order>-<seq>" (order: the transaction id, or the commit ticket), if the
- * batch takes its topic.
+ * batch takes its topic and the event fits (OutboxEventFits; when it does
+ * not, the batch stops before it).
  */
 static void
 OutboxPutEvent(FeedBatch *out, const FeedRange *a, PartScan *ps, uint64 order)
@@ -349,14 +399,45 @@ OutboxPutEvent(FeedBatch *out, const FeedRange *a, PartScan *ps, uint64 order)
 	if (out->packed != NULL)
 	{
 		MemoryContext old = MemoryContextSwitchTo(out->scratch);
+		bool		fits;
 
-		if (out->count == 0)
-			out->first_created_at = DatumGetTimestampTz(values[1 + EVENT_CREATED_AT]);
-		OutboxPackEvent(out->packed, pos, values + 1, nulls + 1);
+		/* Detoasted once, for the check and the packing. */
+		if (!nulls[1 + EVENT_PAYLOAD])
+			values[1 + EVENT_PAYLOAD] = PointerGetDatum(PG_DETOAST_DATUM(values[1 + EVENT_PAYLOAD]));
+		if (!nulls[1 + EVENT_HEADERS])
+			values[1 + EVENT_HEADERS] = PointerGetDatum(PG_DETOAST_DATUM(values[1 + EVENT_HEADERS]));
+		fits = OutboxEventFits(out, a, pos, values + 1, nulls + 1);
+		if (fits)
+		{
+			if (out->count == 0)
+				out->first_created_at = DatumGetTimestampTz(values[1 + EVENT_CREATED_AT]);
+			OutboxPackEvent(out->packed, pos, values + 1, nulls + 1);
+		}
 		MemoryContextSwitchTo(old);
 		MemoryContextReset(out->scratch);
-		out->count++;
+		if (fits)
+			out->count++;
 		return;
+	}
+	/*
+	 * Rows keep their values as stored (the client prints them); the check
+	 * reads detoasted copies, in a context emptied after each event.
+	 */
+	{
+		MemoryContext old = MemoryContextSwitchTo(out->scratch);
+		Datum		detoasted[EVENT_NATTS];
+		bool		fits;
+
+		memcpy(detoasted, values + 1, sizeof(detoasted));
+		if (!nulls[1 + EVENT_PAYLOAD])
+			detoasted[EVENT_PAYLOAD] = PointerGetDatum(PG_DETOAST_DATUM(values[1 + EVENT_PAYLOAD]));
+		if (!nulls[1 + EVENT_HEADERS])
+			detoasted[EVENT_HEADERS] = PointerGetDatum(PG_DETOAST_DATUM(values[1 + EVENT_HEADERS]));
+		fits = OutboxEventFits(out, a, pos, detoasted, nulls + 1);
+		MemoryContextSwitchTo(old);
+		MemoryContextReset(out->scratch);
+		if (!fits)
+			return;
 	}
 	values[FEED_POS] = CStringGetTextDatum(pos);
 	nulls[FEED_POS] = false;

@@ -36,14 +36,25 @@ typedef struct FeedRange
 	text	  **topics;
 	int			shard;			/* the shard of "shards" read (shard.c) */
 	int			shards;			/* 1: the group is not sharded */
+	const char *name;			/* the group's name as the caller gave it, for errors */
 } FeedRange;
 
 /*
- * A packed batch (outbox_fetch_packed()) stops taking events once it holds
- * this many bytes: the next batch starts where it stopped. It bounds the
- * value (1 GB at most) and the relay's memory, whatever the payloads.
+ * A packed batch (outbox_fetch_packed()) holds at most this many bytes: it
+ * stops before an event that would take it past them, and the next batch
+ * starts with that event. An event larger than this alone makes a batch of
+ * its own: its payload and headers print as at most OUTBOX_MAX_EVENT_TEXT
+ * (pack.h), and a batch is then far below the 1 GB a value can hold. It
+ * bounds the relay's memory, whatever the payloads.
  */
 #define FEED_PACKED_MAX_BYTES	(64 * 1024 * 1024)
+
+/*
+ * SQLSTATE of a fetch that meets, first in its batch, an event whose
+ * payload and headers print as more than OUTBOX_MAX_EVENT_TEXT: it can
+ * never be published, and outbox_skip() passes it.
+ */
+#define ERRCODE_OUTBOX_EVENT_TOO_LARGE	MAKE_SQLSTATE('O', 'B', '0', '0', '4')
 
 /* The events of the batch, as they are read: rows, or packed. */
 typedef struct FeedBatch
@@ -51,17 +62,17 @@ typedef struct FeedBatch
 	Tuplestorestate *store;		/* rows, in outbox_fetch()'s columns; or */
 	TupleDesc	desc;
 	StringInfo	packed;			/* events in the packed format (pack.c) */
-	MemoryContext scratch;		/* packed: emptied after each event */
+	MemoryContext scratch;		/* emptied after each event */
 	TimestampTz first_created_at;	/* packed: the first event's */
 	int64		count;
+	bool		stopped;		/* stopped before an event that did not fit */
 } FeedBatch;
 
 /* Whether the batch takes no more events. */
 static inline bool
 FeedBatchFull(const FeedBatch *out, const FeedRange *a)
 {
-	return out->count >= a->limit ||
-		(out->packed != NULL && out->packed->len >= FEED_PACKED_MAX_BYTES);
+	return out->count >= a->limit || out->stopped;
 }
 
 /* xid8 order: the batch's rows, read with "snapshot", into "out". */

@@ -470,6 +470,7 @@ OutboxPlaceBatch(Datum *args, char *nulls, FeedRange *a, bool *current)
 				 errhint("Fetch again without \"after\": the next batch starts at the moved cursor.")));
 
 	memset(a, 0, sizeof(*a));
+	a->name = text_to_cstring(name);
 	a->limit = batch_size;
 	a->epoch = (uint64) DatumGetInt64(g.values[GROUP_EPOCH]);
 	a->cursor_seq = DatumGetInt64(g.values[GROUP_CURSOR_SEQ]);
@@ -626,6 +627,7 @@ OutboxPlaceBatchByArgs(Datum *args, char *nulls, FeedRange *a)
 	if (SPI_processed != 1)
 		return false;
 	memset(a, 0, sizeof(*a));
+	a->name = nulls[0] == 'n' ? "" : TextDatumGetCString(args[0]);
 	OutboxReadArgs(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, a);
 	return true;
 }
@@ -810,7 +812,9 @@ outbox_fetch(PG_FUNCTION_ARGS)
 	rsinfo->setResult = out.store;
 	rsinfo->setDesc = out.desc;
 
+	out.scratch = AllocSetContextCreate(CurrentMemoryContext, "pg_outbox fetch check", ALLOCSET_SMALL_SIZES);
 	OutboxFetch(fcinfo, &out);
+	MemoryContextDelete(out.scratch);
 	return (Datum) 0;
 }
 
@@ -818,7 +822,8 @@ outbox_fetch(PG_FUNCTION_ARGS)
  * outbox_fetch_packed(group_name, batch_size, after, wait): the same batch
  * as outbox_fetch() in one bytea, in the format pack.c describes: what the
  * relay calls. It may hold fewer events than batch_size (at most
- * FEED_PACKED_MAX_BYTES of them); the next batch starts after its last.
+ * FEED_PACKED_MAX_BYTES of them, or one larger event alone); the next
+ * batch starts after its last.
  */
 static void
 OutboxPackBufferDone(void *arg)

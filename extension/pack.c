@@ -27,12 +27,20 @@
  * if not finite. first_age_us is how long ago the first event was created
  * (-1 for an empty batch), for the relay's lag metric.
  *
- * Layering: called by feed.c (the events) and fetch.c (the batch).
+ * The size of that JSON text is computed here too, without writing it:
+ * emit.c bounds it with pg_outbox.max_payload_size, and feed.c checks it
+ * before packing an event, so that a batch stops before an event that
+ * would take it over its cap and an event too large to publish at all is
+ * reported before it costs anything (see OutboxJsonTextSize).
+ *
+ * Layering: called by feed.c (the events), fetch.c (the batch) and emit.c
+ * (the size of JSON text); calls nothing of pg_outbox's but tables.h.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "access/detoast.h"
 #include "libpq/pqformat.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
@@ -165,6 +173,236 @@ OutboxJsonString(StringInfo buf, const char *s, int len)
 }
 
 static void OutboxJsonContainer(StringInfo buf, const JsonbContainer *jc);
+
+/*
+ * The size of JSON text, computed without writing it: what the writer
+ * above and jsonb's output function write, to the byte. A value's stored
+ * size says little of it: jsonb stores 1e131071 in a dozen bytes and prints
+ * it with 131,072 digits, and a string of control characters prints six
+ * bytes ("\u0001") for each one. pg_outbox.max_payload_size bounds this
+ * size at emit, and a fetch checks it before packing an event, so that no
+ * event makes a batch that cannot be built.
+ *
+ * "exact" false gives an upper bound without reading the bytes of strings
+ * (each may print as six): numbers, keywords and punctuation are counted
+ * exactly either way, from the entries and the numbers' headers alone.
+ */
+
+/* How many bytes character "c" of a JSON string prints as. */
+static inline int
+OutboxJsonCharSize(unsigned char c)
+{
+	if (c >= 0x20 && c != '"' && c != '\\')
+		return 1;
+	switch (c)
+	{
+		case '\b':
+		case '\f':
+		case '\n':
+		case '\r':
+		case '\t':
+		case '"':
+		case '\\':
+			return 2;
+		default:
+			return 6;			/* \u00XX */
+	}
+}
+
+/* The size of a JSON string of "len" bytes at "s", quotes included. */
+static uint64
+OutboxJsonStringSize(const char *s, int len, bool exact)
+{
+	const char *end = s + len;
+	const char *p = s;
+	uint64		size = 2 + (uint64) len;
+
+	if (!exact)
+		return 2 + 6 * (uint64) len;
+	while (p < end)
+	{
+		/* Most strings need no escape: skip them 8 bytes at a time. */
+		while (end - p >= (int) sizeof(uint64))
+		{
+			uint64		w;
+
+			memcpy(&w, p, sizeof(w));
+			if (OutboxJsonWordNeedsEscape(w))
+				break;
+			p += sizeof(w);
+		}
+		if (p >= end)
+			break;
+		size += OutboxJsonCharSize((unsigned char) *p) - 1;
+		p++;
+	}
+	return size;
+}
+
+/*
+ * The numeric header, as utils/adt/numeric.c lays it out (a format stored
+ * on disk, which PostgreSQL keeps): numeric.h keeps it private, and
+ * printing a number to count its digits would cost what this check is
+ * meant to avoid.
+ */
+#define OUTBOX_NUMERIC_SIGN_MASK		0xC000
+#define OUTBOX_NUMERIC_NEG				0x4000
+#define OUTBOX_NUMERIC_SHORT			0x8000
+#define OUTBOX_NUMERIC_SPECIAL			0xC000
+#define OUTBOX_NUMERIC_SHORT_SIGN_MASK	0x2000
+#define OUTBOX_NUMERIC_SHORT_DSCALE_MASK	0x1F80
+#define OUTBOX_NUMERIC_SHORT_DSCALE_SHIFT	7
+#define OUTBOX_NUMERIC_SHORT_WEIGHT_SIGN_MASK	0x0040
+#define OUTBOX_NUMERIC_SHORT_WEIGHT_MASK	0x003F
+#define OUTBOX_NUMERIC_DSCALE_MASK		0x3FFF
+
+/*
+ * The size of a number as numeric_out() prints it: a sign, the integer
+ * part (the first base-10000 digit without leading zeros, four decimal
+ * digits for each digit of weight after it, "0" below 1), and the point
+ * and display scale's digits. NaN and the infinities are printed.
+ */
+static uint64
+OutboxNumericSize(const char *value)
+{
+	const char *p = VARDATA_ANY(value);
+	int			len = VARSIZE_ANY_EXHDR(value);
+	uint16		header;
+	int16		digit0 = 0;
+	int			weight;
+	int			dscale;
+	int			ndigits;
+	bool		negative;
+	uint64		size;
+
+	if (len < (int) sizeof(uint16))
+		elog(ERROR, "pg_outbox: numeric of %d bytes in a jsonb value", len);
+	memcpy(&header, p, sizeof(header));
+	if ((header & OUTBOX_NUMERIC_SIGN_MASK) == OUTBOX_NUMERIC_SPECIAL)
+		return strlen(DatumGetCString(DirectFunctionCall1(numeric_out, PointerGetDatum(value))));
+	if (header & OUTBOX_NUMERIC_SHORT)
+	{
+		negative = (header & OUTBOX_NUMERIC_SHORT_SIGN_MASK) != 0;
+		dscale = (header & OUTBOX_NUMERIC_SHORT_DSCALE_MASK) >> OUTBOX_NUMERIC_SHORT_DSCALE_SHIFT;
+		weight = (header & OUTBOX_NUMERIC_SHORT_WEIGHT_SIGN_MASK ? ~OUTBOX_NUMERIC_SHORT_WEIGHT_MASK : 0) |
+			(header & OUTBOX_NUMERIC_SHORT_WEIGHT_MASK);
+		p += sizeof(uint16);
+		len -= sizeof(uint16);
+	}
+	else
+	{
+		int16		w;
+
+		if (len < (int) (sizeof(uint16) + sizeof(int16)))
+			elog(ERROR, "pg_outbox: numeric of %d bytes in a jsonb value", len);
+		negative = (header & OUTBOX_NUMERIC_SIGN_MASK) == OUTBOX_NUMERIC_NEG;
+		dscale = header & OUTBOX_NUMERIC_DSCALE_MASK;
+		memcpy(&w, p + sizeof(uint16), sizeof(w));
+		weight = w;
+		p += sizeof(uint16) + sizeof(int16);
+		len -= sizeof(uint16) + sizeof(int16);
+	}
+	ndigits = len / (int) sizeof(int16);
+	if (ndigits > 0)
+		memcpy(&digit0, p, sizeof(digit0));
+
+	size = negative ? 1 : 0;
+	if (weight < 0)
+		size += 1;
+	else
+		size += (digit0 >= 1000 ? 4 : digit0 >= 100 ? 3 : digit0 >= 10 ? 2 : 1) + 4 * (uint64) weight;
+	if (dscale > 0)
+		size += 1 + (uint64) dscale;
+	return size;
+}
+
+static uint64 OutboxJsonContainerSize(const JsonbContainer *jc, bool exact);
+
+/* The size of the value of entry "je", as OutboxJsonValue() writes it. */
+static uint64
+OutboxJsonValueSize(JEntry je, const char *data, uint32 start, uint32 len, bool exact)
+{
+	if (JBE_ISSTRING(je))
+		return OutboxJsonStringSize(data + start, len, exact);
+	if (JBE_ISNUMERIC(je))
+		return OutboxNumericSize(data + INTALIGN(start));
+	if (JBE_ISBOOL_TRUE(je))
+		return 4;
+	if (JBE_ISBOOL_FALSE(je))
+		return 5;
+	if (JBE_ISNULL(je))
+		return 4;
+	if (JBE_ISCONTAINER(je))
+		return OutboxJsonContainerSize((const JsonbContainer *) (data + INTALIGN(start)), exact);
+	elog(ERROR, "unknown type of jsonb entry: %08x", je);
+	pg_unreachable();
+}
+
+/* The size of a container as OutboxJsonContainer() writes it. */
+static uint64
+OutboxJsonContainerSize(const JsonbContainer *jc, bool exact)
+{
+	uint32		count = JsonContainerSize(jc);
+	bool		object = JsonContainerIsObject(jc);
+	const char *data = (const char *) &jc->children[object ? count * 2 : count];
+	uint32		key_offset = 0;
+	uint32		value_offset = object ? getJsonbOffset(jc, count) : 0;
+	uint64		size;
+	uint32		i;
+
+	check_stack_depth();
+	if (JsonContainerIsScalar(jc))
+		return OutboxJsonValueSize(jc->children[0], data, 0, getJsonbLength(jc, 0), exact);
+	/* Brackets, ", " between entries, ": " after each key. */
+	size = 2 + (count > 0 ? 2 * (uint64) (count - 1) : 0) + (object ? 2 * (uint64) count : 0);
+	for (i = 0; i < count; i++)
+	{
+		JEntry		value = jc->children[object ? count + i : i];
+		uint32		start;
+
+		if (object)
+		{
+			JEntry		key = jc->children[i];
+
+			start = key_offset;
+			JBE_ADVANCE_OFFSET(key_offset, key);
+			size += OutboxJsonStringSize(data + start, key_offset - start, exact);
+		}
+		start = value_offset;
+		JBE_ADVANCE_OFFSET(value_offset, value);
+		size += OutboxJsonValueSize(value, data, start, value_offset - start, exact);
+	}
+	return size;
+}
+
+uint64
+OutboxJsonTextSize(const Jsonb *jb, bool exact)
+{
+	return OutboxJsonContainerSize(&jb->root, exact);
+}
+
+/*
+ * outbox.json_text_size(value jsonb): the size of the value as JSON text,
+ * for an operator looking for events too large to publish, and for the
+ * record of outbox_skip().
+ */
+PG_FUNCTION_INFO_V1(outbox_json_text_size);
+
+Datum
+outbox_json_text_size(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_INT64((int64) OutboxJsonTextSize(PG_GETARG_JSONB_P(0), true));
+}
+
+uint64
+OutboxEventTextSize(const Jsonb *payload, const Jsonb *headers, uint64 limit)
+{
+	uint64		bound = OutboxJsonTextSize(payload, false) + (headers ? OutboxJsonTextSize(headers, false) : 0);
+
+	if (bound <= limit)
+		return bound;
+	return OutboxJsonTextSize(payload, true) + (headers ? OutboxJsonTextSize(headers, true) : 0);
+}
 
 /* The value of entry "je", at "start" (length "len") of "data". */
 static void
@@ -343,6 +581,18 @@ OutboxPackEvent(StringInfo buf, const char *position, const Datum *values, const
 	OutboxPackJson(buf, values[EVENT_PAYLOAD], nulls[EVENT_PAYLOAD]);
 	OutboxPackJson(buf, values[EVENT_HEADERS], nulls[EVENT_HEADERS]);
 	OutboxPackTimestamp(buf, values[EVENT_CREATED_AT], nulls[EVENT_CREATED_AT]);
+}
+
+uint64
+OutboxPackEventOverhead(const char *position, const Datum *values, const bool *nulls)
+{
+	/* Seven lengths, the position, the uuid's 36 characters, the timestamp's 27. */
+	uint64		size = 7 * 4 + strlen(position) + 36 + 27;
+
+	size += toast_raw_datum_size(values[EVENT_TOPIC]) - VARHDRSZ;
+	if (!nulls[EVENT_KEY])
+		size += toast_raw_datum_size(values[EVENT_KEY]) - VARHDRSZ;
+	return size;
 }
 
 void

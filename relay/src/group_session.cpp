@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <regex>
+
 #include "pg_outbox/errors.hpp"
 #include "pg_outbox/lag.hpp"
 
@@ -72,9 +74,11 @@ constexpr int kMaxBatchSize = 100000;
 constexpr std::chrono::milliseconds kAdvanceInterval{100};
 
 // Turns the server's refusals of a leader's fetch or advance into
-// GroupRewound (OB002) and LostLeadership (OB003); rethrows the rest.
+// GroupRewound (OB002), LostLeadership (OB003) and EventTooLarge (OB004);
+// rethrows the rest.
 [[noreturn]] void rethrow_refusal(const PgError& e) {
     if (e.sqlstate() == "OB002" && !e.connection_lost()) throw GroupRewound{e.what()};
+    if (e.sqlstate() == "OB004" && !e.connection_lost()) throw EventTooLarge{too_large_position(e.what()), e.what()};
     // The leadership passed to another session (this relay's lease ran
     // out while it made no progress): stand by.
     if (e.sqlstate() == "OB003" && !e.connection_lost()) throw LostLeadership{};
@@ -86,6 +90,12 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 }  // namespace
+
+std::string too_large_position(const std::string& message) {
+    static const std::regex kPosition("event at position ([0-9]{1,20}-[0-9]{1,19}) of group");
+    std::smatch m;
+    return std::regex_search(message, m, kPosition) ? m[1].str() : std::string();
+}
 
 GroupSession::GroupSession(const Config& config, Metrics& metrics)
     : config_(config),
@@ -264,7 +274,14 @@ void GroupSession::recycle(std::vector<Event> events) {
 }
 
 void GroupSession::receive_prefetch() {
-    prefetched_ = receive_batch();
+    try {
+        prefetched_ = receive_batch();
+    } catch (const EventTooLarge&) {
+        // Read ahead while the batch before the event is written: that
+        // write goes on, and the next fetch, after it, reports the event.
+        drop_prefetched();
+        return;
+    }
     prefetched_unnoted_ = !prefetched_.events.empty();
 }
 

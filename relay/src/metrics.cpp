@@ -40,7 +40,7 @@ std::vector<std::string> kinds_of(std::initializer_list<std::string> own) {
 }  // namespace
 
 const std::vector<std::string>& error_kinds(std::string_view mode) {
-    static const auto publish = kinds_of({"pg", "maintenance"});
+    static const auto publish = kinds_of({"pg", "maintenance", "event_too_large"});
     static const auto consume = kinds_of({"pg", "pg_configuration", "pg_transient"});
     return mode == "consume" ? consume : publish;
 }
@@ -152,6 +152,18 @@ void Metrics::clear_failed() {
     failed_.clear();
 }
 
+void Metrics::set_event_too_large(std::string why) {
+    std::lock_guard lock(errors_mutex_);
+    too_large_ = std::move(why);
+    event_too_large_ = true;
+}
+
+void Metrics::clear_event_too_large() {
+    std::lock_guard lock(errors_mutex_);
+    too_large_.clear();
+    event_too_large_ = false;
+}
+
 void Metrics::heartbeat() { last_heartbeat_ms_.store(now_ms()); }
 
 void Metrics::batch_waiting() {
@@ -183,6 +195,10 @@ Metrics::Health Metrics::health(std::chrono::seconds max_silence) const {
     if (!redis_connected.load()) return {false, "unhealthy: not connected to Redis\n"};
     if (mode_ == "consume") return {true, "ok\n"};
     if (!leader.load()) return {true, "ok standby\n"};
+    if (event_too_large_.load()) {
+        std::lock_guard lock(errors_mutex_);
+        return {false, "unhealthy: " + escape_control(too_large_) + "\n"};
+    }
     if (redis_oom.load())
         return {false, "unhealthy: Redis refuses writes: OOM (its used memory is above maxmemory); the backlog "
                        "waits in PostgreSQL until Redis has room\n"};
@@ -326,6 +342,9 @@ void Metrics::collect(MetricFamilies& out) const {
     metric("pg_outbox_relay_redis_oom", "gauge",
            "1 while Redis refuses even a single entry for want of memory (OOM): the backlog waits in PostgreSQL.",
            redis_oom.load() ? 1 : 0);
+    metric("pg_outbox_relay_event_too_large", "gauge",
+           "1 while the group's next event is too large to publish (SQLSTATE OB004): it waits for outbox_skip().",
+           event_too_large_.load() ? 1 : 0);
     metric("pg_outbox_relay_stalled_seconds", "gauge",
            "How long the leader has had events waiting without publishing a batch (0 when it keeps up).",
            static_cast<double>(stalled().count()) / 1000);

@@ -52,6 +52,7 @@ void Publisher::on_redis_connected() {
 
 void Publisher::on_pg_lost() {
     metrics_.redis_oom = false;  // what Redis refuses says nothing while standing by
+    metrics_.clear_event_too_large();  // the next fetch says so again, if it still is
     session_.reset();
 }
 
@@ -110,6 +111,46 @@ void Publisher::wait(std::chrono::milliseconds timeout) {
     }
 }
 
+std::chrono::milliseconds Publisher::large_event_retry() const {
+    return std::max(std::chrono::milliseconds(1), std::min(config_.retry_max, config_.lease / 3));
+}
+
+// A fetch refused the group's next event (OB004): its payload and headers
+// print as more JSON text than any event may, and nothing after it is
+// published until an admin passes it with outbox_skip(). Exiting would
+// meet it again at each restart; this relay keeps the group and says so,
+// the log with the command that passes it (once per position), /health
+// and pg_outbox_relay_event_too_large while it lasts. The server refuses
+// it before printing any of it, so that each later fetch costs little.
+void Publisher::hold_at_large_event(const EventTooLarge& e) {
+    metrics_.count_error("event_too_large");
+    session_.drop_prefetched();
+    const std::string position = e.position.empty() ? "<position>" : e.position;
+    const std::string skip = "SELECT outbox_skip('" + config_.group + "', '" + position + "', '<reason>')";
+    metrics_.set_event_too_large("the event at position " + position + " of group \"" + config_.group +
+                                 "\" is too large to publish; nothing after it is published until an admin passes "
+                                 "it with " + skip);
+    if (large_event_logged_ == position) {
+        spdlog::debug("group \"{}\" still holds at position {}: the event there is too large to publish", config_.group,
+                      position);
+        return;
+    }
+    large_event_logged_ = position;
+    spdlog::error("group \"{}\" holds at position {}: the event there is too large to publish, and nothing after it "
+                  "is published until an admin passes it with {} (a copy of it is kept in outbox.skipped_events); "
+                  "fetching again every {} ms meanwhile. The server said: {}",
+                  config_.group, position, skip, large_event_retry().count(), e.message);
+}
+
+void Publisher::passed_large_event() {
+    if (!metrics_.event_too_large() && large_event_logged_.empty()) return;
+    if (!large_event_logged_.empty())
+        spdlog::info("group \"{}\" is past the event at position {} that was too large to publish", config_.group,
+                     large_event_logged_);
+    metrics_.clear_event_too_large();
+    large_event_logged_.clear();
+}
+
 void Publisher::turn() {
     if (!metrics_.leader) {
         if (!session_.lead()) {
@@ -122,6 +163,17 @@ void Publisher::turn() {
     // rewind, before the next batch.
     if (writer_.take_stream_behind()) streams_checked_ = false;
     try {
+        // Held at an event too large to publish: what was published before
+        // it is advanced to (the cursor is then just before it, where
+        // outbox_skip() expects it), and the fetch is tried again after a
+        // pause, the lease renewed first (a refused fetch renews nothing).
+        // outbox_skip() meanwhile makes the fetch refused once (OB002).
+        if (metrics_.event_too_large()) {
+            session_.flush_advance();
+            pause(large_event_retry());
+            if (stop_) return;
+            if (!session_.lead()) throw LostLeadership{};
+        }
         if (!streams_checked_ || std::chrono::steady_clock::now() >= next_check_) {
             session_.flush_advance();
             session_.drop_prefetched();
@@ -138,6 +190,7 @@ void Publisher::turn() {
             if (batch.empty() && config_.listen) batch = session_.fetch_asking_for_wakeup();
         }
         if (batch.empty()) {
+            passed_large_event();  // gone, if one was held: nothing waits
             // A relay keeping up with a trickle of commits runs dry many
             // times a second: the cursor still moves at most every
             // advance interval, and the sleep ends when it is due.
@@ -179,6 +232,7 @@ void Publisher::turn() {
         const auto t1 = std::chrono::steady_clock::now();
         metrics_.batches_published++;
         metrics_.batch_published();
+        passed_large_event();
         session_.record_published(batch.back().position, std::move(streams));
         spdlog::debug("published {} events up to {} (redis {:.2f} ms, overlapped with the advance and next fetch; "
                       "turn {:.2f} ms)",
@@ -186,6 +240,7 @@ void Publisher::turn() {
                       std::chrono::duration<double, std::milli>(t1 - t0).count() + seconds_since(t1) * 1000);
         session_.recycle(std::move(batch));
     } catch (const LostLeadership&) {
+        passed_large_event();
         session_.stand_by();
         metrics_.redis_oom = false;
         spdlog::warn("group \"{}\" is led by another session now; standing by", config_.group);
@@ -197,6 +252,9 @@ void Publisher::turn() {
         streams_checked_ = false;
         metrics_.rewinds_noticed++;
         spdlog::warn("{}; publishing from the moved cursor", e.message);
+        passed_large_event();
+    } catch (const EventTooLarge& e) {
+        hold_at_large_event(e);
     }
 }
 

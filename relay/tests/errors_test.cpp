@@ -2,6 +2,7 @@
 
 #include "pg_outbox/backoff.hpp"
 #include "pg_outbox/errors.hpp"
+#include "pg_outbox/group_session.hpp"
 
 using namespace pg_outbox;
 using namespace std::chrono_literals;
@@ -53,4 +54,14 @@ TEST(Errors, ConsumeFaults) {
     for (const char* s : {"08006", "40001", "40P01", "57P01", "57P03", "53300"})
         EXPECT_EQ(classify_sqlstate(s), Fault::transient) << s;
     EXPECT_STREQ(to_string(Fault::configuration), "configuration");
+}
+
+TEST(Errors, EventTooLargeNamesItsPosition) {
+    EXPECT_EQ(too_large_position("outbox_fetch_packed (statement pg_outbox_fetch): ERROR:  event at position "
+                                 "1785-3 of group \"g\" is too large to publish\nDETAIL:  ..."),
+              "1785-3");
+    EXPECT_EQ(too_large_position("event at position 18446744073709551615-9223372036854775807 of group \"a/1\""),
+              "18446744073709551615-9223372036854775807");
+    EXPECT_EQ(too_large_position("event at position x-1 of group"), "");
+    EXPECT_EQ(too_large_position(""), "");
 }

@@ -64,6 +64,31 @@ TEST(Metrics, HealthReportsWhy) {
     EXPECT_EQ(m.health(60s).text, "ok leader\n");
 }
 
+// A leader held at an event too large to publish fails health at once,
+// saying which event and how to pass it; the gauge follows; a standby
+// answers as a standby.
+TEST(Metrics, EventTooLargeFailsHealth) {
+    Metrics m("publish", "g");
+    m.heartbeat();
+    m.pg_connected = true;
+    m.redis_connected = true;
+    m.leader = true;
+    EXPECT_NE(m.render().find("pg_outbox_relay_event_too_large{mode=\"publish\",group=\"g\"} 0"), std::string::npos);
+    m.set_event_too_large("the event at position 12-3 of group \"g\" is too large to publish; pass it with "
+                          "SELECT outbox_skip('g', '12-3', '<reason>')\nsecond line");
+    const auto h = m.health(60s);
+    EXPECT_FALSE(h.ok);
+    EXPECT_EQ(h.text, "unhealthy: the event at position 12-3 of group \"g\" is too large to publish; pass it with "
+                      "SELECT outbox_skip('g', '12-3', '<reason>')\\nsecond line\n");
+    EXPECT_NE(m.render().find("pg_outbox_relay_event_too_large{mode=\"publish\",group=\"g\"} 1"), std::string::npos);
+    m.leader = false;
+    EXPECT_EQ(m.health(60s).text, "ok standby\n");
+    m.leader = true;
+    m.clear_event_too_large();
+    EXPECT_EQ(m.health(60s).text, "ok leader\n");
+    EXPECT_FALSE(m.event_too_large());
+}
+
 // A leader with events waiting that publishes nothing (a batch Redis keeps
 // refusing) is stuck after --stuck-after; one published batch or a feed
 // run dry clears it; a standby and a leader that keeps up never are.

@@ -1025,3 +1025,84 @@ TEST_F(RedisPressureTest, FullRedisLosesNothingAndResumesWhenFreed) {
     EXPECT_EQ(health->body, "ok leader\n");
     EXPECT_GT(partial, 0u) << relay.log();
 }
+
+// An event too large to publish, stored before outbox_emit() checked the
+// size of JSON text (2,100 numbers of 131,072 digits: some kilobytes
+// stored, 275 MB as text). The relay publishes the events before it, then
+// holds there instead of exiting (which met it again at every restart):
+// it keeps running and leading, /health says which event and how to pass
+// it, the gauge is 1, the log names it once, and each fetch that is
+// refused again costs the server little. outbox_skip() passes it, with a
+// record, and the events after it follow.
+TEST_F(PublishTest, EventTooLargeToPublishHoldsUntilSkipped) {
+    const int port = free_port();
+    auto& relay = start_relay({"--metrics-address", "127.0.0.1:" + std::to_string(port)});
+    httplib::Client client("127.0.0.1", port);
+    emit(5);
+    std::string big;
+    {
+        auto pg = connect();
+        pg.exec("BEGIN");
+        pg.exec("SELECT outbox_emit('orders', 'just before', '{}')");
+        pg.exec("INSERT INTO outbox.event (txid, seq, event_id, topic, key, payload, headers, created_at)"
+                " SELECT pg_current_xact_id(), 2, gen_random_uuid(), 'orders', 'big', jsonb_agg('1e131071'::jsonb),"
+                "        NULL, now() FROM generate_series(1, 2100)");
+        pg.exec("COMMIT");
+        big = query_column(pg, "SELECT txid || '-' || seq FROM outbox.event WHERE key = 'big'")[0];
+    }
+    emit(5, 5);
+
+    ASSERT_TRUE(eventually([&] { return metric(client, series("pg_outbox_relay_event_too_large")) == 1; }, 20s))
+        << relay.log();
+    auto health = client.Get("/health");
+    ASSERT_TRUE(health);
+    EXPECT_EQ(health->status, 503);
+    EXPECT_NE(health->body.find("the event at position " + big + " of group \"g\" is too large to publish"),
+              std::string::npos)
+        << health->body;
+    EXPECT_NE(health->body.find("SELECT outbox_skip('g', '" + big + "', '<reason>')"), std::string::npos)
+        << health->body;
+    // Everything before it is published, nothing after it; the relay fetches
+    // again, refused each time, and logs the event once.
+    ASSERT_TRUE(eventually([&] { return published_count() == 6; }, 10s)) << relay.log();
+    ASSERT_TRUE(eventually(
+        [&] { return metric(client, series("pg_outbox_relay_errors_total", ",kind=\"event_too_large\"")) >= 3; }, 20s))
+        << relay.log();
+    EXPECT_EQ(published_count(), 6u);
+    EXPECT_TRUE(relay.running()) << relay.log();
+    EXPECT_EQ(metric(client, series("pg_outbox_relay_leader")), 1);
+    const auto log = relay.log();
+    const std::string held = "group \"g\" holds at position " + big;
+    const auto first = log.find(held);
+    ASSERT_NE(first, std::string::npos) << log;
+    EXPECT_EQ(log.find(held, first + 1), std::string::npos) << "logged once as an error: " << log;
+    EXPECT_NE(log.find("outbox_skip('g', '" + big + "', '<reason>')"), std::string::npos) << log;
+    // The relay advanced up to it: the position it names is the group's
+    // next event, which outbox_skip() takes.
+    {
+        auto pg = connect();
+        ASSERT_TRUE(eventually(
+            [&] {
+                return query_column(pg, "SELECT count(*) FROM outbox.event e, outbox.groups g"
+                                        " WHERE g.name = 'g' AND (e.txid, e.seq) > (g.cursor_txid, g.cursor_seq)")[0] ==
+                       "6";
+            },
+            10s))
+            << relay.log();
+        EXPECT_EQ(query_column(pg, "SELECT outbox_skip('g', $1, 'test: 2,100 numbers of 131,072 digits')", {big})[0],
+                  big);
+        EXPECT_EQ(query_column(pg, "SELECT pos || ' ' || key FROM outbox.skipped_events")[0], big + " big");
+    }
+    ASSERT_TRUE(eventually([&] { return published_count() == 11; }, 20s)) << relay.log();
+    ASSERT_TRUE(eventually([&] { return metric(client, series("pg_outbox_relay_event_too_large")) == 0; }, 10s))
+        << relay.log();
+    health = client.Get("/health");
+    ASSERT_TRUE(health);
+    EXPECT_EQ(health->body, "ok leader\n");
+    EXPECT_TRUE(relay.running()) << relay.log();
+    // Every stream holds its events in feed order, the skipped one left out.
+    auto pg = connect();
+    const auto big_id = query_column(pg, "SELECT event_id FROM outbox.event WHERE key = 'big'")[0];
+    auto redis = redis_->connect();
+    for (const auto& e : read_stream(redis, "outbox:orders")) EXPECT_NE(e.fields.at("event_id"), big_id);
+}

@@ -142,18 +142,33 @@ SELECT pg_temp.try($$SELECT outbox_fetch_packed('no such group')$$) AS unknown;
 SELECT pg_temp.try($$SELECT outbox_fetch_packed('packed', 10, NULL, '11 seconds')$$) AS long_wait;
 SELECT pg_temp.try($$SELECT outbox_fetch_packed(NULL)$$) AS null_group;
 
--- A batch stops taking events once it holds 64 MB: four events of 22 MB
--- each come in batches of three and one, in order.
+-- A batch holds at most 64 MB: it stops before an event that would take it
+-- past them. Four events of 22 MB each come in batches of two and two, in
+-- order.
 TRUNCATE outbox.event;
 SELECT outbox_group_drop('packed');
 SELECT outbox_group_create('packed', ordering => 'xid8');
-SET pg_outbox.max_payload_size = '40MB';
+SET pg_outbox.max_payload_size = '80MB';
 SELECT count(outbox_emit('big', NULL, jsonb_build_object('i', i, 's', repeat(chr(64 + i), 22 * 1024 * 1024))))
   FROM generate_series(1, 4) i;
-SELECT (h).count AS first_batch, (h).first_age_us >= 0 AS aged
+SELECT (h).count AS first_batch, (h).first_age_us >= 0 AS aged, length(outbox_fetch_packed('packed')) <= 64 * 1024 * 1024 AS within_cap
   FROM (SELECT pg_temp.header(outbox_fetch_packed('packed')) AS h) b;
-SELECT n, pos = (SELECT pos FROM outbox_fetch('packed', 4) OFFSET 3) AS fourth, left(payload, 10) AS payload
-  FROM pg_temp.unpack(outbox_fetch_packed('packed', 1000, (SELECT pos FROM outbox_fetch('packed', 3) OFFSET 2)));
+SELECT n, pos = (SELECT pos FROM outbox_fetch('packed', 4) OFFSET 1 + n LIMIT 1) AS in_order, left(payload, 10) AS payload
+  FROM pg_temp.unpack(outbox_fetch_packed('packed', 1000, (SELECT pos FROM outbox_fetch('packed', 2) OFFSET 1)));
+-- An event larger than the cap comes alone: the batch before it stops
+-- before it, and the next batch holds it and nothing else. Numbers print
+-- with their digits: 520 numbers of 131,072 digits print as 68 MB.
+TRUNCATE outbox.event;
+SELECT outbox_emit('small', 'a', '{"i": 1}') IS NOT NULL AS a,
+       outbox_emit('numbers', 'b', jsonb_agg('1e131071'::jsonb)) IS NOT NULL AS b,
+       outbox_emit('small', 'c', '{"i": 3}') IS NOT NULL AS c
+  FROM generate_series(1, 520);
+SELECT outbox.json_text_size(payload) > 64 * 1024 * 1024 AS over_cap FROM outbox.event WHERE key = 'b';
+SELECT string_agg(key, ' ' ORDER BY n) AS first_batch FROM pg_temp.unpack(outbox_fetch_packed('packed'));
+SELECT string_agg(key, ' ' ORDER BY n) AS alone, sum(length(payload)) AS payload_bytes
+  FROM pg_temp.unpack(outbox_fetch_packed('packed', 1000, (SELECT pos FROM outbox_fetch('packed', 1))));
+SELECT string_agg(key, ' ' ORDER BY n) AS after_it
+  FROM pg_temp.unpack(outbox_fetch_packed('packed', 1000, (SELECT pos FROM outbox_fetch('packed', 2) OFFSET 1)));
 RESET pg_outbox.max_payload_size;
 
 -- Only relays and admins may call it.

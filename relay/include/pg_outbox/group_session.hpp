@@ -29,6 +29,19 @@ struct GroupRewound {
     std::string message;
 };
 
+// Raised when the group's next event can never be published (SQLSTATE
+// OB004): its payload and headers print as more JSON text than any event
+// may, and every fetch refuses it, cheaply, until an admin passes it with
+// outbox_skip(). The events before it were returned and published.
+struct EventTooLarge {
+    std::string position;  // as the server named it ("" if it could not be read)
+    std::string message;   // the server's error, with its detail and hint
+};
+
+// The position an OB004 error names ("event at position 1785-3 of group
+// ..."), or "" when the message has none.
+std::string too_large_position(const std::string& message);
+
 // What the group recorded as published: the last position per stream, and
 // its cursor.
 struct PublishedStreams {
@@ -85,7 +98,9 @@ public:
     // round trip.
     std::vector<Event> fetch_asking_for_wakeup();
     // Reads ahead the batch after "after" (the batch still being written
-    // to Redis); receive_prefetch() keeps it for take_prefetched().
+    // to Redis); receive_prefetch() keeps it for take_prefetched(). A read
+    // ahead that meets an event too large to publish is dropped: the write
+    // goes on, and the fetch after it reports the event (EventTooLarge).
     void send_prefetch(const std::string& after) { send_fetch(&after); }
     void receive_prefetch();
     // A batch written and done with: the next one is unpacked into its

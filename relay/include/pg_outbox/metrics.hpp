@@ -111,6 +111,14 @@ public:
     // The pg_outbox version of the database connected to, for build_info.
     void set_extension_version(std::string version);
 
+    // The group's next event is too large to publish (SQLSTATE OB004): the
+    // leader holds there, health fails saying why and how to pass it, and
+    // pg_outbox_relay_event_too_large is 1, until the group moves on (an
+    // admin's outbox_skip()) or this relay stops leading.
+    void set_event_too_large(std::string why);
+    void clear_event_too_large();
+    bool event_too_large() const { return event_too_large_.load(); }
+
     // A run that ended in a fatal error, in a relay that starts it again
     // (one of several groups of a process): health fails, saying why,
     // until clear_failed().
@@ -138,6 +146,8 @@ private:
     std::string last_error_;
     std::string extension_version_;  // under errors_mutex_
     std::string failed_;             // under errors_mutex_; empty: not failed
+    std::string too_large_;          // under errors_mutex_: why, while event_too_large_
+    std::atomic<bool> event_too_large_{false};
     std::atomic<std::int64_t> last_heartbeat_ms_{0};
     const std::chrono::milliseconds stuck_after_;
     std::atomic<std::int64_t> waiting_since_ms_{0};  // 0: nothing waits

@@ -32,6 +32,14 @@ private:
     // rewinds the group when it did.
     void check_streams();
     void wait(std::chrono::milliseconds timeout);
+    // The group's next event is too large to publish (EventTooLarge): says
+    // so (the log once per position, health and a gauge while it lasts)
+    // and holds there until an admin passes it with outbox_skip().
+    void hold_at_large_event(const EventTooLarge& e);
+    void passed_large_event();
+    // How long a relay held at such an event waits between fetches: within
+    // a third of the lease, which each wait ends by renewing.
+    std::chrono::milliseconds large_event_retry() const;
 
     GroupSession session_;
     StreamWriter writer_;
@@ -43,6 +51,8 @@ private:
     // the last time this relay started leading.
     bool streams_checked_ = false;
     std::chrono::steady_clock::time_point next_check_{};
+    // The position of the event too large to publish last logged.
+    std::string large_event_logged_;
     // The lag metric, measured on its own connection and thread.
     LagProbe lag_;
 };
