@@ -23,9 +23,9 @@
  * - the leadership this session noted, per group, with the generation it
  *   saw (below).
  * - pg_outbox.max_group_streams: how many streams a group's row records
- *   the last position of (outbox.groups.streams, kept by outbox_advance()
- *   for the relay's check that Redis lost nothing); outbox.max_group_streams()
- *   reads it.
+ *   the last position of (outbox.groups.streams, kept by
+ *   outbox_advance() for the relay's check that Redis lost nothing);
+ *   outbox.max_group_streams() reads it.
  *
  * Every change of leader and every outbox_rewind() bumps the group's
  * generation. A leader notes the generation when it takes the lead. When

@@ -678,6 +678,36 @@ $$;
 COMMENT ON FUNCTION outbox.pruned_streams(jsonb, integer, text, text) IS
 	'pg_outbox: the last positions per stream above a cursor, then the highest up to a number, without those at or below a removed position';
 
+-- What outbox_advance() records of the streams its relay published to:
+-- the group's record with the new positions merged in. When a stream not
+-- recorded before comes, the record grew: what is gone and the least
+-- recently written streams beyond pg_outbox.max_group_streams are
+-- forgotten (outbox.pruned_streams(); positions carry the epoch, and
+-- "new_cursor" is the group's new cursor with it).
+CREATE FUNCTION outbox.recorded_streams(g outbox.groups, streams jsonb, new_cursor text)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	m outbox.maintenance;
+BEGIN
+	IF streams IS NULL THEN
+		RETURN g.streams;
+	END IF;
+	IF g.streams ?& ARRAY(SELECT jsonb_object_keys(streams)) THEN
+		RETURN g.streams || streams;
+	END IF;
+	SELECT * INTO m FROM outbox.maintenance;
+	RETURN outbox.pruned_streams(g.streams || streams, outbox.max_group_streams(), new_cursor,
+								 CASE WHEN g.ordering = 'commit'
+									  THEN (m.retired_ticket + g.epoch) || '-' || 9223372036854775807
+									  ELSE (m.retired_txid::text::numeric + g.epoch) || '-' || m.retired_seq END);
+END
+$$;
+COMMENT ON FUNCTION outbox.recorded_streams(outbox.groups, jsonb, text) IS
+	'pg_outbox: a group''s last positions per stream with new ones merged in, bounded when a new stream comes';
+
 CREATE OR REPLACE FUNCTION @extschema@.outbox_advance(group_name text, pos text, streams jsonb DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
@@ -692,8 +722,6 @@ DECLARE
 	new_ticket bigint;
 	behind boolean;
 	horizon bigint;
-	merged jsonb;
-	m outbox.maintenance;
 BEGIN
 	g := outbox.get_group(group_name, true);
 	lpos := outbox.unshift_position(pos, g.epoch);
@@ -755,25 +783,11 @@ BEGIN
 	   AND new_ticket IS NOT DISTINCT FROM g.cursor_ticket AND streams IS NULL THEN
 		RETURN;
 	END IF;
-	merged := g.streams;
-	IF streams IS NOT NULL THEN
-		merged := g.streams || streams;
-		IF NOT g.streams ?& ARRAY(SELECT jsonb_object_keys(streams)) THEN
-			-- The record grew: forget what is gone, and the least recently
-			-- written streams beyond the bound. Positions carry the epoch.
-			SELECT * INTO m FROM outbox.maintenance;
-			merged := outbox.pruned_streams(
-				merged, outbox.max_group_streams(),
-				(coalesce(new_txid::text::numeric, new_ticket) + g.epoch) || '-' || p.seq,
-				CASE WHEN g.ordering = 'commit'
-					 THEN (m.retired_ticket + g.epoch) || '-' || 9223372036854775807
-					 ELSE (m.retired_txid::text::numeric + g.epoch) || '-' || m.retired_seq END);
-		END IF;
-	END IF;
 	UPDATE outbox.groups
 	   SET cursor_txid = new_txid, cursor_ticket = new_ticket, cursor_seq = p.seq, advanced_at = now(),
 		   lease_renewed = clock_timestamp(), lease_until = clock_timestamp() + outbox.lease(),
-		   streams = merged
+		   streams = outbox.recorded_streams(g, outbox_advance.streams,
+											 (coalesce(new_txid::text::numeric, new_ticket) + g.epoch) || '-' || p.seq)
 	 WHERE id = g.id;
 END
 $$;
