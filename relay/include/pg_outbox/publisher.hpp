@@ -3,6 +3,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
+#include <string>
 
 #include "pg_outbox/group_session.hpp"
 #include "pg_outbox/lag.hpp"
@@ -29,8 +31,11 @@ private:
     void on_stop() override;
 
     // Finds out whether Redis lost entries the group published, and
-    // rewinds the group when it did.
-    void check_streams();
+    // rewinds the group when it did: in every stream the group recorded,
+    // or in the next share of them.
+    void check_streams(bool every);
+    // How many streams a check between the full ones looks at.
+    static constexpr std::size_t kStreamsCheckedPerInterval = 100;
     void wait(std::chrono::milliseconds timeout);
 
     GroupSession session_;
@@ -43,6 +48,9 @@ private:
     // the last time this relay started leading.
     bool streams_checked_ = false;
     std::chrono::steady_clock::time_point next_check_{};
+    // The last stream the shares checked, in the order of their names: the
+    // next share starts after it.
+    std::string last_stream_checked_;
     // The lag metric, measured on its own connection and thread.
     LagProbe lag_;
 };
