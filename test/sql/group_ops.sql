@@ -115,9 +115,10 @@ SELECT array_agg(k ORDER BY k) AS streams FROM jsonb_object_keys(pg_temp.advance
 SELECT outbox_rewind('many', 'now') IS NOT NULL AS rewound;
 UPDATE outbox.groups SET streams = '{"s1": "1-1", "s2": "1-2", "bad": "x"}' WHERE name = 'many';
 -- Positions whose events retention removed go, and what is no position.
+CREATE TEMP TABLE retired AS SELECT retired_txid, retired_seq FROM outbox.maintenance;
 UPDATE outbox.maintenance SET retired_txid = '1', retired_seq = 1;
 SELECT pg_temp.advance('{"s3": "1-3"}');
-UPDATE outbox.maintenance SET retired_txid = '0', retired_seq = 0;
+UPDATE outbox.maintenance m SET retired_txid = r.retired_txid, retired_seq = r.retired_seq FROM retired r;
 -- Only a superuser sets the bound.
 SET ROLE outbox_admin;
 SELECT pg_temp.try($$SET pg_outbox.max_group_streams = 1$$);
