@@ -142,9 +142,8 @@ TEST_F(GroupOpsTest, TheRecordOfStreamsAndItsChecksAreBounded) {
         pg.exec("SELECT outbox_emit($1, NULL, '{}')", {"t" + std::to_string(1000 + i)});
     auto& relay = start_relay({"--stats-interval", "100ms"});
     auto redis = redis_->connect();
-    ASSERT_TRUE(eventually([&] { return read_stream(redis, "outbox:t" + std::to_string(1000 + kStreams - 1)).size() == 1; },
-                           30s))
-        << relay.log();
+    const std::string last_stream = "outbox:t" + std::to_string(1000 + kStreams - 1);
+    ASSERT_TRUE(eventually([&] { return read_stream(redis, last_stream).size() == 1; }, 30s)) << relay.log();
     ASSERT_TRUE(eventually(
         [&] {
             return query_column(pg, "SELECT cursor_position = (SELECT txid || '-' || seq FROM outbox.event "
