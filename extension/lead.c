@@ -22,6 +22,10 @@
  *   itself; outbox.lease() reads it.
  * - the leadership this session noted, per group, with the generation it
  *   saw (below).
+ * - pg_outbox.max_group_streams: how many streams a group's row records
+ *   the last position of (outbox.groups.streams, kept by
+ *   outbox_advance() for the relay's check that Redis lost nothing);
+ *   outbox.max_group_streams() reads it.
  *
  * Every change of leader and every outbox_rewind() bumps the group's
  * generation. A leader notes the generation when it takes the lead. When
@@ -57,12 +61,26 @@
 
 int			pg_outbox_lease_ms = OUTBOX_DEFAULT_LEASE_MS;
 
+/*
+ * pg_outbox.max_group_streams: a group's row keeps the last position of
+ * its most recently written streams only, so that a group publishing to
+ * ever new streams (a topic per customer) does not rewrite an ever larger
+ * row with each advance, nor have its relay check every stream it ever
+ * wrote.
+ */
+#define OUTBOX_DEFAULT_MAX_GROUP_STREAMS	1000
+#define OUTBOX_MIN_MAX_GROUP_STREAMS		1
+#define OUTBOX_MAX_MAX_GROUP_STREAMS		100000
+
+static int	pg_outbox_max_group_streams = OUTBOX_DEFAULT_MAX_GROUP_STREAMS;
+
 PG_FUNCTION_INFO_V1(outbox_lock_class);
 PG_FUNCTION_INFO_V1(outbox_note_generation);
 PG_FUNCTION_INFO_V1(outbox_forget_leadership);
 PG_FUNCTION_INFO_V1(outbox_session_started);
 PG_FUNCTION_INFO_V1(outbox_session_alive);
 PG_FUNCTION_INFO_V1(outbox_lease);
+PG_FUNCTION_INFO_V1(outbox_max_group_streams);
 PG_FUNCTION_INFO_V1(outbox_lead);
 PG_FUNCTION_INFO_V1(outbox_is_leader);
 PG_FUNCTION_INFO_V1(outbox_resign);
@@ -90,6 +108,23 @@ OutboxLeadInit(void)
 							OUTBOX_MAX_LEASE_MS,
 							PGC_USERSET,
 							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+	/*
+	 * Only a superuser sets it (or the server's configuration): a session
+	 * that set it low would make a group forget streams whose loss the
+	 * relay would then not see.
+	 */
+	DefineCustomIntVariable("pg_outbox.max_group_streams",
+							"How many streams a group records the last published position of.",
+							"outbox_advance() keeps the most recently written ones (and every one above the "
+							"cursor) and forgets the rest, and the ones whose events retention removed; the "
+							"relay checks these streams for entries Redis lost.",
+							&pg_outbox_max_group_streams,
+							OUTBOX_DEFAULT_MAX_GROUP_STREAMS,
+							OUTBOX_MIN_MAX_GROUP_STREAMS,
+							OUTBOX_MAX_MAX_GROUP_STREAMS,
+							PGC_SUSET,
+							0,
 							NULL, NULL, NULL);
 }
 
@@ -194,6 +229,13 @@ outbox_lease(PG_FUNCTION_ARGS)
 
 	lease->time = (int64) pg_outbox_lease_ms * INT64CONST(1000);
 	PG_RETURN_INTERVAL_P(lease);
+}
+
+/* outbox.max_group_streams(): pg_outbox.max_group_streams. */
+Datum
+outbox_max_group_streams(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_INT32(pg_outbox_max_group_streams);
 }
 
 /*

@@ -38,6 +38,20 @@ ALTER TABLE outbox.groups
 COMMENT ON COLUMN outbox.groups.shard IS 'which shard of the group this row is: events with outbox.shard_of(topic, key, shards) = shard (0 when the group has one)';
 COMMENT ON COLUMN outbox.groups.shards IS 'how many shards the group has: a row, a cursor and a leader each';
 
+-- Groups: the --stream template their relays publish with (recorded by the
+-- first leader); the last positions per stream are bounded.
+ALTER TABLE outbox.groups
+	ADD COLUMN stream_template text,
+	ADD CONSTRAINT groups_stream_template_check CHECK (pg_catalog.length(stream_template) BETWEEN 1 AND 1024);
+COMMENT ON COLUMN outbox.groups.streams IS 'last position the group''s relay published to each stream, as reported to outbox_advance(): the most recently written ones (pg_outbox.max_group_streams)';
+COMMENT ON COLUMN outbox.groups.stream_template IS 'the relay''s --stream template the group publishes with, recorded by its first leader (outbox_stream_template()); changed with outbox_group_set_stream_template()';
+
+CREATE FUNCTION outbox.max_group_streams()
+RETURNS integer
+AS 'MODULE_PATHNAME', 'outbox_max_group_streams'
+LANGUAGE C STABLE PARALLEL SAFE;
+COMMENT ON FUNCTION outbox.max_group_streams() IS 'pg_outbox: how many streams a group records the last position of (pg_outbox.max_group_streams)';
+
 -- Sharded groups: the hash, shard names, the index of each shard count;
 -- the group functions, the backlogs and set_stale learn shards.
 DROP FUNCTION @extschema@.outbox_group_create(text, text[], text, text);
@@ -630,6 +644,70 @@ LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
 COMMENT ON FUNCTION outbox.unshift_position(text, bigint) IS 'pg_outbox: a re-anchored group''s position as this server''s (the epoch taken off)';
 
+-- A group's last positions per stream (outbox.groups.streams), bounded:
+-- every stream above "keep_after" (the cursor: a rewind leaves positions
+-- above it, which outbox_reanchor() must see), then the most recently
+-- written others, the highest positions, up to "max_streams" in all;
+-- without the ones at or below "gone_through" (retention removed the
+-- events there: a relay that found such a stream behind would have
+-- nothing of it to publish again) and the ones that are no position.
+-- Positions ("<major>-<seq>", with the epoch) compare as numbers.
+CREATE FUNCTION outbox.pruned_streams(streams jsonb, max_streams integer, keep_after text, gone_through text)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+	WITH s AS (
+		SELECT s.key, s.value,
+			   split_part(s.value, '-', 1)::numeric AS major, split_part(s.value, '-', 2)::numeric AS seq
+		  FROM jsonb_each_text(streams) s
+		 WHERE s.value ~ '^[0-9]{1,20}-[0-9]{1,19}$'
+	), ranked AS (
+		SELECT s.key, s.value,
+			   (s.major, s.seq) > (split_part(keep_after, '-', 1)::numeric, split_part(keep_after, '-', 2)::numeric)
+				   AS above,
+			   (s.major, s.seq) <= (split_part(gone_through, '-', 1)::numeric, split_part(gone_through, '-', 2)::numeric)
+				   AS gone,
+			   row_number() OVER (ORDER BY s.major DESC, s.seq DESC, s.key) AS n
+		  FROM s
+	)
+	SELECT coalesce(jsonb_object_agg(r.key, r.value), '{}'::jsonb)
+	  FROM ranked r
+	 WHERE r.above IS TRUE OR (r.n <= max_streams AND r.gone IS NOT TRUE)
+$$;
+COMMENT ON FUNCTION outbox.pruned_streams(jsonb, integer, text, text) IS
+	'pg_outbox: the last positions per stream above a cursor, then the highest up to a number, without those at or below a removed position';
+
+-- What outbox_advance() records of the streams its relay published to:
+-- the group's record with the new positions merged in. When a stream not
+-- recorded before comes, the record grew: what is gone and the least
+-- recently written streams beyond pg_outbox.max_group_streams are
+-- forgotten (outbox.pruned_streams(); positions carry the epoch, and
+-- "new_cursor" is the group's new cursor with it).
+CREATE FUNCTION outbox.recorded_streams(g outbox.groups, streams jsonb, new_cursor text)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	m outbox.maintenance;
+BEGIN
+	IF streams IS NULL THEN
+		RETURN g.streams;
+	END IF;
+	IF g.streams ?& ARRAY(SELECT jsonb_object_keys(streams)) THEN
+		RETURN g.streams || streams;
+	END IF;
+	SELECT * INTO m FROM outbox.maintenance;
+	RETURN outbox.pruned_streams(g.streams || streams, outbox.max_group_streams(), new_cursor,
+								 CASE WHEN g.ordering = 'commit'
+									  THEN (m.retired_ticket + g.epoch) || '-' || 9223372036854775807
+									  ELSE (m.retired_txid::text::numeric + g.epoch) || '-' || m.retired_seq END);
+END
+$$;
+COMMENT ON FUNCTION outbox.recorded_streams(outbox.groups, jsonb, text) IS
+	'pg_outbox: a group''s last positions per stream with new ones merged in, bounded when a new stream comes';
+
 CREATE OR REPLACE FUNCTION @extschema@.outbox_advance(group_name text, pos text, streams jsonb DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
@@ -708,8 +786,8 @@ BEGIN
 	UPDATE outbox.groups
 	   SET cursor_txid = new_txid, cursor_ticket = new_ticket, cursor_seq = p.seq, advanced_at = now(),
 		   lease_renewed = clock_timestamp(), lease_until = clock_timestamp() + outbox.lease(),
-		   streams = CASE WHEN outbox_advance.streams IS NULL THEN groups.streams
-						  ELSE groups.streams || outbox_advance.streams END
+		   streams = outbox.recorded_streams(g, outbox_advance.streams,
+											 (coalesce(new_txid::text::numeric, new_ticket) + g.epoch) || '-' || p.seq)
 	 WHERE id = g.id;
 END
 $$;
@@ -1807,7 +1885,7 @@ RETURNS TABLE (group_name text, topics text[], cursor_position text, leader_pid 
 			   waiting bigint, oldest_waiting_age interval, advanced_at timestamptz,
 			   horizon xid8, held_by_pid integer, held_by_gid text, held_for interval, stale boolean,
 			   ordering text, commit_horizon bigint, lease_age interval, generation bigint,
-			   shard integer, shards integer)
+			   shard integer, shards integer, held_back bigint, oldest_held_back_age interval)
 LANGUAGE sql VOLATILE PARALLEL SAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 -- The estimates of the per-group backlog are high enough to trigger JIT
@@ -1817,24 +1895,39 @@ AS $$
 	WITH ch AS MATERIALIZED (
 		SELECT CASE WHEN EXISTS (SELECT 1 FROM outbox.groups WHERE ordering = 'commit')
 						 AND outbox.commit_order_available()
-					THEN outbox.commit_horizon() END AS h)
+					THEN outbox.commit_horizon() END AS h),
+	-- One horizon for every group: the backlog below it, the events held
+	-- back at or above it.
+	xh AS MATERIALIZED (SELECT outbox.horizon() AS h)
 	SELECT g.name, g.topics, g.cursor,
 		   CASE WHEN lh.alive THEN g.leader_pid END,
 		   w.n, now() - w.oldest, g.advanced_at,
-		   CASE WHEN g.ordering = 'xid8' THEN outbox.horizon() END, hh.pid, hh.gid, hh.held_for, g.stale,
+		   CASE WHEN g.ordering = 'xid8' THEN xh.h END, hh.pid, hh.gid, hh.held_for, g.stale,
 		   g.ordering, CASE WHEN g.ordering = 'commit' THEN ch.h END,
 		   CASE WHEN lh.alive THEN greatest(clock_timestamp() - g.lease_renewed, interval '0') END, g.generation,
-		   g.shard, g.shards
+		   g.shard, g.shards,
+		   CASE WHEN g.ordering = 'xid8' THEN hb.n END, now() - hb.oldest
 	  FROM outbox.groups g
 	 CROSS JOIN ch
+	 CROSS JOIN xh
 	 CROSS JOIN LATERAL (SELECT coalesce(outbox.session_alive(g.leader_pid, g.leader_started), false) AS alive) lh
 	 CROSS JOIN LATERAL (
 		SELECT count(*) AS n, min(e.created_at) AS oldest
-		  FROM (SELECT b.created_at FROM outbox.backlog(g.cursor_txid, g.cursor_seq, g.topics, NULL, g.shard, g.shards) b
+		  FROM (SELECT b.created_at FROM outbox.backlog(g.cursor_txid, g.cursor_seq, g.topics, xh.h, g.shard, g.shards) b
 				 WHERE g.ordering = 'xid8'
 				UNION ALL
 				SELECT c.created_at FROM outbox.commit_backlog(g.cursor_ticket, g.cursor_seq, g.topics, ch.h, NULL, g.shard, g.shards) c
 				 WHERE g.ordering = 'commit') e) w
+	 -- The group's events of committed transactions at or above the
+	 -- horizon (a running transaction's are not visible here): after the
+	 -- cursor, of its topics and shard, as outbox.backlog() picks them.
+	 CROSS JOIN LATERAL (
+		SELECT count(*) AS n, min(e.created_at) AS oldest
+		  FROM outbox.event e
+		 WHERE g.ordering = 'xid8'
+		   AND e.txid >= greatest(g.cursor_txid, xh.h) AND (e.txid, e.seq) > (g.cursor_txid, g.cursor_seq)
+		   AND (g.topics IS NULL OR e.topic = ANY (g.topics))
+		   AND (g.shards = 1 OR outbox.shard_of(e.topic, e.key, g.shards) = g.shard)) hb
 	  LEFT JOIN LATERAL (
 		SELECT h.pid, h.gid, h.held_for FROM outbox.horizon_holders_all() h
 		 WHERE h.holds_horizon AND g.ordering = 'xid8' LIMIT 1) hh ON true
@@ -1843,7 +1936,7 @@ AS $$
 $$;
 
 COMMENT ON FUNCTION @extschema@.outbox_group_stats(text) IS
-	'pg_outbox: per group (or for one): cursor, leader and its lease, events waiting, age of the oldest, last advance, and who holds the horizon';
+	'pg_outbox: per group (or for one): cursor, leader and its lease, events waiting, age of the oldest, last advance, who holds the horizon, and the events it holds back';
 
 CREATE VIEW outbox.group_stats AS SELECT * FROM @extschema@.outbox_group_stats();
 COMMENT ON VIEW outbox.group_stats IS 'pg_outbox: per-group statistics (see outbox_group_stats())';
@@ -1855,17 +1948,148 @@ COMMENT ON VIEW outbox.group_stats IS 'pg_outbox: per-group statistics (see outb
 -- rows.
 CREATE FUNCTION @extschema@.outbox_groups(for_group text DEFAULT NULL)
 RETURNS TABLE (group_name text, shard integer, shards integer, ordering text, topics text[],
-			   cursor_position text, streams jsonb, stale boolean, generation bigint)
+			   cursor_position text, streams jsonb, stale boolean, generation bigint,
+			   stream_template text)
 LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-	SELECT g.name, g.shard, g.shards, g.ordering, g.topics, g.cursor, g.streams, g.stale, g.generation
+	SELECT g.name, g.shard, g.shards, g.ordering, g.topics, g.cursor, g.streams, g.stale, g.generation,
+		   g.stream_template
 	  FROM outbox.groups g
 	 WHERE outbox.group_named(g.name, g.shard, for_group)
 	 ORDER BY g.name, g.shard
 $$;
 COMMENT ON FUNCTION @extschema@.outbox_groups(text) IS
-	'pg_outbox: the groups (or one, or one shard): shards, order, topics, cursor, the last position per stream, stale, generation';
+	'pg_outbox: the groups (or one, or one shard): shards, order, topics, cursor, the last position per stream, stale, generation, stream template';
+
+--
+-- Stream templates: the streams a group's entries are in. Two relays of
+-- one group with two --stream templates would split the group between two
+-- sets of streams, each set missing what the other relay published. The
+-- first leader records its template for every shard of the group before
+-- it publishes; a relay with another template is refused (it exits, naming
+-- both). Changing the template is an admin's step, with every relay of the
+-- group stopped.
+--
+
+-- Raises 22004 for a null template, 22023 for an empty or too long one.
+CREATE FUNCTION outbox.check_stream_template(stream_template text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	IF stream_template IS NULL THEN
+		RAISE EXCEPTION 'stream template must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF length(stream_template) NOT BETWEEN 1 AND 1024 THEN
+		RAISE EXCEPTION 'invalid stream template'
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = format('A stream template has 1 to 1024 characters; this one has %s.', length(stream_template));
+	END IF;
+END
+$$;
+COMMENT ON FUNCTION outbox.check_stream_template(text) IS 'pg_outbox: raises an error for a stream template no group may record';
+
+-- Records the leader's template when the group has none, and returns the
+-- group's (the caller's, or the one recorded before). The relay calls it
+-- when it takes the lead, before it publishes, and refuses to go on when
+-- the template returned is not its own. Every shard's row of a sharded
+-- group records the same template, in one update that takes the rows in
+-- index order (two shards' leaders recording at once wait for each other
+-- instead of deadlocking; the second one finds the first one's template).
+CREATE FUNCTION @extschema@.outbox_stream_template(group_name text, stream_template text)
+RETURNS text
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	g outbox.groups;
+	recorded text;
+BEGIN
+	PERFORM outbox.check_stream_template(stream_template);
+	g := outbox.get_group(group_name);
+	IF NOT outbox.is_leader(g.id) THEN
+		RAISE EXCEPTION 'this session does not lead group "%"', group_name
+			USING ERRCODE = 'OB003',
+				  HINT = 'The leader records the group''s stream template: take the lead with outbox_lead() first.';
+	END IF;
+	UPDATE outbox.groups x
+	   SET stream_template = outbox_stream_template.stream_template
+	 WHERE x.name OPERATOR(pg_catalog.=) g.name AND x.stream_template IS NULL;
+	IF FOUND THEN
+		RAISE LOG 'pg_outbox: group "%" publishes with stream template "%"', g.name, stream_template;
+	END IF;
+	SELECT x.stream_template INTO recorded FROM outbox.groups x WHERE x.id OPERATOR(pg_catalog.=) g.id;
+	RETURN recorded;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.outbox_stream_template(text, text) IS
+	'pg_outbox: records the leader''s --stream template when the group has none; returns the group''s template';
+
+-- Changes (or, with NULL, forgets) the template of every shard of a
+-- group, while no relay leads it: the next leader publishes with the new
+-- one (or records its own). The last positions recorded per stream are
+-- forgotten with the old template: they are the old streams', which the
+-- group no longer writes (and whose loss no relay should repair). Returns
+-- the template recorded before.
+CREATE FUNCTION @extschema@.outbox_group_set_stream_template(group_name text, stream_template text)
+RETURNS text
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	previous text;
+	live record;
+BEGIN
+	IF group_name IS NULL THEN
+		RAISE EXCEPTION 'group name must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF strpos(group_name, '/') > 0 THEN
+		RAISE EXCEPTION 'the stream template of a shard cannot be changed alone: name group "%"',
+			split_part(group_name, '/', 1)
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = 'Every shard of a group publishes with the group''s template.';
+	END IF;
+	IF stream_template IS NOT NULL THEN
+		PERFORM outbox.check_stream_template(stream_template);
+	END IF;
+	-- Every shard's row, in index order, as outbox_stream_template() takes
+	-- them: no leader records or takes the group over meanwhile.
+	PERFORM 1 FROM outbox.groups x WHERE x.name OPERATOR(pg_catalog.=) group_name
+	 ORDER BY x.shard FOR NO KEY UPDATE;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'group "%" does not exist', group_name
+			USING ERRCODE = 'undefined_object',
+				  HINT = 'Create it with outbox_group_create().';
+	END IF;
+	SELECT x.shard, x.shards, x.leader_pid INTO live
+	  FROM outbox.groups x
+	 WHERE x.name OPERATOR(pg_catalog.=) group_name AND x.leader_pid IS NOT NULL
+	   AND x.lease_until > clock_timestamp() AND outbox.session_alive(x.leader_pid, x.leader_started)
+	 ORDER BY x.shard
+	 LIMIT 1;
+	IF FOUND THEN
+		RAISE EXCEPTION 'group "%" is being published: its stream template cannot change now', group_name
+			USING ERRCODE = 'object_in_use',
+				  DETAIL = format('Backend pid %s leads %s.', live.leader_pid,
+								  CASE WHEN live.shards > 1 THEN format('shard %s/%s', group_name, live.shard)
+									   ELSE 'it' END),
+				  HINT = 'Stop every relay of the group, change the template, then start the relays with the new --stream.';
+	END IF;
+	SELECT x.stream_template INTO previous FROM outbox.groups x
+	 WHERE x.name OPERATOR(pg_catalog.=) group_name AND x.shard OPERATOR(pg_catalog.=) 0;
+	UPDATE outbox.groups x
+	   SET stream_template = outbox_group_set_stream_template.stream_template, streams = '{}'
+	 WHERE x.name OPERATOR(pg_catalog.=) group_name;
+	RAISE LOG 'pg_outbox: stream template of group "%" changed from % to %', group_name,
+		coalesce(quote_literal(previous), 'none'), coalesce(quote_literal(stream_template), 'none');
+	RETURN previous;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.outbox_group_set_stream_template(text, text) IS
+	'pg_outbox: changes (or forgets, with NULL) the --stream template of a group no relay leads; returns the previous one';
+
 
 -- When the last maintenance run (outbox_maintain(), by the background
 -- worker, a relay or a scheduler) started and finished; a run writes both
@@ -1929,7 +2153,9 @@ REVOKE ALL ON FUNCTION
 	@extschema@.outbox_partitions(),
 	@extschema@.outbox_groups(text),
 	@extschema@.outbox_maintenance_status(),
-	@extschema@.outbox_maintenance_databases()
+	@extschema@.outbox_maintenance_databases(),
+	@extschema@.outbox_stream_template(text, text),
+	@extschema@.outbox_group_set_stream_template(text, text)
 FROM PUBLIC;
 
 GRANT USAGE ON SCHEMA outbox TO outbox_writer, outbox_relay, outbox_consumer, outbox_admin;
@@ -1967,6 +2193,9 @@ GRANT EXECUTE ON FUNCTION
 	@extschema@.outbox_drop_empty_partitions(),
 	@extschema@.outbox_maintenance_databases()
 TO outbox_admin;
+
+GRANT EXECUTE ON FUNCTION @extschema@.outbox_stream_template(text, text) TO outbox_relay, outbox_admin;
+GRANT EXECUTE ON FUNCTION @extschema@.outbox_group_set_stream_template(text, text) TO outbox_admin;
 
 -- Relays read the groups and maintenance through outbox_groups() and
 -- outbox_maintenance_status(), no longer the tables.

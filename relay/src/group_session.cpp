@@ -49,7 +49,10 @@ constexpr const char* kAdvanceAsyncSql =
 // through the extension's API, as everything the relay reads.
 constexpr const char* kStreamsSql =
     "SELECT streams::text, cursor_position FROM outbox_groups($1) WHERE shard = $2::int";
-constexpr const char* kShardsSql = "SELECT shards FROM outbox_groups($1) WHERE shard = $2::int";
+constexpr const char* kShardsSql = "SELECT shards, stream_template FROM outbox_groups($1) WHERE shard = $2::int";
+// Records this relay's --stream template for the group when it has none
+// (the leader only, before it publishes); returns the group's.
+constexpr const char* kStreamTemplateSql = "SELECT outbox_stream_template($1, $2)";
 constexpr const char* kRewindSql = "SELECT outbox_rewind($1, $2)";
 // Maintenance, unless something ran it within the interval ($1, in ms):
 // what it did, an action and its object a line ("moved outbox.event_..."),
@@ -127,16 +130,47 @@ void GroupSession::connected(PgConnection& pg) {
 // thread each of one relay), each to streams of its own: shards writing
 // the same stream would refuse each other's entries as
 // already present (positions of one shard are below the other's).
+// A standby whose --stream is not the group's template is refused here,
+// at once, rather than when it takes the group over.
 void GroupSession::check_shards() {
     const auto name = config_.group_name();
     const int shard = config_.group_shard();
     const auto r = pg_->exec(kShardsSql, {name, std::to_string(std::max(shard, 0))});
     if (r.rows() == 0) return;  // the fetch says what is wrong
     const int shards = std::stoi(std::string(r.get(0, 0)));
-    if (shards <= 1) return;
-    if (shard < 0) throw sharded_group_without_shard(config_.group, shards);
-    if (config_.stream_template.find("{shard}") == std::string::npos)
-        throw template_without_shard(config_.stream_template, name, shards);
+    if (shards > 1) {
+        if (shard < 0) throw sharded_group_without_shard(config_.group, shards);
+        if (config_.stream_template.find("{shard}") == std::string::npos)
+            throw template_without_shard(config_.stream_template, name, shards);
+    }
+    if (const auto recorded = r.get_optional(0, 1)) check_template(*recorded);
+}
+
+// Two templates would split the group between two sets of streams, each
+// missing what the other relay published.
+void GroupSession::check_template(std::string_view recorded) const {
+    if (recorded == config_.stream_template) return;
+    throw ConfigError("--stream \"" + config_.stream_template + "\": group \"" + config_.group_name() +
+                      "\" publishes with the stream template \"" + std::string(recorded) +
+                      "\"; every relay of a group must write the same streams. Start this relay with --stream \"" +
+                      std::string(recorded) +
+                      "\", or change the group's template with outbox_group_set_stream_template() once every "
+                      "relay of the group is stopped (README, Changing a group's stream template)");
+}
+
+// The group's template, recorded by its first leader before it publishes.
+// Refused once (OB003) when the leadership passed to another session
+// meanwhile: false, as a lead() that found another leader.
+bool GroupSession::record_template() {
+    std::string recorded;
+    try {
+        recorded = std::string(pg_->exec(kStreamTemplateSql, {config_.group, config_.stream_template}).get(0, 0));
+    } catch (const PgError& e) {
+        if (e.sqlstate() != "OB003" || e.connection_lost()) throw;
+        return false;
+    }
+    check_template(recorded);
+    return true;
 }
 
 ConfigError sharded_group_without_shard(const std::string& group, int shards) {
@@ -169,6 +203,9 @@ bool GroupSession::lead() {
         // to another meanwhile; the next call looks again.
         if (e.sqlstate() != "OB003" || e.connection_lost()) throw;
     }
+    // Before its first batch, a new leader records its template, or finds
+    // the group's and is refused when it is another one.
+    if (leads && !metrics_.leader.load()) leads = record_template();
     if (leads && !metrics_.leader.exchange(true)) {
         metrics_.caught_up();
         spdlog::info("leading group \"{}\"", config_.group);

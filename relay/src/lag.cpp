@@ -14,7 +14,11 @@ namespace pg_outbox {
 
 namespace {
 
-constexpr const char* kLagSql = "SELECT waiting FROM outbox_group_stats($1)";
+// The backlog below the horizon, and what an open transaction holds back
+// above it (xid8 order; null in commit order): how many events, and how
+// long the oldest has waited, in seconds.
+constexpr const char* kLagSql =
+    "SELECT waiting, held_back, pg_catalog.date_part('epoch', oldest_held_back_age) FROM outbox_group_stats($1)";
 
 constexpr const char* kLeaderSql =
     "SELECT s.leader_pid, host(a.client_addr), a.client_port, a.application_name"
@@ -82,6 +86,10 @@ void LagProbe::measure() {
         }
         auto r = pg_->exec(kLagSql, {group_});
         if (r.rows() > 0 && !r.is_null(0, 0)) metrics_.lag_events = std::stoll(std::string(r.get(0, 0)));
+        if (r.rows() > 0) {
+            metrics_.held_back_events = r.is_null(0, 1) ? 0 : std::stoll(std::string(r.get(0, 1)));
+            metrics_.held_back_seconds = r.is_null(0, 2) ? 0.0 : std::stod(std::string(r.get(0, 2)));
+        }
         if (failing_) spdlog::info("measuring the backlog of group \"{}\" again", group_);
         failing_ = false;
     } catch (const std::exception& e) {

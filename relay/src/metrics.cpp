@@ -333,6 +333,17 @@ void Metrics::collect(MetricFamilies& out) const {
     if (const auto lag = lag_events.load(); leader.load() && lag >= 0)
         metric("pg_outbox_relay_lag_events", "gauge", "Events waiting below the horizon, counted by the leader.",
                lag);
+    // An open transaction holds the horizon (xid8 order): the group
+    // publishes nothing newer, and lag_events and lag_seconds may be 0.
+    if (const auto held = held_back_events.load(); leader.load() && held >= 0) {
+        metric("pg_outbox_relay_held_back_events", "gauge",
+               "Committed events an open transaction holds back above the horizon (xid8 order), counted by the "
+               "leader.",
+               held);
+        metric("pg_outbox_relay_held_back_seconds", "gauge",
+               "How long the oldest event held back by an open transaction has waited (xid8 order); 0 when none.",
+               held_back_seconds.load());
+    }
     metric("pg_outbox_relay_lag_seconds", "gauge",
            "Age of the oldest event of the last batch at publication; 0 when the feed is empty.", lag_seconds.load());
     metric("pg_outbox_relay_pg_rtt_seconds", "gauge", "Duration of the last feed fetch.", pg_rtt_seconds.load());

@@ -81,16 +81,33 @@ void Publisher::on_redis_fault() {
 // (Redis flushed, restarted without its last writes, or failed over to a
 // replica that was behind). The group then rewinds to the lowest such id
 // and publishes again from the outbox; entries Redis still has are
-// refused as already present. Runs when the relay starts leading, after
-// each reconnect (after a Sentinel failover too: the new master may lack
-// what the old one acknowledged), when the append script reports a stream
-// behind, and every --stats-interval.
-void Publisher::check_streams() {
+// refused as already present. Every stream the group recorded (its most
+// recently written ones, pg_outbox.max_group_streams) is checked when the
+// relay starts leading, after each reconnect (after a Sentinel failover
+// too: the new master may lack what the old one acknowledged) and when
+// the append script reports a stream behind: "every". In between, each
+// --stats-interval checks the next kStreamsCheckedPerInterval of them in
+// turn, so that a group of many streams does not stall its publishing
+// for a round trip per stream each interval: a stream deleted or trimmed
+// while the connection stayed up is found within one round of shares.
+void Publisher::check_streams(bool every) {
     next_check_ = std::chrono::steady_clock::now() + config_.stats_interval;
     if (config_.id_mode != IdMode::explicit_position) return;
     const auto published = session_.published_streams();
     if (!published) return;
-    const auto rewind_to = writer_.check_streams(published->streams);
+    const auto& all = published->streams;
+    std::map<std::string, Position> share;
+    if (!every) {
+        auto it = all.upper_bound(last_stream_checked_);
+        while (share.size() < std::min(kStreamsCheckedPerInterval, all.size())) {
+            if (it == all.end()) it = all.begin();
+            last_stream_checked_ = it->first;
+            share.insert(*it++);
+        }
+    }
+    const auto rewind_to = writer_.check_streams(every ? all : share, every);
+    spdlog::debug("checked {} of the {} streams group \"{}\" recorded for entries Redis lost",
+                  every ? all.size() : share.size(), all.size(), config_.group);
     if (rewind_to && published->cursor && *rewind_to < *published->cursor)
         session_.rewind(*published->cursor, *rewind_to);
 }
@@ -177,7 +194,7 @@ void Publisher::turn() {
         if (!streams_checked_ || std::chrono::steady_clock::now() >= next_check_) {
             session_.flush_advance();
             session_.drop_prefetched();
-            check_streams();
+            check_streams(!streams_checked_);
             streams_checked_ = true;
         }
         session_.maybe_maintain(false);

@@ -114,9 +114,9 @@ void StreamWriter::reset(RedisCluster& cluster) {
     });
 }
 
-std::optional<Position> StreamWriter::check_streams(const std::map<std::string, Position>& published) {
+std::optional<Position> StreamWriter::check_streams(const std::map<std::string, Position>& published, bool every) {
     std::optional<Position> rewind_to;
-    known_.clear();
+    if (every) known_.clear();
     for (const auto& [stream, expected] : published) {
         // "no such key" is 0-0; in a cluster, asked of the stream's master.
         auto info = cluster_ ? cluster_->command_raw(stream, {"XINFO", "STREAM", stream})

@@ -238,6 +238,25 @@ TEST(Metrics, LagEventsOnlyFromTheLeader) {
     EXPECT_EQ(m.render().find("} -1\n"), std::string::npos);
 }
 
+// What an open transaction holds back comes, like lag_events, from the
+// leader once counted: the leader's series, both of them, or none.
+TEST(Metrics, HeldBackOnlyFromTheLeader) {
+    Metrics m("publish", "g");
+    const std::string events = "pg_outbox_relay_held_back_events{mode=\"publish\",group=\"g\"}";
+    const std::string seconds = "pg_outbox_relay_held_back_seconds{mode=\"publish\",group=\"g\"}";
+    m.leader = true;
+    EXPECT_EQ(sample(m.render(), events), std::nullopt) << "not counted yet";
+    EXPECT_EQ(sample(m.render(), seconds), std::nullopt) << "not counted yet";
+    m.held_back_events = 7;
+    m.held_back_seconds = 12.5;
+    EXPECT_EQ(sample(m.render(), events), "7");
+    EXPECT_EQ(sample(m.render(), seconds), "12.5");
+    EXPECT_NE(m.render().find("# TYPE pg_outbox_relay_held_back_seconds gauge\n"), std::string::npos);
+    m.leader = false;
+    EXPECT_EQ(sample(m.render(), events), std::nullopt) << "a standby";
+    EXPECT_EQ(sample(m.render(), seconds), std::nullopt) << "a standby";
+}
+
 // Consume mode labels the inbox identity (consumer) and the Redis
 // consumer group (group) apart; publish mode has no consumer label.
 TEST(Metrics, ConsumeLabelsConsumerAndGroup) {

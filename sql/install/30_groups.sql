@@ -26,12 +26,14 @@ CREATE TABLE outbox.groups (
 	lease_until timestamptz,
 	shard integer NOT NULL DEFAULT 0,
 	shards integer NOT NULL DEFAULT 1,
+	stream_template text,
 	CONSTRAINT groups_pkey PRIMARY KEY (id),
 	CONSTRAINT groups_name_key UNIQUE (name, shard),
 	CONSTRAINT groups_shard_check CHECK (shards BETWEEN 1 AND 256 AND shard >= 0 AND shard < shards),
 	CONSTRAINT groups_name_check CHECK (name ~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$'),
 	CONSTRAINT groups_topics_check CHECK (topics IS NULL OR pg_catalog.cardinality(topics) > 0),
 	CONSTRAINT groups_ordering_check CHECK (ordering IN ('xid8', 'commit')),
+	CONSTRAINT groups_stream_template_check CHECK (pg_catalog.length(stream_template) BETWEEN 1 AND 1024),
 	CONSTRAINT groups_epoch_check CHECK (epoch >= 0),
 	CONSTRAINT groups_cursor_check CHECK (CASE ordering WHEN 'xid8' THEN cursor_txid IS NOT NULL AND cursor_ticket IS NULL
 														 ELSE cursor_ticket IS NOT NULL AND cursor_txid IS NULL END)
@@ -48,7 +50,8 @@ COMMENT ON COLUMN outbox.groups.lease_renewed IS 'when the leader last renewed i
 COMMENT ON COLUMN outbox.groups.lease_until IS 'until when the leader holds the group without renewing; a standby may take it over after';
 COMMENT ON COLUMN outbox.groups.shard IS 'which shard of the group this row is: events with outbox.shard_of(topic, key, shards) = shard (0 when the group has one)';
 COMMENT ON COLUMN outbox.groups.shards IS 'how many shards the group has: a row, a cursor and a leader each';
-COMMENT ON COLUMN outbox.groups.streams IS 'last position the group''s relay published to each stream, as reported to outbox_advance()';
+COMMENT ON COLUMN outbox.groups.streams IS 'last position the group''s relay published to each stream, as reported to outbox_advance(): the most recently written ones (pg_outbox.max_group_streams)';
+COMMENT ON COLUMN outbox.groups.stream_template IS 'the relay''s --stream template the group publishes with, recorded by its first leader (outbox_stream_template()); changed with outbox_group_set_stream_template()';
 SELECT pg_catalog.pg_extension_config_dump('outbox.groups', '');
 
 --
@@ -82,6 +85,12 @@ RETURNS interval
 AS 'MODULE_PATHNAME', 'outbox_lease'
 LANGUAGE C STABLE PARALLEL RESTRICTED;
 COMMENT ON FUNCTION outbox.lease() IS 'pg_outbox: this session''s lease of a group''s leadership (pg_outbox.lease)';
+
+CREATE FUNCTION outbox.max_group_streams()
+RETURNS integer
+AS 'MODULE_PATHNAME', 'outbox_max_group_streams'
+LANGUAGE C STABLE PARALLEL SAFE;
+COMMENT ON FUNCTION outbox.max_group_streams() IS 'pg_outbox: how many streams a group records the last position of (pg_outbox.max_group_streams)';
 
 CREATE FUNCTION outbox.forget_leadership(group_id integer)
 RETURNS boolean
@@ -448,17 +457,147 @@ COMMENT ON FUNCTION outbox.group_named(text, integer, text) IS
 -- rows.
 CREATE FUNCTION @extschema@.outbox_groups(for_group text DEFAULT NULL)
 RETURNS TABLE (group_name text, shard integer, shards integer, ordering text, topics text[],
-			   cursor_position text, streams jsonb, stale boolean, generation bigint)
+			   cursor_position text, streams jsonb, stale boolean, generation bigint,
+			   stream_template text)
 LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-	SELECT g.name, g.shard, g.shards, g.ordering, g.topics, g.cursor, g.streams, g.stale, g.generation
+	SELECT g.name, g.shard, g.shards, g.ordering, g.topics, g.cursor, g.streams, g.stale, g.generation,
+		   g.stream_template
 	  FROM outbox.groups g
 	 WHERE outbox.group_named(g.name, g.shard, for_group)
 	 ORDER BY g.name, g.shard
 $$;
 COMMENT ON FUNCTION @extschema@.outbox_groups(text) IS
-	'pg_outbox: the groups (or one, or one shard): shards, order, topics, cursor, the last position per stream, stale, generation';
+	'pg_outbox: the groups (or one, or one shard): shards, order, topics, cursor, the last position per stream, stale, generation, stream template';
+
+--
+-- Stream templates: the streams a group's entries are in. Two relays of
+-- one group with two --stream templates would split the group between two
+-- sets of streams, each set missing what the other relay published. The
+-- first leader records its template for every shard of the group before
+-- it publishes; a relay with another template is refused (it exits, naming
+-- both). Changing the template is an admin's step, with every relay of the
+-- group stopped.
+--
+
+-- Raises 22004 for a null template, 22023 for an empty or too long one.
+CREATE FUNCTION outbox.check_stream_template(stream_template text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	IF stream_template IS NULL THEN
+		RAISE EXCEPTION 'stream template must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF length(stream_template) NOT BETWEEN 1 AND 1024 THEN
+		RAISE EXCEPTION 'invalid stream template'
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = format('A stream template has 1 to 1024 characters; this one has %s.', length(stream_template));
+	END IF;
+END
+$$;
+COMMENT ON FUNCTION outbox.check_stream_template(text) IS 'pg_outbox: raises an error for a stream template no group may record';
+
+-- Records the leader's template when the group has none, and returns the
+-- group's (the caller's, or the one recorded before). The relay calls it
+-- when it takes the lead, before it publishes, and refuses to go on when
+-- the template returned is not its own. Every shard's row of a sharded
+-- group records the same template, in one update that takes the rows in
+-- index order (two shards' leaders recording at once wait for each other
+-- instead of deadlocking; the second one finds the first one's template).
+CREATE FUNCTION @extschema@.outbox_stream_template(group_name text, stream_template text)
+RETURNS text
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	g outbox.groups;
+	recorded text;
+BEGIN
+	PERFORM outbox.check_stream_template(stream_template);
+	g := outbox.get_group(group_name);
+	IF NOT outbox.is_leader(g.id) THEN
+		RAISE EXCEPTION 'this session does not lead group "%"', group_name
+			USING ERRCODE = 'OB003',
+				  HINT = 'The leader records the group''s stream template: take the lead with outbox_lead() first.';
+	END IF;
+	UPDATE outbox.groups x
+	   SET stream_template = outbox_stream_template.stream_template
+	 WHERE x.name OPERATOR(pg_catalog.=) g.name AND x.stream_template IS NULL;
+	IF FOUND THEN
+		RAISE LOG 'pg_outbox: group "%" publishes with stream template "%"', g.name, stream_template;
+	END IF;
+	SELECT x.stream_template INTO recorded FROM outbox.groups x WHERE x.id OPERATOR(pg_catalog.=) g.id;
+	RETURN recorded;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.outbox_stream_template(text, text) IS
+	'pg_outbox: records the leader''s --stream template when the group has none; returns the group''s template';
+
+-- Changes (or, with NULL, forgets) the template of every shard of a
+-- group, while no relay leads it: the next leader publishes with the new
+-- one (or records its own). The last positions recorded per stream are
+-- forgotten with the old template: they are the old streams', which the
+-- group no longer writes (and whose loss no relay should repair). Returns
+-- the template recorded before.
+CREATE FUNCTION @extschema@.outbox_group_set_stream_template(group_name text, stream_template text)
+RETURNS text
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	previous text;
+	live record;
+BEGIN
+	IF group_name IS NULL THEN
+		RAISE EXCEPTION 'group name must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF strpos(group_name, '/') > 0 THEN
+		RAISE EXCEPTION 'the stream template of a shard cannot be changed alone: name group "%"',
+			split_part(group_name, '/', 1)
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = 'Every shard of a group publishes with the group''s template.';
+	END IF;
+	IF stream_template IS NOT NULL THEN
+		PERFORM outbox.check_stream_template(stream_template);
+	END IF;
+	-- Every shard's row, in index order, as outbox_stream_template() takes
+	-- them: no leader records or takes the group over meanwhile.
+	PERFORM 1 FROM outbox.groups x WHERE x.name OPERATOR(pg_catalog.=) group_name
+	 ORDER BY x.shard FOR NO KEY UPDATE;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'group "%" does not exist', group_name
+			USING ERRCODE = 'undefined_object',
+				  HINT = 'Create it with outbox_group_create().';
+	END IF;
+	SELECT x.shard, x.shards, x.leader_pid INTO live
+	  FROM outbox.groups x
+	 WHERE x.name OPERATOR(pg_catalog.=) group_name AND x.leader_pid IS NOT NULL
+	   AND x.lease_until > clock_timestamp() AND outbox.session_alive(x.leader_pid, x.leader_started)
+	 ORDER BY x.shard
+	 LIMIT 1;
+	IF FOUND THEN
+		RAISE EXCEPTION 'group "%" is being published: its stream template cannot change now', group_name
+			USING ERRCODE = 'object_in_use',
+				  DETAIL = format('Backend pid %s leads %s.', live.leader_pid,
+								  CASE WHEN live.shards > 1 THEN format('shard %s/%s', group_name, live.shard)
+									   ELSE 'it' END),
+				  HINT = 'Stop every relay of the group, change the template, then start the relays with the new --stream.';
+	END IF;
+	SELECT x.stream_template INTO previous FROM outbox.groups x
+	 WHERE x.name OPERATOR(pg_catalog.=) group_name AND x.shard OPERATOR(pg_catalog.=) 0;
+	UPDATE outbox.groups x
+	   SET stream_template = outbox_group_set_stream_template.stream_template, streams = '{}'
+	 WHERE x.name OPERATOR(pg_catalog.=) group_name;
+	RAISE LOG 'pg_outbox: stream template of group "%" changed from % to %', group_name,
+		coalesce(quote_literal(previous), 'none'), coalesce(quote_literal(stream_template), 'none');
+	RETURN previous;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.outbox_group_set_stream_template(text, text) IS
+	'pg_outbox: changes (or forgets, with NULL) the --stream template of a group no relay leads; returns the previous one';
 
 --
 -- Privileges: relays read the groups through outbox_groups(); admins
@@ -470,6 +609,7 @@ REVOKE ALL ON FUNCTION
 	outbox.session_started(),
 	outbox.session_alive(integer, timestamptz),
 	outbox.lease(),
+	outbox.max_group_streams(),
 	outbox.forget_leadership(integer),
 	outbox.note_generation(integer, bigint),
 	outbox.raise_rewound(outbox.groups),
@@ -484,7 +624,10 @@ REVOKE ALL ON FUNCTION
 	outbox.ensure_shard_index(integer),
 	@extschema@.outbox_group_create(text, text[], text, text, integer),
 	@extschema@.outbox_group_drop(text, boolean),
-	@extschema@.outbox_groups(text)
+	@extschema@.outbox_groups(text),
+	outbox.check_stream_template(text),
+	@extschema@.outbox_stream_template(text, text),
+	@extschema@.outbox_group_set_stream_template(text, text)
 FROM PUBLIC;
 
 -- Writers evaluate it in the shard indexes' expressions.
@@ -492,7 +635,9 @@ GRANT EXECUTE ON FUNCTION outbox.shard_of(text, text, integer) TO PUBLIC;
 
 GRANT SELECT ON outbox.groups TO outbox_admin;
 GRANT EXECUTE ON FUNCTION @extschema@.outbox_groups(text) TO outbox_relay, outbox_admin;
+GRANT EXECUTE ON FUNCTION @extschema@.outbox_stream_template(text, text) TO outbox_relay, outbox_admin;
 GRANT EXECUTE ON FUNCTION
 	@extschema@.outbox_group_create(text, text[], text, text, integer),
-	@extschema@.outbox_group_drop(text, boolean)
+	@extschema@.outbox_group_drop(text, boolean),
+	@extschema@.outbox_group_set_stream_template(text, text)
 TO outbox_admin;

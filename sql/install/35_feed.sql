@@ -104,8 +104,75 @@ SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.outbox_fetch_packed(text, integer, text, interval) IS
 	'pg_outbox: outbox_fetch()''s batch packed in one value, for the relay';
 
+-- A group's last positions per stream (outbox.groups.streams), bounded:
+-- every stream above "keep_after" (the cursor: a rewind leaves positions
+-- above it, which outbox_reanchor() must see), then the most recently
+-- written others, the highest positions, up to "max_streams" in all;
+-- without the ones at or below "gone_through" (retention removed the
+-- events there: a relay that found such a stream behind would have
+-- nothing of it to publish again) and the ones that are no position.
+-- Positions ("<major>-<seq>", with the epoch) compare as numbers.
+CREATE FUNCTION outbox.pruned_streams(streams jsonb, max_streams integer, keep_after text, gone_through text)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+	WITH s AS (
+		SELECT s.key, s.value,
+			   split_part(s.value, '-', 1)::numeric AS major, split_part(s.value, '-', 2)::numeric AS seq
+		  FROM jsonb_each_text(streams) s
+		 WHERE s.value ~ '^[0-9]{1,20}-[0-9]{1,19}$'
+	), ranked AS (
+		SELECT s.key, s.value,
+			   (s.major, s.seq) > (split_part(keep_after, '-', 1)::numeric, split_part(keep_after, '-', 2)::numeric)
+				   AS above,
+			   (s.major, s.seq) <= (split_part(gone_through, '-', 1)::numeric, split_part(gone_through, '-', 2)::numeric)
+				   AS gone,
+			   row_number() OVER (ORDER BY s.major DESC, s.seq DESC, s.key) AS n
+		  FROM s
+	)
+	SELECT coalesce(jsonb_object_agg(r.key, r.value), '{}'::jsonb)
+	  FROM ranked r
+	 WHERE r.above IS TRUE OR (r.n <= max_streams AND r.gone IS NOT TRUE)
+$$;
+COMMENT ON FUNCTION outbox.pruned_streams(jsonb, integer, text, text) IS
+	'pg_outbox: the last positions per stream above a cursor, then the highest up to a number, without those at or below a removed position';
+
+-- What outbox_advance() records of the streams its relay published to:
+-- the group's record with the new positions merged in. When a stream not
+-- recorded before comes, the record grew: what is gone and the least
+-- recently written streams beyond pg_outbox.max_group_streams are
+-- forgotten (outbox.pruned_streams(); positions carry the epoch, and
+-- "new_cursor" is the group's new cursor with it).
+CREATE FUNCTION outbox.recorded_streams(g outbox.groups, streams jsonb, new_cursor text)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	m outbox.maintenance;
+BEGIN
+	IF streams IS NULL THEN
+		RETURN g.streams;
+	END IF;
+	IF g.streams ?& ARRAY(SELECT jsonb_object_keys(streams)) THEN
+		RETURN g.streams || streams;
+	END IF;
+	SELECT * INTO m FROM outbox.maintenance;
+	RETURN outbox.pruned_streams(g.streams || streams, outbox.max_group_streams(), new_cursor,
+								 CASE WHEN g.ordering = 'commit'
+									  THEN (m.retired_ticket + g.epoch) || '-' || 9223372036854775807
+									  ELSE (m.retired_txid::text::numeric + g.epoch) || '-' || m.retired_seq END);
+END
+$$;
+COMMENT ON FUNCTION outbox.recorded_streams(outbox.groups, jsonb, text) IS
+	'pg_outbox: a group''s last positions per stream with new ones merged in, bounded when a new stream comes';
+
 -- Moves the cursor forward to the last published position. Only the leader
--- may; a position behind the cursor is refused (see outbox_rewind).
+-- may; a position behind the cursor is refused (see outbox_rewind). The
+-- last position per stream is recorded with it, bounded
+-- (outbox.recorded_streams()), so that a group writing to ever new
+-- streams does not rewrite an ever larger row.
 CREATE FUNCTION @extschema@.outbox_advance(group_name text, pos text, streams jsonb DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
@@ -184,8 +251,8 @@ BEGIN
 	UPDATE outbox.groups
 	   SET cursor_txid = new_txid, cursor_ticket = new_ticket, cursor_seq = p.seq, advanced_at = now(),
 		   lease_renewed = clock_timestamp(), lease_until = clock_timestamp() + outbox.lease(),
-		   streams = CASE WHEN outbox_advance.streams IS NULL THEN groups.streams
-						  ELSE groups.streams || outbox_advance.streams END
+		   streams = outbox.recorded_streams(g, outbox_advance.streams,
+											 (coalesce(new_txid::text::numeric, new_ticket) + g.epoch) || '-' || p.seq)
 	 WHERE id = g.id;
 END
 $$;
@@ -389,6 +456,8 @@ COMMENT ON FUNCTION @extschema@.outbox_reanchor(text) IS
 --
 REVOKE ALL ON FUNCTION
 	outbox.backlog(xid8, bigint, text[], xid8, integer, integer),
+	outbox.pruned_streams(jsonb, integer, text, text),
+	outbox.recorded_streams(outbox.groups, jsonb, text),
 	outbox.commit_backlog(bigint, bigint, text[], bigint, xid8, integer, integer),
 	@extschema@.outbox_fetch(text, integer, text, interval),
 	@extschema@.outbox_fetch_packed(text, integer, text, interval),

@@ -60,12 +60,20 @@ COMMENT ON FUNCTION @extschema@.outbox_horizon_holders() IS
 -- generation), backlog and why it may be held. The transaction holding the horizon holds
 -- xid8-ordered groups only; commit-ordered groups wait for nothing but
 -- commits in progress. Counting a backlog reads it: O(backlog).
+--
+-- "waiting" counts what the relay may publish now (below the horizon);
+-- "held_back" counts the events of the group that committed but wait
+-- above the horizon for an older transaction to end (xid8 order; NULL in
+-- commit order), and "oldest_held_back_age" how long the oldest of them
+-- has waited. An open transaction that holds the horizon shows there, not
+-- in "waiting": a group it holds publishes nothing, and its "waiting" may
+-- well be 0.
 CREATE FUNCTION @extschema@.outbox_group_stats(for_group text DEFAULT NULL)
 RETURNS TABLE (group_name text, topics text[], cursor_position text, leader_pid integer,
 			   waiting bigint, oldest_waiting_age interval, advanced_at timestamptz,
 			   horizon xid8, held_by_pid integer, held_by_gid text, held_for interval, stale boolean,
 			   ordering text, commit_horizon bigint, lease_age interval, generation bigint,
-			   shard integer, shards integer)
+			   shard integer, shards integer, held_back bigint, oldest_held_back_age interval)
 LANGUAGE sql VOLATILE PARALLEL SAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 -- The estimates of the per-group backlog are high enough to trigger JIT
@@ -75,24 +83,39 @@ AS $$
 	WITH ch AS MATERIALIZED (
 		SELECT CASE WHEN EXISTS (SELECT 1 FROM outbox.groups WHERE ordering = 'commit')
 						 AND outbox.commit_order_available()
-					THEN outbox.commit_horizon() END AS h)
+					THEN outbox.commit_horizon() END AS h),
+	-- One horizon for every group: the backlog below it, the events held
+	-- back at or above it.
+	xh AS MATERIALIZED (SELECT outbox.horizon() AS h)
 	SELECT g.name, g.topics, g.cursor,
 		   CASE WHEN lh.alive THEN g.leader_pid END,
 		   w.n, now() - w.oldest, g.advanced_at,
-		   CASE WHEN g.ordering = 'xid8' THEN outbox.horizon() END, hh.pid, hh.gid, hh.held_for, g.stale,
+		   CASE WHEN g.ordering = 'xid8' THEN xh.h END, hh.pid, hh.gid, hh.held_for, g.stale,
 		   g.ordering, CASE WHEN g.ordering = 'commit' THEN ch.h END,
 		   CASE WHEN lh.alive THEN greatest(clock_timestamp() - g.lease_renewed, interval '0') END, g.generation,
-		   g.shard, g.shards
+		   g.shard, g.shards,
+		   CASE WHEN g.ordering = 'xid8' THEN hb.n END, now() - hb.oldest
 	  FROM outbox.groups g
 	 CROSS JOIN ch
+	 CROSS JOIN xh
 	 CROSS JOIN LATERAL (SELECT coalesce(outbox.session_alive(g.leader_pid, g.leader_started), false) AS alive) lh
 	 CROSS JOIN LATERAL (
 		SELECT count(*) AS n, min(e.created_at) AS oldest
-		  FROM (SELECT b.created_at FROM outbox.backlog(g.cursor_txid, g.cursor_seq, g.topics, NULL, g.shard, g.shards) b
+		  FROM (SELECT b.created_at FROM outbox.backlog(g.cursor_txid, g.cursor_seq, g.topics, xh.h, g.shard, g.shards) b
 				 WHERE g.ordering = 'xid8'
 				UNION ALL
 				SELECT c.created_at FROM outbox.commit_backlog(g.cursor_ticket, g.cursor_seq, g.topics, ch.h, NULL, g.shard, g.shards) c
 				 WHERE g.ordering = 'commit') e) w
+	 -- The group's events of committed transactions at or above the
+	 -- horizon (a running transaction's are not visible here): after the
+	 -- cursor, of its topics and shard, as outbox.backlog() picks them.
+	 CROSS JOIN LATERAL (
+		SELECT count(*) AS n, min(e.created_at) AS oldest
+		  FROM outbox.event e
+		 WHERE g.ordering = 'xid8'
+		   AND e.txid >= greatest(g.cursor_txid, xh.h) AND (e.txid, e.seq) > (g.cursor_txid, g.cursor_seq)
+		   AND (g.topics IS NULL OR e.topic = ANY (g.topics))
+		   AND (g.shards = 1 OR outbox.shard_of(e.topic, e.key, g.shards) = g.shard)) hb
 	  LEFT JOIN LATERAL (
 		SELECT h.pid, h.gid, h.held_for FROM outbox.horizon_holders_all() h
 		 WHERE h.holds_horizon AND g.ordering = 'xid8' LIMIT 1) hh ON true
@@ -100,7 +123,7 @@ AS $$
 	 ORDER BY g.name, g.shard
 $$;
 COMMENT ON FUNCTION @extschema@.outbox_group_stats(text) IS
-	'pg_outbox: per group (or for one): cursor, leader and its lease, events waiting, age of the oldest, last advance, and who holds the horizon';
+	'pg_outbox: per group (or for one): cursor, leader and its lease, events waiting, age of the oldest, last advance, who holds the horizon, and the events it holds back';
 
 CREATE VIEW outbox.group_stats AS SELECT * FROM @extschema@.outbox_group_stats();
 COMMENT ON VIEW outbox.group_stats IS 'pg_outbox: per-group statistics (see outbox_group_stats())';

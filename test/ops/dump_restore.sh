@@ -2,7 +2,7 @@
 # pg_dump and restore of a database that uses pg_outbox, in the three ways
 # a DBA does it: custom format, custom format in one transaction, plain
 # SQL through psql with ON_ERROR_STOP. Each must exit 0 and bring back the
-# settings, the groups and their cursors, the inbox's memory of applied
+# settings, the groups with their cursors and stream templates, the inbox's memory of applied
 # events (dedupe still holds), the dead letters and the user's own data.
 # Events are not carried (see README, "Dump and restore"): their
 # transaction ids mean nothing in another cluster.
@@ -40,6 +40,7 @@ BEGIN
 	PERFORM outbox_advance('billing', last);
 END
 $$;
+SELECT outbox_stream_template('billing', 'outbox:{topic}');
 SELECT outbox_resign('billing');
 SELECT outbox_group_set_stale('audit');
 DO $$ BEGIN CREATE ROLE dump_ledger; EXCEPTION WHEN duplicate_object THEN NULL; END $$;
@@ -62,7 +63,7 @@ SQL
 snapshot() {
 	q "$1" <<'SQL'
 SELECT 'config', partition_width, premake, retention, inbox_retention, retire_mode FROM outbox.config;
-SELECT 'group', name, shard, shards, topics, ordering, cursor, stale, streams FROM outbox.groups ORDER BY name, shard;
+SELECT 'group', name, shard, shards, topics, ordering, cursor, stale, streams, stream_template FROM outbox.groups ORDER BY name, shard;
 SELECT 'inbox', consumer, event_id, payload FROM outbox.inbox ORDER BY consumer, event_id;
 SELECT 'dead', consumer, stream, entry_id, reason FROM outbox.dead_letters ORDER BY id;
 SELECT 'consumer', consumer, owner FROM inbox_consumers();

@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -145,6 +146,12 @@ public:
 
 private:
     void check_shards();
+    // Refuses (ConfigError) a --stream other than the template the group
+    // recorded.
+    void check_template(std::string_view recorded) const;
+    // Records the --stream template when the group has none, and checks
+    // it against the group's; false when this session no longer leads.
+    bool record_template();
     void send_fetch(const std::string* after, std::chrono::milliseconds wait = std::chrono::milliseconds(0));
     void send_next_fetch(std::chrono::milliseconds wait = std::chrono::milliseconds(0)) {
         send_fetch(unadvanced_ ? &unadvanced_->first : nullptr, wait);

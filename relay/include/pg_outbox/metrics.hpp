@@ -47,6 +47,11 @@ public:
     std::atomic<std::uint64_t> script_batches{0};
     // -1: not counted yet (the series is left out, as it is on a standby).
     std::atomic<std::int64_t> lag_events{-1};
+    // What an open transaction holds back above the horizon (xid8 order):
+    // committed events no relay may publish yet, and how long the oldest
+    // has waited. Measured with lag_events (-1: not yet).
+    std::atomic<std::int64_t> held_back_events{-1};
+    std::atomic<double> held_back_seconds{0};
     std::atomic<double> lag_seconds{0};
     std::atomic<double> pg_rtt_seconds{0};
     std::atomic<double> redis_rtt_seconds{0};

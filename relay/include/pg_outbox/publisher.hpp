@@ -3,6 +3,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
+#include <string>
 
 #include "pg_outbox/group_session.hpp"
 #include "pg_outbox/lag.hpp"
@@ -29,8 +31,11 @@ private:
     void on_stop() override;
 
     // Finds out whether Redis lost entries the group published, and
-    // rewinds the group when it did.
-    void check_streams();
+    // rewinds the group when it did: in every stream the group recorded,
+    // or in the next share of them.
+    void check_streams(bool every);
+    // How many streams a check between the full ones looks at.
+    static constexpr std::size_t kStreamsCheckedPerInterval = 100;
     void wait(std::chrono::milliseconds timeout);
     // The group's next event is too large to publish (EventTooLarge): says
     // so (the log once per position, health and a gauge while it lasts)
@@ -53,6 +58,9 @@ private:
     std::chrono::steady_clock::time_point next_check_{};
     // The position of the event too large to publish last logged.
     std::string large_event_logged_;
+    // The last stream the shares checked, in the order of their names: the
+    // next share starts after it.
+    std::string last_stream_checked_;
     // The lag metric, measured on its own connection and thread.
     LagProbe lag_;
 };

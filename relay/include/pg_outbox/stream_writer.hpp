@@ -76,7 +76,9 @@ public:
     // restarted without its last writes, or failed over to a replica that
     // was behind): returns the lowest such id, for the group to rewind to.
     // What the writer expects of each stream is reset to what Redis holds.
-    std::optional<Position> check_streams(const std::map<std::string, Position>& published);
+    // "every": these are every stream the group recorded (what this
+    // relay knew of others is forgotten); otherwise a share of them.
+    std::optional<Position> check_streams(const std::map<std::string, Position>& published, bool every = true);
     // Whether the append script found a stream behind what this writer
     // expects (Redis lost entries) since the last call: the streams want
     // checking before the next batch.
