@@ -4,6 +4,39 @@
 
 \echo Use "ALTER EXTENSION pg_outbox UPDATE TO '0.2.0'" to load this file. \quit
 
+-- What the script resolves, and who may own the extension's schema: as in
+-- the install script (sql/install/00_schema_roles.sql). ALTER EXTENSION
+-- UPDATE runs with the search_path CREATE EXTENSION would use.
+SET LOCAL search_path = pg_catalog, pg_temp;
+
+-- The owner of the extension's schema can drop and rename what is in it:
+-- it could move the extension's functions aside and put its own under
+-- their names, which other roles and the extension's own code then call,
+-- or drop the extension with the schema (and every event with it). Only a
+-- role that could do as much anyway may own it: a superuser, the
+-- installing role, or the database's owner (who can drop the database).
+-- The same check runs on ALTER EXTENSION UPDATE.
+DO $owner$
+DECLARE
+	s record;
+BEGIN
+	SELECT n.nspname, o.rolname, o.rolsuper OR o.rolname = CURRENT_USER
+			   OR o.oid IN ('pg_database_owner'::pg_catalog.regrole::pg_catalog.oid, d.datdba) AS trusted
+	  INTO s
+	  FROM pg_catalog.pg_extension e
+	  JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace
+	  JOIN pg_catalog.pg_roles o ON o.oid = n.nspowner
+	  JOIN pg_catalog.pg_database d ON d.datname = pg_catalog.current_database()
+	 WHERE e.extname = 'pg_outbox';
+	IF NOT s.trusted THEN
+		RAISE EXCEPTION 'pg_outbox cannot be installed in schema "%": it is owned by role "%"', s.nspname, s.rolname
+			USING ERRCODE = 'insufficient_privilege',
+				  DETAIL = 'The owner of the extension''s schema could drop or rename the extension''s functions and put its own in their place, which the extension and its roles would then call; only a superuser, the installing role or the database''s owner may own it.',
+				  HINT = pg_catalog.format('Install pg_outbox in a schema owned by one of them, or change the owner of schema %I first (ALTER SCHEMA %I OWNER TO ...).', s.nspname, s.nspname);
+	END IF;
+END
+$owner$;
+
 --
 -- Tables.
 --
@@ -15,7 +48,9 @@
 ALTER TABLE outbox.groups DROP COLUMN cursor;
 ALTER TABLE outbox.groups
 	ADD COLUMN epoch bigint NOT NULL DEFAULT 0,
-	ADD COLUMN cursor text GENERATED ALWAYS AS ((coalesce(cursor_txid::text::numeric, cursor_ticket) + epoch) || '-' || cursor_seq) STORED,
+	ADD COLUMN cursor text GENERATED ALWAYS AS (
+		(coalesce(cursor_txid::text::numeric, cursor_ticket::numeric) OPERATOR(pg_catalog.+) epoch::numeric)::text
+		OPERATOR(pg_catalog.||) '-'::text OPERATOR(pg_catalog.||) cursor_seq::text) STORED,
 	ADD COLUMN generation bigint NOT NULL DEFAULT 1,
 	ADD COLUMN leader_pid integer,
 	ADD COLUMN leader_started timestamptz,
@@ -1286,7 +1321,7 @@ RETURNS TABLE (ord integer, status text, error_code text, error_message text)
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 AS $$
 DECLARE
-	n integer := coalesce(cardinality(payloads), 0);
+	n integer := coalesce(pg_catalog.cardinality(payloads), 0);
 	id uuid;
 	v_topic text;
 	v_key text;
@@ -1301,15 +1336,15 @@ BEGIN
 	IF handler IS NULL OR handler = '' THEN
 		RAISE EXCEPTION 'handler must not be empty' USING ERRCODE = 'invalid_parameter_value';
 	END IF;
-	IF coalesce(cardinality(event_ids), 0) <> n OR coalesce(cardinality(topics), 0) <> n
-	   OR coalesce(cardinality(keys), n) <> n OR coalesce(cardinality(headers), n) <> n THEN
+	IF coalesce(pg_catalog.cardinality(event_ids), 0) <> n OR coalesce(pg_catalog.cardinality(topics), 0) <> n
+	   OR coalesce(pg_catalog.cardinality(keys), n) <> n OR coalesce(pg_catalog.cardinality(headers), n) <> n THEN
 		RAISE EXCEPTION 'the arrays of inbox_consume() must have the same length'
 			USING ERRCODE = 'invalid_parameter_value',
 				  HINT = 'keys and headers may also be NULL.';
 	END IF;
-	IF n > 0 AND (array_ndims(payloads) > 1 OR array_lower(event_ids, 1) <> 1 OR array_lower(topics, 1) <> 1
-				  OR array_lower(payloads, 1) <> 1 OR coalesce(array_lower(keys, 1), 1) <> 1
-				  OR coalesce(array_lower(headers, 1), 1) <> 1) THEN
+	IF n > 0 AND (pg_catalog.array_ndims(payloads) > 1 OR pg_catalog.array_lower(event_ids, 1) <> 1 OR pg_catalog.array_lower(topics, 1) <> 1
+				  OR pg_catalog.array_lower(payloads, 1) <> 1 OR coalesce(pg_catalog.array_lower(keys, 1), 1) <> 1
+				  OR coalesce(pg_catalog.array_lower(headers, 1), 1) <> 1) THEN
 		RAISE EXCEPTION 'the arrays of inbox_consume() must be one-dimensional and start at 1'
 			USING ERRCODE = 'invalid_parameter_value';
 	END IF;
@@ -1351,7 +1386,7 @@ BEGIN
 			error_message := err_message || CASE WHEN err_detail <> '' THEN ' (' || err_detail || ')' ELSE '' END;
 			IF decoding IS NOT NULL THEN
 				status := 'malformed';
-				error_message := format('field "%s": %s', decoding, error_message);
+				error_message := pg_catalog.format('field "%s": %s', decoding, error_message);
 			ELSE
 				status := CASE WHEN err_state = 'OB001' THEN 'conflict' ELSE 'failed' END;
 			END IF;
@@ -1407,12 +1442,12 @@ BEGIN
 		IF d.fields IS NULL THEN
 			RAISE EXCEPTION 'dead letter % has no event to replay', dead_letter_id
 				USING ERRCODE = 'object_not_in_prerequisite_state',
-					  DETAIL = format('Entry %s of stream "%s" was gone from the stream: %s', d.entry_id, d.stream, d.reason),
+					  DETAIL = pg_catalog.format('Entry %s of stream "%s" was gone from the stream: %s', d.entry_id, d.stream, d.reason),
 					  HINT = 'Republish the event from the producer''s outbox (outbox_rewind) instead.';
 		END IF;
 		RAISE EXCEPTION 'dead letter % has no event to replay', dead_letter_id
 			USING ERRCODE = 'object_not_in_prerequisite_state',
-				  DETAIL = format('Entry %s of stream "%s" could not be read: %s', d.entry_id, d.stream, d.reason),
+				  DETAIL = pg_catalog.format('Entry %s of stream "%s" could not be read: %s', d.entry_id, d.stream, d.reason),
 				  HINT = 'Its fields are kept as received in outbox.dead_letters.fields. Republish a corrected event from the producer.';
 	END IF;
 	IF @extschema@.inbox_apply(d.consumer, d.event_id, d.payload) THEN
@@ -1521,7 +1556,7 @@ BEGIN
 	-- xid8 order. The run writes only from here, mostly nothing.
 	SELECT array_agg(s.group_name ORDER BY s.group_name), array_agg(s.oldest_waiting_age ORDER BY s.group_name)
 	  INTO lagging_names, lagging_ages
-	  FROM @extschema@.outbox_group_stats() s
+	  FROM outbox.group_stats s
 	 WHERE NOT s.stale AND s.oldest_waiting_age > cfg.max_group_lag;
 
 	-- 1. Rows that landed in the default partition: give each range its
@@ -1975,14 +2010,15 @@ DECLARE
 	r record;
 BEGIN
 	FOR r IN
-		SELECT c.oid::regclass AS rel, p.relname AS parent
-		  FROM pg_inherits i
-		  JOIN pg_class c ON c.oid = i.inhrelid
-		  JOIN pg_class p ON p.oid = i.inhparent
-		 WHERE i.inhparent IN ('outbox.event'::regclass, 'outbox.commit_log'::regclass, 'outbox.inbox'::regclass)
-		   AND c.relname NOT LIKE '%\_default'
+		SELECT c.oid::pg_catalog.regclass AS rel, p.relname AS parent
+		  FROM pg_catalog.pg_inherits i
+		  JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
+		  JOIN pg_catalog.pg_class p ON p.oid = i.inhparent
+		 WHERE i.inhparent IN ('outbox.event'::pg_catalog.regclass, 'outbox.commit_log'::pg_catalog.regclass,
+							   'outbox.inbox'::pg_catalog.regclass)
+		   AND c.relname::text OPERATOR(pg_catalog.!~~) '%\_default'::text
 	LOOP
-		PERFORM outbox.set_member(r.rel, r.parent <> 'inbox');
+		PERFORM outbox.set_member(r.rel, r.parent <> 'inbox'::name);
 	END LOOP;
 END
 $members$;
