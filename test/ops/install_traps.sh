@@ -348,34 +348,36 @@ SELECT count(*) FROM outbox_horizon_holders();
 SELECT count(*) FROM outbox.horizon_holders;
 SELECT count(*) FROM outbox.feed;
 SQL
-	# The inbox, its dead letters and consumers; maintenance; the admin's calls.
-	psql -X -q -At -v ON_ERROR_STOP=1 -d "$db" -v s="$s" <<'SQL'
+	# The inbox, its dead letters and consumers; maintenance; the admin's
+	# calls: with the search_path the database's owner set for the
+	# database, the planted schema before pg_catalog (inbox_consume and
+	# inbox_replay run with their caller's). These statements use no
+	# operator or function of their own.
+	psql -X -q -At -v ON_ERROR_STOP=1 -d "$db" <<'SQL'
 SET track_functions = 'all';
-SET search_path = :"s", public;
 CREATE TABLE IF NOT EXISTS trap_applied (topic text, key text);
 SELECT inbox_consumer_create('ledger'::text, 'outbox_consumer'::regrole);
 SELECT inbox_consumer_check('ledger'::text);
 SELECT inbox_apply('ledger'::text, '00000000-0000-4000-8000-000000000001'::uuid, '{"n": 1}'::jsonb);
-SELECT count(*) FROM inbox_consume('ledger'::text, 'INSERT INTO trap_applied VALUES ($1, $2)'::text,
-	ARRAY[convert_to('00000000-0000-4000-8000-000000000002'::text, 'UTF8'::name), convert_to('nope'::text, 'UTF8'::name)]::bytea[],
-	ARRAY[convert_to('t'::text, 'UTF8'::name), convert_to('t'::text, 'UTF8'::name)]::bytea[], NULL::bytea[],
-	ARRAY[convert_to('{}'::text, 'UTF8'::name), convert_to('{}'::text, 'UTF8'::name)]::bytea[], NULL::bytea[]);
+SELECT * FROM inbox_consume('ledger'::text, 'INSERT INTO trap_applied VALUES ($1, $2)'::text,
+	ARRAY['00000000-0000-4000-8000-000000000002'::bytea, 'nope'::bytea], ARRAY['t'::bytea, 't'::bytea], NULL::bytea[],
+	ARRAY['{}'::bytea, '{}'::bytea], NULL::bytea[]);
 SELECT inbox_dead_letter('ledger'::text, 'outbox:t'::text, '1-1'::text, '00000000-0000-4000-8000-000000000003'::uuid,
-	't'::text, 'k'::text, '{}'::jsonb, NULL::jsonb, 'broken'::text, '22023'::text, 2::integer) > 0;
+	't'::text, 'k'::text, '{}'::jsonb, NULL::jsonb, 'broken'::text, '22023'::text, 2::integer);
 SELECT inbox_dead_letter('ledger'::text, 'outbox:t'::text, '1-2'::text,
-	ARRAY[convert_to('payload'::text, 'UTF8'::name), convert_to('{'::text, 'UTF8'::name)]::bytea[], 'malformed'::text, '22P02'::text, 1::integer) > 0;
-SELECT inbox_replay((SELECT min(id) FROM outbox.dead_letters), 'INSERT INTO trap_applied VALUES ($1, $2)'::text);
-SELECT count(*) FROM inbox_consumers();
+	ARRAY['payload'::bytea, '{'::bytea], 'malformed'::text, '22P02'::text, 1::integer);
+SELECT inbox_replay((SELECT d.id FROM outbox.dead_letters d ORDER BY d.id LIMIT 1), 'INSERT INTO trap_applied VALUES ($1, $2)'::text);
+SELECT * FROM inbox_consumers();
 SELECT inbox_consumer_set_owner('ledger'::text, 'outbox_admin'::regrole);
 SELECT inbox_consumer_drop('ledger'::text, true::boolean);
 SELECT outbox_group_set_stale('c'::text, true::boolean);
-SELECT count(*) FROM outbox_maintain();
-SELECT count(*) FROM outbox_drop_empty_partitions();
-SELECT count(*) FROM outbox_partitions();
-SELECT count(*) FROM outbox_maintenance_status();
+SELECT * FROM outbox_maintain();
+SELECT * FROM outbox_drop_empty_partitions();
+SELECT * FROM outbox_partitions();
+SELECT * FROM outbox_maintenance_status();
 SELECT outbox_group_drop('sh'::text, false::boolean);
 SELECT outbox_group_drop('gone'::text, true::boolean);
-SELECT pg_sleep(1.5::double precision);	-- a run of the background worker, woken by the changes
+SELECT pg_catalog.pg_sleep(1.5::double precision);	-- a run of the background worker, woken by the changes
 SQL
 }
 
@@ -398,6 +400,15 @@ definers_pinned() {
 		JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'pg_outbox'
 		WHERE p.prosecdef AND (p.proconfig IS NULL OR NOT 'search_path=pg_catalog, pg_temp' = ANY (p.proconfig)
 			   OR p.prosrc ~ ('(^|[^a-z_])' || quote_ident((SELECT nspname FROM pg_namespace WHERE oid = e.extnamespace)) || '\.'))"
+}
+
+# The database's owner sets the search_path of every session of the
+# database (the background worker's too): the planted schemas before
+# pg_catalog. hostile_path DB SCHEMA...
+hostile_path() {
+	local db=$1
+	shift
+	qs "$db" -U trapper -c "ALTER DATABASE $db SET search_path = $*, pg_catalog" >/dev/null
 }
 
 # Runs a command with its output appended to a file: into FILE COMMAND...
@@ -423,6 +434,7 @@ no_trap() {
 # database's owner.
 createdb -O trapper fresh
 check "fresh: traps planted in public" plant fresh public
+hostile_path fresh public
 check "fresh: CREATE EXTENSION with traps in public" into "$work/fresh" q fresh -c "CREATE EXTENSION pg_outbox"
 check "fresh: every API function runs" into "$work/fresh" exercise fresh public
 no_trap fresh fresh "$work/fresh"
@@ -431,7 +443,7 @@ check "fresh: SECURITY DEFINER functions pin search_path and do not name the ext
 	eq "$(definers_pinned fresh)" ""
 check "fresh: the script left the session's search_path as it was" \
 	eq "$(q fresh -c "BEGIN" -c "DROP EXTENSION pg_outbox" -c "CREATE EXTENSION pg_outbox" -c "SHOW search_path" -c "ROLLBACK" 2>/dev/null)" \
-	'"$user", public'
+	'public, pg_catalog'
 grep -m5 'TRAP FIRED\|ERROR' "$work/fresh" | sed 's/^/#   /'
 
 # 2. CREATE EXTENSION ... SCHEMA owned by the database's owner (the
@@ -439,6 +451,7 @@ grep -m5 'TRAP FIRED\|ERROR' "$work/fresh" | sed 's/^/#   /'
 createdb -O trapper inschema
 q inschema -U trapper -c "CREATE SCHEMA api" >/dev/null
 check "inschema: traps planted in public and in the extension's schema" plant inschema public api
+hostile_path inschema api, public
 check "inschema: CREATE EXTENSION ... SCHEMA owned by the database's owner, traps in it and public" \
 	into "$work/inschema" q inschema -c "CREATE EXTENSION pg_outbox SCHEMA api"
 check "inschema: every API function runs" into "$work/inschema" exercise inschema api
@@ -460,6 +473,7 @@ CREATE EXTENSION pg_outbox VERSION '$from';
 SELECT outbox_group_create('old', ordering => 'xid8', start_at => 'beginning');
 SQL
 	check "$from -> $current: traps planted in public after the install" plant "$db" public
+	hostile_path "$db" public
 	check "$from -> $current: ALTER EXTENSION UPDATE with traps in public" \
 		into "$work/$db" q "$db" -c "ALTER EXTENSION pg_outbox UPDATE"
 	check "$from -> $current: the old group's row is written" \
