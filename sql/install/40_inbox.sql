@@ -545,18 +545,24 @@ DECLARE
 	err_detail text;
 BEGIN
 	PERFORM @extschema@.inbox_consumer_check(consumer);
-	IF handler IS NULL OR handler = '' THEN
+	IF handler IS NULL OR handler OPERATOR(pg_catalog.=) ''::text THEN
 		RAISE EXCEPTION 'handler must not be empty' USING ERRCODE = 'invalid_parameter_value';
 	END IF;
-	IF coalesce(pg_catalog.cardinality(event_ids), 0) <> n OR coalesce(pg_catalog.cardinality(topics), 0) <> n
-	   OR coalesce(pg_catalog.cardinality(keys), n) <> n OR coalesce(pg_catalog.cardinality(headers), n) <> n THEN
+	IF coalesce(pg_catalog.cardinality(event_ids), 0) OPERATOR(pg_catalog.<>) n
+	   OR coalesce(pg_catalog.cardinality(topics), 0) OPERATOR(pg_catalog.<>) n
+	   OR coalesce(pg_catalog.cardinality(keys), n) OPERATOR(pg_catalog.<>) n
+	   OR coalesce(pg_catalog.cardinality(headers), n) OPERATOR(pg_catalog.<>) n THEN
 		RAISE EXCEPTION 'the arrays of inbox_consume() must have the same length'
 			USING ERRCODE = 'invalid_parameter_value',
 				  HINT = 'keys and headers may also be NULL.';
 	END IF;
-	IF n > 0 AND (pg_catalog.array_ndims(payloads) > 1 OR pg_catalog.array_lower(event_ids, 1) <> 1 OR pg_catalog.array_lower(topics, 1) <> 1
-				  OR pg_catalog.array_lower(payloads, 1) <> 1 OR coalesce(pg_catalog.array_lower(keys, 1), 1) <> 1
-				  OR coalesce(pg_catalog.array_lower(headers, 1), 1) <> 1) THEN
+	IF n OPERATOR(pg_catalog.>) 0
+	   AND (pg_catalog.array_ndims(payloads) OPERATOR(pg_catalog.>) 1
+			OR pg_catalog.array_lower(event_ids, 1) OPERATOR(pg_catalog.<>) 1
+			OR pg_catalog.array_lower(topics, 1) OPERATOR(pg_catalog.<>) 1
+			OR pg_catalog.array_lower(payloads, 1) OPERATOR(pg_catalog.<>) 1
+			OR coalesce(pg_catalog.array_lower(keys, 1), 1) OPERATOR(pg_catalog.<>) 1
+			OR coalesce(pg_catalog.array_lower(headers, 1), 1) OPERATOR(pg_catalog.<>) 1) THEN
 		RAISE EXCEPTION 'the arrays of inbox_consume() must be one-dimensional and start at 1'
 			USING ERRCODE = 'invalid_parameter_value';
 	END IF;
@@ -595,12 +601,14 @@ BEGIN
 			GET STACKED DIAGNOSTICS err_state = RETURNED_SQLSTATE, err_message = MESSAGE_TEXT,
 									err_detail = PG_EXCEPTION_DETAIL;
 			error_code := err_state;
-			error_message := err_message || CASE WHEN err_detail <> '' THEN ' (' || err_detail || ')' ELSE '' END;
+			error_message := err_message OPERATOR(pg_catalog.||)
+				CASE WHEN err_detail OPERATOR(pg_catalog.<>) ''::text
+					 THEN ' ('::text OPERATOR(pg_catalog.||) err_detail OPERATOR(pg_catalog.||) ')'::text ELSE ''::text END;
 			IF decoding IS NOT NULL THEN
 				status := 'malformed';
 				error_message := pg_catalog.format('field "%s": %s', decoding, error_message);
 			ELSE
-				status := CASE WHEN err_state = 'OB001' THEN 'conflict' ELSE 'failed' END;
+				status := CASE WHEN err_state OPERATOR(pg_catalog.=) 'OB001'::text THEN 'conflict' ELSE 'failed' END;
 			END IF;
 		END;
 		RETURN NEXT;
