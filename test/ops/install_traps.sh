@@ -27,8 +27,11 @@
 # schemas); ALTER EXTENSION UPDATE from every released version (traps
 # planted after the old version's install); and every function of the
 # extension's schema is called, with maintenance run by hand and by the
-# background worker. No trap may fire. A schema owned by another role is
-# refused, on install and on update.
+# background worker. The attacker also sets the database's search_path
+# with its schema before pg_catalog (ALTER DATABASE ... SET), which every
+# session that sets none of its own gets: the worker's, and the consumer's
+# calls here. No trap may fire. A schema owned by another role is refused,
+# on install and on update.
 #
 # Runs against the server in PG* (preloaded, as a superuser); prints one
 # "ok" / "not ok" line per check and exits non-zero if any failed.
@@ -40,6 +43,15 @@ q() { psql -X -q -At -v ON_ERROR_STOP=1 -d "$@"; }
 # The test's own queries resolve in pg_catalog alone: the traps are for the
 # extension, not for them.
 qs() { PGOPTIONS='-c search_path=pg_catalog,pg_temp -c client_min_messages=warning' psql -X -q -At -v ON_ERROR_STOP=1 -d "$@"; }
+# The same as another role: as_role ROLE DB [psql argument...]. The session
+# is the superuser's (pg_virtualenv gives only it a password); every
+# privilege check is the role's.
+as_role() {
+	local role=$1
+	shift
+	PGOPTIONS="-c search_path=pg_catalog,pg_temp -c client_min_messages=warning -c role=$role" \
+		psql -X -q -At -v ON_ERROR_STOP=1 -d "$@"
+}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -283,7 +295,7 @@ head -3 "$work/traps.err" | sed 's/^/#   /'
 plant() {
 	local db=$1 s
 	shift
-	qs "$db" -U trapper >/dev/null <<'SQL' || return 1
+	as_role trapper "$db" >/dev/null <<'SQL' || return 1
 CREATE SCHEMA IF NOT EXISTS trapbox;
 GRANT USAGE ON SCHEMA trapbox TO PUBLIC;
 CREATE TABLE IF NOT EXISTS trapbox.log (trap text, ran_as name, session_as name, query text, at timestamptz DEFAULT now());
@@ -300,7 +312,7 @@ END
 $f$;
 SQL
 	for s in "$@"; do
-		sed "s/@S@/$s/g" "$work/traps.sql" | qs "$db" -U trapper -1 >/dev/null || return 1
+		sed "s/@S@/$s/g" "$work/traps.sql" | as_role trapper "$db" -1 >/dev/null || return 1
 	done
 }
 
@@ -408,7 +420,7 @@ definers_pinned() {
 hostile_path() {
 	local db=$1
 	shift
-	qs "$db" -U trapper -c "ALTER DATABASE $db SET search_path = $*, pg_catalog" >/dev/null
+	as_role trapper "$db" -c "ALTER DATABASE $db SET search_path = $*, pg_catalog" >/dev/null
 }
 
 # Runs a command with its output appended to a file: into FILE COMMAND...
@@ -449,7 +461,7 @@ grep -m5 'TRAP FIRED\|ERROR' "$work/fresh" | sed 's/^/#   /'
 # 2. CREATE EXTENSION ... SCHEMA owned by the database's owner (the
 # attacker), with traps in that schema and in public.
 createdb -O trapper inschema
-q inschema -U trapper -c "CREATE SCHEMA api" >/dev/null
+as_role trapper inschema -c "CREATE SCHEMA api" >/dev/null
 check "inschema: traps planted in public and in the extension's schema" plant inschema public api
 hostile_path inschema api, public
 check "inschema: CREATE EXTENSION ... SCHEMA owned by the database's owner, traps in it and public" \
@@ -492,8 +504,8 @@ done
 # of its owner fires meanwhile.
 createdb refused
 qs refused -c "GRANT CREATE ON DATABASE refused TO bystander, trapper" >/dev/null
-qs refused -U bystander -c "CREATE SCHEMA theirs" -c "GRANT USAGE, CREATE ON SCHEMA theirs TO trapper" >/dev/null
-qs refused -U trapper -c "CREATE SCHEMA trapbox" >/dev/null
+as_role bystander refused -c "CREATE SCHEMA theirs" -c "GRANT USAGE, CREATE ON SCHEMA theirs TO trapper" >/dev/null
+as_role trapper refused -c "CREATE SCHEMA trapbox" >/dev/null
 for script in "$root"/sql/released/pg_outbox--*.sql; do
 	from=$(basename "$script" .sql)
 	from=${from#pg_outbox--}
@@ -503,7 +515,7 @@ for script in "$root"/sql/released/pg_outbox--*.sql; do
 	check "refused: ALTER EXTENSION UPDATE from $from in a schema another role owns is refused" \
 		eq "$(qs refused -c "SELECT extversion FROM pg_extension WHERE extname = 'pg_outbox'")" "$from"
 	q refused -c "DROP EXTENSION pg_outbox" >/dev/null
-	qs refused -U bystander -c "DROP SCHEMA theirs CASCADE" -c "CREATE SCHEMA theirs" -c "GRANT USAGE, CREATE ON SCHEMA theirs TO trapper" >/dev/null
+	as_role bystander refused -c "DROP SCHEMA theirs CASCADE" -c "CREATE SCHEMA theirs" -c "GRANT USAGE, CREATE ON SCHEMA theirs TO trapper" >/dev/null
 done
 check "refused: traps planted in the schema" plant refused theirs
 psql -X -q -At -d refused -c "\\set VERBOSITY verbose" -c "CREATE EXTENSION pg_outbox SCHEMA theirs" >>"$work/refused" 2>&1
