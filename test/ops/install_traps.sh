@@ -484,6 +484,15 @@ for script in "$root"/sql/released/pg_outbox--*.sql; do
 CREATE EXTENSION pg_outbox VERSION '$from';
 SELECT outbox_group_create('old', ordering => 'xid8', start_at => 'beginning');
 SQL
+	# CREATE OR REPLACE in an update script only for functions the old
+	# version has: anything else could be a function someone else made.
+	qs "$db" -c "SELECT p.proname FROM pg_proc p JOIN pg_depend d ON d.classid = 'pg_proc'::regclass
+		AND d.objid = p.oid AND d.deptype = 'e' JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'pg_outbox'" \
+		| sort -u >"$work/members.$db"
+	sed -n 's/^CREATE OR REPLACE FUNCTION [^.]*\.\([a-z_0-9]*\)(.*/\1/p' "$root/sql/pg_outbox--$from--$current.sql" \
+		| sort -u >"$work/replaced.$db"
+	check "$from -> $current: the update script replaces only functions $from has" \
+		eq "$(comm -23 "$work/replaced.$db" "$work/members.$db" | paste -sd ' ')" ""
 	check "$from -> $current: traps planted in public after the install" plant "$db" public
 	hostile_path "$db" public
 	check "$from -> $current: ALTER EXTENSION UPDATE with traps in public" \
