@@ -86,7 +86,7 @@ LANGUAGE C IMMUTABLE PARALLEL SAFE;
 COMMENT ON FUNCTION outbox.shard_of(text, text, integer) IS
 	'pg_outbox: the shard of an event among "shards": CRC-32C of the topic, a zero byte and the key (the topic alone without a key), modulo shards';
 
-CREATE OR REPLACE FUNCTION outbox.split_group_name(group_name text, OUT name text, OUT shard integer)
+CREATE FUNCTION outbox.split_group_name(group_name text, OUT name text, OUT shard integer)
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 AS $$
 DECLARE
@@ -148,7 +148,7 @@ END
 $$;
 COMMENT ON FUNCTION outbox.get_group(text, boolean) IS 'pg_outbox: a group, or a shard of one ("<group>/<shard>"), by name, or error 42704';
 
-CREATE OR REPLACE FUNCTION outbox.shard_index_name(shards integer)
+CREATE FUNCTION outbox.shard_index_name(shards integer)
 RETURNS name
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
@@ -157,7 +157,7 @@ AS $$
 $$;
 COMMENT ON FUNCTION outbox.shard_index_name(integer) IS 'pg_outbox: name of the index that reads the shards of groups with this many';
 
-CREATE OR REPLACE FUNCTION outbox.ensure_shard_index(shards integer)
+CREATE FUNCTION outbox.ensure_shard_index(shards integer)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
@@ -398,7 +398,7 @@ COMMENT ON FUNCTION @extschema@.outbox_fetch_packed(text, integer, text, interva
 
 REVOKE ALL ON SCHEMA outbox FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION outbox.config_replace()
+CREATE FUNCTION outbox.config_replace()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
@@ -439,7 +439,7 @@ $$;
 
 COMMENT ON FUNCTION outbox.free_range(xid8) IS 'pg_outbox: the bounds a new event partition holding a transaction id gets';
 
-CREATE OR REPLACE FUNCTION outbox.set_member(rel regclass, member boolean)
+CREATE FUNCTION outbox.set_member(rel regclass, member boolean)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
@@ -503,7 +503,7 @@ COMMENT ON COLUMN outbox.groups.lease_renewed IS 'when the leader last renewed i
 
 COMMENT ON COLUMN outbox.groups.lease_until IS 'until when the leader holds the group without renewing; a standby may take it over after';
 
-CREATE OR REPLACE FUNCTION outbox.note_generation(group_id integer, generation bigint)
+CREATE FUNCTION outbox.note_generation(group_id integer, generation bigint)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'outbox_note_generation'
 LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
@@ -511,7 +511,7 @@ LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
 COMMENT ON FUNCTION outbox.note_generation(integer, bigint) IS
 	'pg_outbox: notes a led group''s generation for this session; returns the one noted before';
 
-CREATE OR REPLACE FUNCTION outbox.raise_rewound(g outbox.groups)
+CREATE FUNCTION outbox.raise_rewound(g outbox.groups)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 AS $$
@@ -528,14 +528,14 @@ COMMENT ON FUNCTION outbox.raise_rewound(outbox.groups) IS
 
 COMMENT ON FUNCTION outbox.lock_class() IS 'pg_outbox: classid of pg_outbox''s advisory locks (pg_locks.classid)';
 
-CREATE OR REPLACE FUNCTION outbox.session_started()
+CREATE FUNCTION outbox.session_started()
 RETURNS timestamptz
 AS 'MODULE_PATHNAME', 'outbox_session_started'
 LANGUAGE C STABLE PARALLEL RESTRICTED;
 
 COMMENT ON FUNCTION outbox.session_started() IS 'pg_outbox: when this backend started; with its pid, names the session';
 
-CREATE OR REPLACE FUNCTION outbox.session_alive(pid integer, started timestamptz)
+CREATE FUNCTION outbox.session_alive(pid integer, started timestamptz)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'outbox_session_alive'
 LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
@@ -543,14 +543,14 @@ LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
 COMMENT ON FUNCTION outbox.session_alive(integer, timestamptz) IS
 	'pg_outbox: true while the backend with this pid that started then runs';
 
-CREATE OR REPLACE FUNCTION outbox.lease()
+CREATE FUNCTION outbox.lease()
 RETURNS interval
 AS 'MODULE_PATHNAME', 'outbox_lease'
 LANGUAGE C STABLE PARALLEL RESTRICTED;
 
 COMMENT ON FUNCTION outbox.lease() IS 'pg_outbox: this session''s lease of a group''s leadership (pg_outbox.lease)';
 
-CREATE OR REPLACE FUNCTION outbox.forget_leadership(group_id integer)
+CREATE FUNCTION outbox.forget_leadership(group_id integer)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'outbox_forget_leadership'
 LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
@@ -558,7 +558,7 @@ LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
 COMMENT ON FUNCTION outbox.forget_leadership(integer) IS
 	'pg_outbox: forgets that this session took the lead of a group; true when it had';
 
-CREATE OR REPLACE FUNCTION outbox.raise_lost(g outbox.groups)
+CREATE FUNCTION outbox.raise_lost(g outbox.groups)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 AS $$
@@ -658,7 +658,7 @@ LANGUAGE C IMMUTABLE PARALLEL SAFE;
 
 COMMENT ON FUNCTION outbox.parse_commit_position(text) IS 'pg_outbox: splits a commit-order position "<ticket>-<seq>"';
 
-CREATE OR REPLACE FUNCTION outbox.unshift_position(pos text, epoch bigint)
+CREATE FUNCTION outbox.unshift_position(pos text, epoch bigint)
 RETURNS text
 AS 'MODULE_PATHNAME', 'outbox_unshift_position'
 LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
@@ -839,7 +839,7 @@ $$;
 COMMENT ON FUNCTION @extschema@.outbox_rewind(text, text) IS
 	'pg_outbox: moves the group''s cursor to a position, ''now'' or ''beginning''; returns the new position';
 
-CREATE OR REPLACE FUNCTION @extschema@.outbox_reanchor(group_name text)
+CREATE FUNCTION @extschema@.outbox_reanchor(group_name text)
 RETURNS text
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -894,7 +894,7 @@ $$;
 COMMENT ON FUNCTION @extschema@.outbox_reanchor(text) IS
 	'pg_outbox: re-anchors a group on this server (after a restore or failover): cursor at the horizon, stream ids above all it published';
 
-CREATE OR REPLACE FUNCTION outbox.inbox_today()
+CREATE FUNCTION outbox.inbox_today()
 RETURNS date
 LANGUAGE sql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
@@ -984,14 +984,14 @@ COMMENT ON TABLE outbox.consumers IS 'pg_outbox: registered inbox consumers and 
 
 COMMENT ON COLUMN outbox.consumers.owner IS 'members of this role (and of outbox_admin) may apply, consume, dead-letter and replay for the consumer';
 
-CREATE OR REPLACE FUNCTION outbox.consumer_name_check(consumer text)
+CREATE FUNCTION outbox.consumer_name_check(consumer text)
 RETURNS void
 AS 'MODULE_PATHNAME', 'outbox_consumer_name_check'
 LANGUAGE C IMMUTABLE PARALLEL SAFE;
 
 COMMENT ON FUNCTION outbox.consumer_name_check(text) IS 'pg_outbox: errors when a consumer name is NULL, empty, over 255 bytes or holds control characters';
 
-CREATE OR REPLACE FUNCTION @extschema@.inbox_consumer_check(consumer text)
+CREATE FUNCTION @extschema@.inbox_consumer_check(consumer text)
 RETURNS void
 AS 'MODULE_PATHNAME', 'outbox_inbox_consumer_check'
 LANGUAGE C STABLE PARALLEL RESTRICTED;
@@ -999,7 +999,7 @@ LANGUAGE C STABLE PARALLEL RESTRICTED;
 COMMENT ON FUNCTION @extschema@.inbox_consumer_check(text) IS
 	'pg_outbox: errors (42501) unless the consumer is registered and the current role may act for it';
 
-CREATE OR REPLACE FUNCTION outbox.consumer_owner_check(owner regrole)
+CREATE FUNCTION outbox.consumer_owner_check(owner regrole)
 RETURNS void
 LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
@@ -1016,7 +1016,7 @@ $$;
 
 COMMENT ON FUNCTION outbox.consumer_owner_check(regrole) IS 'pg_outbox: errors when a consumer''s owner role is NULL or does not exist';
 
-CREATE OR REPLACE FUNCTION @extschema@.inbox_consumer_create(consumer text, owner regrole)
+CREATE FUNCTION @extschema@.inbox_consumer_create(consumer text, owner regrole)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -1037,7 +1037,7 @@ $$;
 COMMENT ON FUNCTION @extschema@.inbox_consumer_create(text, regrole) IS
 	'pg_outbox: registers an inbox consumer; members of the owner role may act for it';
 
-CREATE OR REPLACE FUNCTION @extschema@.inbox_consumer_set_owner(consumer text, owner regrole)
+CREATE FUNCTION @extschema@.inbox_consumer_set_owner(consumer text, owner regrole)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -1056,7 +1056,7 @@ $$;
 COMMENT ON FUNCTION @extschema@.inbox_consumer_set_owner(text, regrole) IS
 	'pg_outbox: gives an inbox consumer another owner role';
 
-CREATE OR REPLACE FUNCTION @extschema@.inbox_consumer_drop(consumer text, forget boolean DEFAULT false)
+CREATE FUNCTION @extschema@.inbox_consumer_drop(consumer text, forget boolean DEFAULT false)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -1093,7 +1093,7 @@ $$;
 COMMENT ON FUNCTION @extschema@.inbox_consumer_drop(text, boolean) IS
 	'pg_outbox: unregisters an inbox consumer; refused while it has inbox rows or dead letters unless forget => true deletes them';
 
-CREATE OR REPLACE FUNCTION @extschema@.inbox_consumers()
+CREATE FUNCTION @extschema@.inbox_consumers()
 RETURNS TABLE (consumer text, owner regrole, owner_exists boolean, created_at timestamptz)
 LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -1106,28 +1106,28 @@ $$;
 COMMENT ON FUNCTION @extschema@.inbox_consumers() IS
 	'pg_outbox: the registered inbox consumers, their owner roles, and whether each owner still exists';
 
-CREATE OR REPLACE FUNCTION outbox.entry_text(value bytea)
+CREATE FUNCTION outbox.entry_text(value bytea)
 RETURNS text
 LANGUAGE sql STABLE STRICT PARALLEL SAFE
 AS $$ SELECT pg_catalog.convert_from(value, 'UTF8') $$;
 
 COMMENT ON FUNCTION outbox.entry_text(bytea) IS 'pg_outbox: a stream entry''s field as text (UTF-8, no NUL)';
 
-CREATE OR REPLACE FUNCTION outbox.entry_uuid(value bytea)
+CREATE FUNCTION outbox.entry_uuid(value bytea)
 RETURNS uuid
 LANGUAGE sql STABLE STRICT PARALLEL SAFE
 AS $$ SELECT outbox.entry_text(value)::pg_catalog.uuid $$;
 
 COMMENT ON FUNCTION outbox.entry_uuid(bytea) IS 'pg_outbox: a stream entry''s field as a uuid';
 
-CREATE OR REPLACE FUNCTION outbox.entry_json(value bytea)
+CREATE FUNCTION outbox.entry_json(value bytea)
 RETURNS jsonb
 LANGUAGE sql STABLE STRICT PARALLEL SAFE
 AS $$ SELECT outbox.entry_text(value)::pg_catalog.jsonb $$;
 
 COMMENT ON FUNCTION outbox.entry_json(bytea) IS 'pg_outbox: a stream entry''s field as jsonb';
 
-CREATE OR REPLACE FUNCTION outbox.entry_field(fields bytea[], name text)
+CREATE FUNCTION outbox.entry_field(fields bytea[], name text)
 RETURNS bytea
 LANGUAGE sql STABLE STRICT PARALLEL SAFE
 AS $$
@@ -1141,7 +1141,7 @@ $$;
 
 COMMENT ON FUNCTION outbox.entry_field(bytea[], text) IS 'pg_outbox: the value of a named field of a stream entry''s raw fields';
 
-CREATE OR REPLACE FUNCTION outbox.inbox_applied(consumer text, event_id uuid)
+CREATE FUNCTION outbox.inbox_applied(consumer text, event_id uuid)
 RETURNS jsonb
 AS 'MODULE_PATHNAME', 'outbox_inbox_applied'
 LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
@@ -1149,7 +1149,7 @@ LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
 COMMENT ON FUNCTION outbox.inbox_applied(text, uuid) IS
 	'pg_outbox: the payload a consumer applied under an event id, read after the event''s inbox lock; 40001 at REPEATABLE READ or SERIALIZABLE when only a later snapshot sees it';
 
-CREATE OR REPLACE FUNCTION outbox.inbox_apply_unchecked(consumer text, event_id uuid, payload jsonb)
+CREATE FUNCTION outbox.inbox_apply_unchecked(consumer text, event_id uuid, payload jsonb)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -1194,7 +1194,7 @@ COMMENT ON COLUMN outbox.dead_letters.event_id IS 'the entry''s event_id field w
 
 COMMENT ON COLUMN outbox.dead_letters.payload IS 'the entry''s payload field when it decodes';
 
-CREATE OR REPLACE FUNCTION outbox.dead_letter_record(consumer text, stream text, entry_id text, event_id uuid,
+CREATE FUNCTION outbox.dead_letter_record(consumer text, stream text, entry_id text, event_id uuid,
 										  topic text, key text, payload jsonb, headers jsonb, fields bytea[],
 										  reason text, sqlstate text, deliveries integer)
 RETURNS bigint
@@ -1231,7 +1231,7 @@ $$;
 COMMENT ON FUNCTION outbox.dead_letter_record(text, text, text, uuid, text, text, jsonb, jsonb, bytea[], text, text, integer) IS
 	'pg_outbox: records or updates a dead letter; granted to nobody';
 
-CREATE OR REPLACE FUNCTION outbox.inbox_dead_letter_unchecked(consumer text, stream text, entry_id text, event_id uuid,
+CREATE FUNCTION outbox.inbox_dead_letter_unchecked(consumer text, stream text, entry_id text, event_id uuid,
 												   topic text, key text, payload jsonb, headers jsonb,
 												   reason text, sqlstate text DEFAULT NULL, deliveries integer DEFAULT 1)
 RETURNS bigint
@@ -1245,7 +1245,7 @@ $$;
 COMMENT ON FUNCTION outbox.inbox_dead_letter_unchecked(text, text, text, uuid, text, text, jsonb, jsonb, text, text, integer) IS
 	'pg_outbox: body of inbox_dead_letter() from typed values, called after its consumer check; granted to nobody';
 
-CREATE OR REPLACE FUNCTION outbox.inbox_dead_letter_unchecked(consumer text, stream text, entry_id text, fields bytea[],
+CREATE FUNCTION outbox.inbox_dead_letter_unchecked(consumer text, stream text, entry_id text, fields bytea[],
 												   reason text, sqlstate text DEFAULT NULL, deliveries integer DEFAULT 1)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
@@ -1306,7 +1306,7 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION @extschema@.inbox_dead_letter(text, text, text, uuid, text, text, jsonb, jsonb, text, text, integer) IS
 	'pg_outbox: records a stream entry a consumer gave up on, from typed values, with the reason; returns the dead letter id';
 
-CREATE OR REPLACE FUNCTION @extschema@.inbox_dead_letter(consumer text, stream text, entry_id text, fields bytea[],
+CREATE FUNCTION @extschema@.inbox_dead_letter(consumer text, stream text, entry_id text, fields bytea[],
 											  reason text, sqlstate text DEFAULT NULL, deliveries integer DEFAULT 1)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'outbox_inbox_checked'
@@ -1315,7 +1315,7 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION @extschema@.inbox_dead_letter(text, text, text, bytea[], text, text, integer) IS
 	'pg_outbox: records a stream entry a consumer gave up on, from its raw fields kept as received, with the reason; returns the dead letter id';
 
-CREATE OR REPLACE FUNCTION @extschema@.inbox_consume(consumer text, handler text, event_ids bytea[], topics bytea[],
+CREATE FUNCTION @extschema@.inbox_consume(consumer text, handler text, event_ids bytea[], topics bytea[],
 										  keys bytea[], payloads bytea[], headers bytea[])
 RETURNS TABLE (ord integer, status text, error_code text, error_message text)
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
@@ -1407,7 +1407,7 @@ $$;
 COMMENT ON FUNCTION @extschema@.inbox_consume(text, text, bytea[], bytea[], bytea[], bytea[], bytea[]) IS
 	'pg_outbox: applies a batch of entries (fields as bytes) through the inbox and a handler, each in its own subtransaction; returns applied, duplicate, conflict, malformed or failed per entry';
 
-CREATE OR REPLACE FUNCTION outbox.dead_letter_take_unchecked(dead_letter_id bigint)
+CREATE FUNCTION outbox.dead_letter_take_unchecked(dead_letter_id bigint)
 RETURNS outbox.dead_letters
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -1426,7 +1426,7 @@ $$;
 COMMENT ON FUNCTION outbox.dead_letter_take_unchecked(bigint) IS
 	'pg_outbox: body of outbox.dead_letter_take(), called after its consumer check; granted to nobody';
 
-CREATE OR REPLACE FUNCTION outbox.dead_letter_take(dead_letter_id bigint)
+CREATE FUNCTION outbox.dead_letter_take(dead_letter_id bigint)
 RETURNS outbox.dead_letters
 AS 'MODULE_PATHNAME', 'outbox_inbox_checked'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
@@ -1750,7 +1750,7 @@ $$;
 COMMENT ON FUNCTION @extschema@.outbox_drop_empty_partitions() IS
 	'pg_outbox: drops the empty event partitions, so that outbox_maintain() makes them again at the current partition_width';
 
-CREATE OR REPLACE FUNCTION outbox.horizon_holders_all()
+CREATE FUNCTION outbox.horizon_holders_all()
 RETURNS TABLE (holds_horizon boolean, pid integer, gid text, database name, username name,
 			   state text, xid_age integer, xact_start timestamptz, held_for interval)
 LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER
@@ -1995,7 +1995,7 @@ TO outbox_admin;
 
 GRANT UPDATE ON outbox.config TO outbox_admin;
 
-CREATE OR REPLACE FUNCTION outbox.maintenance_wake()
+CREATE FUNCTION outbox.maintenance_wake()
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'outbox_maintenance_wake'
 LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
