@@ -98,7 +98,7 @@ perl -0777 -ne '
 # Roles: the attacker owns the databases; another role owns a schema it
 # is refused to install in. Both can log in (trust authentication).
 for db in fresh inschema refused $(qs postgres -c "SELECT datname FROM pg_database WHERE datname LIKE 'up\_%'"); do
-	dropdb --if-exists "$db"
+	dropdb --if-exists "$db" 2>/dev/null
 done
 qs postgres >/dev/null <<'SQL'
 DO $$ BEGIN
