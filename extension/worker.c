@@ -792,6 +792,14 @@ OutboxMaintenanceWorkerMain(Datum main_arg)
 		proc_exit(0);
 	}
 
+	/*
+	 * But not its search_path: the database's owner may set one that puts a
+	 * schema of its own before pg_catalog, and this process runs as the
+	 * bootstrap superuser. Its statements resolve names in pg_catalog alone
+	 * (I-17).
+	 */
+	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
+
 	PG_TRY();
 	{
 		outcome = OutboxRunMaintenance();

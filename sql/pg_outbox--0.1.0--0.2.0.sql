@@ -4,6 +4,39 @@
 
 \echo Use "ALTER EXTENSION pg_outbox UPDATE TO '0.2.0'" to load this file. \quit
 
+-- What the script resolves, and who may own the extension's schema: as in
+-- the install script (sql/install/00_schema_roles.sql). ALTER EXTENSION
+-- UPDATE runs with the search_path CREATE EXTENSION would use.
+SET LOCAL search_path = pg_catalog, pg_temp;
+
+-- The owner of the extension's schema can drop and rename what is in it:
+-- it could move the extension's functions aside and put its own under
+-- their names, which other roles and the extension's own code then call,
+-- or drop the extension with the schema (and every event with it). Only a
+-- role that could do as much anyway may own it: a superuser, the
+-- installing role, or the database's owner (who can drop the database).
+-- The same check runs on ALTER EXTENSION UPDATE.
+DO $owner$
+DECLARE
+	s record;
+BEGIN
+	SELECT n.nspname, o.rolname, o.rolsuper OR o.rolname = CURRENT_USER
+			   OR o.oid IN ('pg_database_owner'::pg_catalog.regrole::pg_catalog.oid, d.datdba) AS trusted
+	  INTO s
+	  FROM pg_catalog.pg_extension e
+	  JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace
+	  JOIN pg_catalog.pg_roles o ON o.oid = n.nspowner
+	  JOIN pg_catalog.pg_database d ON d.datname = pg_catalog.current_database()
+	 WHERE e.extname = 'pg_outbox';
+	IF NOT s.trusted THEN
+		RAISE EXCEPTION 'pg_outbox cannot be installed in schema "%": it is owned by role "%"', s.nspname, s.rolname
+			USING ERRCODE = 'insufficient_privilege',
+				  DETAIL = 'The owner of the extension''s schema could drop or rename the extension''s functions and put its own in their place, which the extension and its roles would then call; only a superuser, the installing role or the database''s owner may own it.',
+				  HINT = pg_catalog.format('Install pg_outbox in a schema owned by one of them, or change the owner of schema %I first (ALTER SCHEMA %I OWNER TO ...).', s.nspname, s.nspname);
+	END IF;
+END
+$owner$;
+
 --
 -- Tables.
 --
@@ -15,7 +48,9 @@
 ALTER TABLE outbox.groups DROP COLUMN cursor;
 ALTER TABLE outbox.groups
 	ADD COLUMN epoch bigint NOT NULL DEFAULT 0,
-	ADD COLUMN cursor text GENERATED ALWAYS AS ((coalesce(cursor_txid::text::numeric, cursor_ticket) + epoch) || '-' || cursor_seq) STORED,
+	ADD COLUMN cursor text GENERATED ALWAYS AS (
+		(coalesce(cursor_txid::text::numeric, cursor_ticket::numeric) OPERATOR(pg_catalog.+) epoch::numeric)::text
+		OPERATOR(pg_catalog.||) '-'::text OPERATOR(pg_catalog.||) cursor_seq::text) STORED,
 	ADD COLUMN generation bigint NOT NULL DEFAULT 1,
 	ADD COLUMN leader_pid integer,
 	ADD COLUMN leader_started timestamptz,
@@ -65,7 +100,7 @@ LANGUAGE C IMMUTABLE PARALLEL SAFE;
 COMMENT ON FUNCTION outbox.shard_of(text, text, integer) IS
 	'pg_outbox: the shard of an event among "shards": CRC-32C of the topic, a zero byte and the key (the topic alone without a key), modulo shards';
 
-CREATE OR REPLACE FUNCTION outbox.split_group_name(group_name text, OUT name text, OUT shard integer)
+CREATE FUNCTION outbox.split_group_name(group_name text, OUT name text, OUT shard integer)
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 AS $$
 DECLARE
@@ -127,7 +162,7 @@ END
 $$;
 COMMENT ON FUNCTION outbox.get_group(text, boolean) IS 'pg_outbox: a group, or a shard of one ("<group>/<shard>"), by name, or error 42704';
 
-CREATE OR REPLACE FUNCTION outbox.shard_index_name(shards integer)
+CREATE FUNCTION outbox.shard_index_name(shards integer)
 RETURNS name
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
@@ -136,7 +171,7 @@ AS $$
 $$;
 COMMENT ON FUNCTION outbox.shard_index_name(integer) IS 'pg_outbox: name of the index that reads the shards of groups with this many';
 
-CREATE OR REPLACE FUNCTION outbox.ensure_shard_index(shards integer)
+CREATE FUNCTION outbox.ensure_shard_index(shards integer)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
@@ -377,7 +412,7 @@ COMMENT ON FUNCTION @extschema@.outbox_fetch_packed(text, integer, text, interva
 
 REVOKE ALL ON SCHEMA outbox FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION outbox.config_replace()
+CREATE FUNCTION outbox.config_replace()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
@@ -418,7 +453,7 @@ $$;
 
 COMMENT ON FUNCTION outbox.free_range(xid8) IS 'pg_outbox: the bounds a new event partition holding a transaction id gets';
 
-CREATE OR REPLACE FUNCTION outbox.set_member(rel regclass, member boolean)
+CREATE FUNCTION outbox.set_member(rel regclass, member boolean)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
@@ -482,7 +517,7 @@ COMMENT ON COLUMN outbox.groups.lease_renewed IS 'when the leader last renewed i
 
 COMMENT ON COLUMN outbox.groups.lease_until IS 'until when the leader holds the group without renewing; a standby may take it over after';
 
-CREATE OR REPLACE FUNCTION outbox.note_generation(group_id integer, generation bigint)
+CREATE FUNCTION outbox.note_generation(group_id integer, generation bigint)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'outbox_note_generation'
 LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
@@ -490,7 +525,7 @@ LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
 COMMENT ON FUNCTION outbox.note_generation(integer, bigint) IS
 	'pg_outbox: notes a led group''s generation for this session; returns the one noted before';
 
-CREATE OR REPLACE FUNCTION outbox.raise_rewound(g outbox.groups)
+CREATE FUNCTION outbox.raise_rewound(g outbox.groups)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 AS $$
@@ -507,14 +542,14 @@ COMMENT ON FUNCTION outbox.raise_rewound(outbox.groups) IS
 
 COMMENT ON FUNCTION outbox.lock_class() IS 'pg_outbox: classid of pg_outbox''s advisory locks (pg_locks.classid)';
 
-CREATE OR REPLACE FUNCTION outbox.session_started()
+CREATE FUNCTION outbox.session_started()
 RETURNS timestamptz
 AS 'MODULE_PATHNAME', 'outbox_session_started'
 LANGUAGE C STABLE PARALLEL RESTRICTED;
 
 COMMENT ON FUNCTION outbox.session_started() IS 'pg_outbox: when this backend started; with its pid, names the session';
 
-CREATE OR REPLACE FUNCTION outbox.session_alive(pid integer, started timestamptz)
+CREATE FUNCTION outbox.session_alive(pid integer, started timestamptz)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'outbox_session_alive'
 LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
@@ -522,14 +557,14 @@ LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
 COMMENT ON FUNCTION outbox.session_alive(integer, timestamptz) IS
 	'pg_outbox: true while the backend with this pid that started then runs';
 
-CREATE OR REPLACE FUNCTION outbox.lease()
+CREATE FUNCTION outbox.lease()
 RETURNS interval
 AS 'MODULE_PATHNAME', 'outbox_lease'
 LANGUAGE C STABLE PARALLEL RESTRICTED;
 
 COMMENT ON FUNCTION outbox.lease() IS 'pg_outbox: this session''s lease of a group''s leadership (pg_outbox.lease)';
 
-CREATE OR REPLACE FUNCTION outbox.forget_leadership(group_id integer)
+CREATE FUNCTION outbox.forget_leadership(group_id integer)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'outbox_forget_leadership'
 LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
@@ -537,7 +572,7 @@ LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
 COMMENT ON FUNCTION outbox.forget_leadership(integer) IS
 	'pg_outbox: forgets that this session took the lead of a group; true when it had';
 
-CREATE OR REPLACE FUNCTION outbox.raise_lost(g outbox.groups)
+CREATE FUNCTION outbox.raise_lost(g outbox.groups)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 AS $$
@@ -637,7 +672,7 @@ LANGUAGE C IMMUTABLE PARALLEL SAFE;
 
 COMMENT ON FUNCTION outbox.parse_commit_position(text) IS 'pg_outbox: splits a commit-order position "<ticket>-<seq>"';
 
-CREATE OR REPLACE FUNCTION outbox.unshift_position(pos text, epoch bigint)
+CREATE FUNCTION outbox.unshift_position(pos text, epoch bigint)
 RETURNS text
 AS 'MODULE_PATHNAME', 'outbox_unshift_position'
 LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
@@ -882,7 +917,7 @@ $$;
 COMMENT ON FUNCTION @extschema@.outbox_rewind(text, text) IS
 	'pg_outbox: moves the group''s cursor to a position, ''now'' or ''beginning''; returns the new position';
 
-CREATE OR REPLACE FUNCTION @extschema@.outbox_reanchor(group_name text)
+CREATE FUNCTION @extschema@.outbox_reanchor(group_name text)
 RETURNS text
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -937,7 +972,7 @@ $$;
 COMMENT ON FUNCTION @extschema@.outbox_reanchor(text) IS
 	'pg_outbox: re-anchors a group on this server (after a restore or failover): cursor at the horizon, stream ids above all it published';
 
-CREATE OR REPLACE FUNCTION outbox.inbox_today()
+CREATE FUNCTION outbox.inbox_today()
 RETURNS date
 LANGUAGE sql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
@@ -1027,14 +1062,14 @@ COMMENT ON TABLE outbox.consumers IS 'pg_outbox: registered inbox consumers and 
 
 COMMENT ON COLUMN outbox.consumers.owner IS 'members of this role (and of outbox_admin) may apply, consume, dead-letter and replay for the consumer';
 
-CREATE OR REPLACE FUNCTION outbox.consumer_name_check(consumer text)
+CREATE FUNCTION outbox.consumer_name_check(consumer text)
 RETURNS void
 AS 'MODULE_PATHNAME', 'outbox_consumer_name_check'
 LANGUAGE C IMMUTABLE PARALLEL SAFE;
 
 COMMENT ON FUNCTION outbox.consumer_name_check(text) IS 'pg_outbox: errors when a consumer name is NULL, empty, over 255 bytes or holds control characters';
 
-CREATE OR REPLACE FUNCTION @extschema@.inbox_consumer_check(consumer text)
+CREATE FUNCTION @extschema@.inbox_consumer_check(consumer text)
 RETURNS void
 AS 'MODULE_PATHNAME', 'outbox_inbox_consumer_check'
 LANGUAGE C STABLE PARALLEL RESTRICTED;
@@ -1042,7 +1077,7 @@ LANGUAGE C STABLE PARALLEL RESTRICTED;
 COMMENT ON FUNCTION @extschema@.inbox_consumer_check(text) IS
 	'pg_outbox: errors (42501) unless the consumer is registered and the current role may act for it';
 
-CREATE OR REPLACE FUNCTION outbox.consumer_owner_check(owner regrole)
+CREATE FUNCTION outbox.consumer_owner_check(owner regrole)
 RETURNS void
 LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
@@ -1059,7 +1094,7 @@ $$;
 
 COMMENT ON FUNCTION outbox.consumer_owner_check(regrole) IS 'pg_outbox: errors when a consumer''s owner role is NULL or does not exist';
 
-CREATE OR REPLACE FUNCTION @extschema@.inbox_consumer_create(consumer text, owner regrole)
+CREATE FUNCTION @extschema@.inbox_consumer_create(consumer text, owner regrole)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -1080,7 +1115,7 @@ $$;
 COMMENT ON FUNCTION @extschema@.inbox_consumer_create(text, regrole) IS
 	'pg_outbox: registers an inbox consumer; members of the owner role may act for it';
 
-CREATE OR REPLACE FUNCTION @extschema@.inbox_consumer_set_owner(consumer text, owner regrole)
+CREATE FUNCTION @extschema@.inbox_consumer_set_owner(consumer text, owner regrole)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -1099,7 +1134,7 @@ $$;
 COMMENT ON FUNCTION @extschema@.inbox_consumer_set_owner(text, regrole) IS
 	'pg_outbox: gives an inbox consumer another owner role';
 
-CREATE OR REPLACE FUNCTION @extschema@.inbox_consumer_drop(consumer text, forget boolean DEFAULT false)
+CREATE FUNCTION @extschema@.inbox_consumer_drop(consumer text, forget boolean DEFAULT false)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -1136,7 +1171,7 @@ $$;
 COMMENT ON FUNCTION @extschema@.inbox_consumer_drop(text, boolean) IS
 	'pg_outbox: unregisters an inbox consumer; refused while it has inbox rows or dead letters unless forget => true deletes them';
 
-CREATE OR REPLACE FUNCTION @extschema@.inbox_consumers()
+CREATE FUNCTION @extschema@.inbox_consumers()
 RETURNS TABLE (consumer text, owner regrole, owner_exists boolean, created_at timestamptz)
 LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -1149,28 +1184,28 @@ $$;
 COMMENT ON FUNCTION @extschema@.inbox_consumers() IS
 	'pg_outbox: the registered inbox consumers, their owner roles, and whether each owner still exists';
 
-CREATE OR REPLACE FUNCTION outbox.entry_text(value bytea)
+CREATE FUNCTION outbox.entry_text(value bytea)
 RETURNS text
 LANGUAGE sql STABLE STRICT PARALLEL SAFE
 AS $$ SELECT pg_catalog.convert_from(value, 'UTF8') $$;
 
 COMMENT ON FUNCTION outbox.entry_text(bytea) IS 'pg_outbox: a stream entry''s field as text (UTF-8, no NUL)';
 
-CREATE OR REPLACE FUNCTION outbox.entry_uuid(value bytea)
+CREATE FUNCTION outbox.entry_uuid(value bytea)
 RETURNS uuid
 LANGUAGE sql STABLE STRICT PARALLEL SAFE
 AS $$ SELECT outbox.entry_text(value)::pg_catalog.uuid $$;
 
 COMMENT ON FUNCTION outbox.entry_uuid(bytea) IS 'pg_outbox: a stream entry''s field as a uuid';
 
-CREATE OR REPLACE FUNCTION outbox.entry_json(value bytea)
+CREATE FUNCTION outbox.entry_json(value bytea)
 RETURNS jsonb
 LANGUAGE sql STABLE STRICT PARALLEL SAFE
 AS $$ SELECT outbox.entry_text(value)::pg_catalog.jsonb $$;
 
 COMMENT ON FUNCTION outbox.entry_json(bytea) IS 'pg_outbox: a stream entry''s field as jsonb';
 
-CREATE OR REPLACE FUNCTION outbox.entry_field(fields bytea[], name text)
+CREATE FUNCTION outbox.entry_field(fields bytea[], name text)
 RETURNS bytea
 LANGUAGE sql STABLE STRICT PARALLEL SAFE
 AS $$
@@ -1184,7 +1219,7 @@ $$;
 
 COMMENT ON FUNCTION outbox.entry_field(bytea[], text) IS 'pg_outbox: the value of a named field of a stream entry''s raw fields';
 
-CREATE OR REPLACE FUNCTION outbox.inbox_applied(consumer text, event_id uuid)
+CREATE FUNCTION outbox.inbox_applied(consumer text, event_id uuid)
 RETURNS jsonb
 AS 'MODULE_PATHNAME', 'outbox_inbox_applied'
 LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
@@ -1192,7 +1227,7 @@ LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
 COMMENT ON FUNCTION outbox.inbox_applied(text, uuid) IS
 	'pg_outbox: the payload a consumer applied under an event id, read after the event''s inbox lock; 40001 at REPEATABLE READ or SERIALIZABLE when only a later snapshot sees it';
 
-CREATE OR REPLACE FUNCTION outbox.inbox_apply_unchecked(consumer text, event_id uuid, payload jsonb)
+CREATE FUNCTION outbox.inbox_apply_unchecked(consumer text, event_id uuid, payload jsonb)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -1237,7 +1272,7 @@ COMMENT ON COLUMN outbox.dead_letters.event_id IS 'the entry''s event_id field w
 
 COMMENT ON COLUMN outbox.dead_letters.payload IS 'the entry''s payload field when it decodes';
 
-CREATE OR REPLACE FUNCTION outbox.dead_letter_record(consumer text, stream text, entry_id text, event_id uuid,
+CREATE FUNCTION outbox.dead_letter_record(consumer text, stream text, entry_id text, event_id uuid,
 										  topic text, key text, payload jsonb, headers jsonb, fields bytea[],
 										  reason text, sqlstate text, deliveries integer)
 RETURNS bigint
@@ -1274,7 +1309,7 @@ $$;
 COMMENT ON FUNCTION outbox.dead_letter_record(text, text, text, uuid, text, text, jsonb, jsonb, bytea[], text, text, integer) IS
 	'pg_outbox: records or updates a dead letter; granted to nobody';
 
-CREATE OR REPLACE FUNCTION outbox.inbox_dead_letter_unchecked(consumer text, stream text, entry_id text, event_id uuid,
+CREATE FUNCTION outbox.inbox_dead_letter_unchecked(consumer text, stream text, entry_id text, event_id uuid,
 												   topic text, key text, payload jsonb, headers jsonb,
 												   reason text, sqlstate text DEFAULT NULL, deliveries integer DEFAULT 1)
 RETURNS bigint
@@ -1288,7 +1323,7 @@ $$;
 COMMENT ON FUNCTION outbox.inbox_dead_letter_unchecked(text, text, text, uuid, text, text, jsonb, jsonb, text, text, integer) IS
 	'pg_outbox: body of inbox_dead_letter() from typed values, called after its consumer check; granted to nobody';
 
-CREATE OR REPLACE FUNCTION outbox.inbox_dead_letter_unchecked(consumer text, stream text, entry_id text, fields bytea[],
+CREATE FUNCTION outbox.inbox_dead_letter_unchecked(consumer text, stream text, entry_id text, fields bytea[],
 												   reason text, sqlstate text DEFAULT NULL, deliveries integer DEFAULT 1)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
@@ -1349,7 +1384,7 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION @extschema@.inbox_dead_letter(text, text, text, uuid, text, text, jsonb, jsonb, text, text, integer) IS
 	'pg_outbox: records a stream entry a consumer gave up on, from typed values, with the reason; returns the dead letter id';
 
-CREATE OR REPLACE FUNCTION @extschema@.inbox_dead_letter(consumer text, stream text, entry_id text, fields bytea[],
+CREATE FUNCTION @extschema@.inbox_dead_letter(consumer text, stream text, entry_id text, fields bytea[],
 											  reason text, sqlstate text DEFAULT NULL, deliveries integer DEFAULT 1)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'outbox_inbox_checked'
@@ -1358,13 +1393,13 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION @extschema@.inbox_dead_letter(text, text, text, bytea[], text, text, integer) IS
 	'pg_outbox: records a stream entry a consumer gave up on, from its raw fields kept as received, with the reason; returns the dead letter id';
 
-CREATE OR REPLACE FUNCTION @extschema@.inbox_consume(consumer text, handler text, event_ids bytea[], topics bytea[],
+CREATE FUNCTION @extschema@.inbox_consume(consumer text, handler text, event_ids bytea[], topics bytea[],
 										  keys bytea[], payloads bytea[], headers bytea[])
 RETURNS TABLE (ord integer, status text, error_code text, error_message text)
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 AS $$
 DECLARE
-	n integer := coalesce(cardinality(payloads), 0);
+	n integer := coalesce(pg_catalog.cardinality(payloads), 0);
 	id uuid;
 	v_topic text;
 	v_key text;
@@ -1376,18 +1411,24 @@ DECLARE
 	err_detail text;
 BEGIN
 	PERFORM @extschema@.inbox_consumer_check(consumer);
-	IF handler IS NULL OR handler = '' THEN
+	IF handler IS NULL OR handler OPERATOR(pg_catalog.=) ''::text THEN
 		RAISE EXCEPTION 'handler must not be empty' USING ERRCODE = 'invalid_parameter_value';
 	END IF;
-	IF coalesce(cardinality(event_ids), 0) <> n OR coalesce(cardinality(topics), 0) <> n
-	   OR coalesce(cardinality(keys), n) <> n OR coalesce(cardinality(headers), n) <> n THEN
+	IF coalesce(pg_catalog.cardinality(event_ids), 0) OPERATOR(pg_catalog.<>) n
+	   OR coalesce(pg_catalog.cardinality(topics), 0) OPERATOR(pg_catalog.<>) n
+	   OR coalesce(pg_catalog.cardinality(keys), n) OPERATOR(pg_catalog.<>) n
+	   OR coalesce(pg_catalog.cardinality(headers), n) OPERATOR(pg_catalog.<>) n THEN
 		RAISE EXCEPTION 'the arrays of inbox_consume() must have the same length'
 			USING ERRCODE = 'invalid_parameter_value',
 				  HINT = 'keys and headers may also be NULL.';
 	END IF;
-	IF n > 0 AND (array_ndims(payloads) > 1 OR array_lower(event_ids, 1) <> 1 OR array_lower(topics, 1) <> 1
-				  OR array_lower(payloads, 1) <> 1 OR coalesce(array_lower(keys, 1), 1) <> 1
-				  OR coalesce(array_lower(headers, 1), 1) <> 1) THEN
+	IF n OPERATOR(pg_catalog.>) 0
+	   AND (pg_catalog.array_ndims(payloads) OPERATOR(pg_catalog.>) 1
+			OR pg_catalog.array_lower(event_ids, 1) OPERATOR(pg_catalog.<>) 1
+			OR pg_catalog.array_lower(topics, 1) OPERATOR(pg_catalog.<>) 1
+			OR pg_catalog.array_lower(payloads, 1) OPERATOR(pg_catalog.<>) 1
+			OR coalesce(pg_catalog.array_lower(keys, 1), 1) OPERATOR(pg_catalog.<>) 1
+			OR coalesce(pg_catalog.array_lower(headers, 1), 1) OPERATOR(pg_catalog.<>) 1) THEN
 		RAISE EXCEPTION 'the arrays of inbox_consume() must be one-dimensional and start at 1'
 			USING ERRCODE = 'invalid_parameter_value';
 	END IF;
@@ -1426,12 +1467,14 @@ BEGIN
 			GET STACKED DIAGNOSTICS err_state = RETURNED_SQLSTATE, err_message = MESSAGE_TEXT,
 									err_detail = PG_EXCEPTION_DETAIL;
 			error_code := err_state;
-			error_message := err_message || CASE WHEN err_detail <> '' THEN ' (' || err_detail || ')' ELSE '' END;
+			error_message := err_message OPERATOR(pg_catalog.||)
+				CASE WHEN err_detail OPERATOR(pg_catalog.<>) ''::text
+					 THEN ' ('::text OPERATOR(pg_catalog.||) err_detail OPERATOR(pg_catalog.||) ')'::text ELSE ''::text END;
 			IF decoding IS NOT NULL THEN
 				status := 'malformed';
-				error_message := format('field "%s": %s', decoding, error_message);
+				error_message := pg_catalog.format('field "%s": %s', decoding, error_message);
 			ELSE
-				status := CASE WHEN err_state = 'OB001' THEN 'conflict' ELSE 'failed' END;
+				status := CASE WHEN err_state OPERATOR(pg_catalog.=) 'OB001'::text THEN 'conflict' ELSE 'failed' END;
 			END IF;
 		END;
 		RETURN NEXT;
@@ -1442,7 +1485,7 @@ $$;
 COMMENT ON FUNCTION @extschema@.inbox_consume(text, text, bytea[], bytea[], bytea[], bytea[], bytea[]) IS
 	'pg_outbox: applies a batch of entries (fields as bytes) through the inbox and a handler, each in its own subtransaction; returns applied, duplicate, conflict, malformed or failed per entry';
 
-CREATE OR REPLACE FUNCTION outbox.dead_letter_take_unchecked(dead_letter_id bigint)
+CREATE FUNCTION outbox.dead_letter_take_unchecked(dead_letter_id bigint)
 RETURNS outbox.dead_letters
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -1461,7 +1504,7 @@ $$;
 COMMENT ON FUNCTION outbox.dead_letter_take_unchecked(bigint) IS
 	'pg_outbox: body of outbox.dead_letter_take(), called after its consumer check; granted to nobody';
 
-CREATE OR REPLACE FUNCTION outbox.dead_letter_take(dead_letter_id bigint)
+CREATE FUNCTION outbox.dead_letter_take(dead_letter_id bigint)
 RETURNS outbox.dead_letters
 AS 'MODULE_PATHNAME', 'outbox_inbox_checked'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
@@ -1485,12 +1528,12 @@ BEGIN
 		IF d.fields IS NULL THEN
 			RAISE EXCEPTION 'dead letter % has no event to replay', dead_letter_id
 				USING ERRCODE = 'object_not_in_prerequisite_state',
-					  DETAIL = format('Entry %s of stream "%s" was gone from the stream: %s', d.entry_id, d.stream, d.reason),
+					  DETAIL = pg_catalog.format('Entry %s of stream "%s" was gone from the stream: %s', d.entry_id, d.stream, d.reason),
 					  HINT = 'Republish the event from the producer''s outbox (outbox_rewind) instead.';
 		END IF;
 		RAISE EXCEPTION 'dead letter % has no event to replay', dead_letter_id
 			USING ERRCODE = 'object_not_in_prerequisite_state',
-				  DETAIL = format('Entry %s of stream "%s" could not be read: %s', d.entry_id, d.stream, d.reason),
+				  DETAIL = pg_catalog.format('Entry %s of stream "%s" could not be read: %s', d.entry_id, d.stream, d.reason),
 				  HINT = 'Its fields are kept as received in outbox.dead_letters.fields. Republish a corrected event from the producer.';
 	END IF;
 	IF @extschema@.inbox_apply(d.consumer, d.event_id, d.payload) THEN
@@ -1825,7 +1868,7 @@ $$;
 COMMENT ON FUNCTION @extschema@.outbox_drop_empty_partitions() IS
 	'pg_outbox: drops the empty event partitions, so that outbox_maintain() makes them again at the current partition_width';
 
-CREATE OR REPLACE FUNCTION outbox.horizon_holders_all()
+CREATE FUNCTION outbox.horizon_holders_all()
 RETURNS TABLE (holds_horizon boolean, pid integer, gid text, database name, username name,
 			   state text, xid_age integer, xact_start timestamptz, held_for interval)
 LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER
@@ -2234,7 +2277,7 @@ TO outbox_admin;
 
 GRANT UPDATE ON outbox.config TO outbox_admin;
 
-CREATE OR REPLACE FUNCTION outbox.maintenance_wake()
+CREATE FUNCTION outbox.maintenance_wake()
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'outbox_maintenance_wake'
 LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
@@ -2257,14 +2300,15 @@ DECLARE
 	r record;
 BEGIN
 	FOR r IN
-		SELECT c.oid::regclass AS rel, p.relname AS parent
-		  FROM pg_inherits i
-		  JOIN pg_class c ON c.oid = i.inhrelid
-		  JOIN pg_class p ON p.oid = i.inhparent
-		 WHERE i.inhparent IN ('outbox.event'::regclass, 'outbox.commit_log'::regclass, 'outbox.inbox'::regclass)
-		   AND c.relname NOT LIKE '%\_default'
+		SELECT c.oid::pg_catalog.regclass AS rel, p.relname AS parent
+		  FROM pg_catalog.pg_inherits i
+		  JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
+		  JOIN pg_catalog.pg_class p ON p.oid = i.inhparent
+		 WHERE i.inhparent IN ('outbox.event'::pg_catalog.regclass, 'outbox.commit_log'::pg_catalog.regclass,
+							   'outbox.inbox'::pg_catalog.regclass)
+		   AND c.relname::text OPERATOR(pg_catalog.!~~) '%\_default'::text
 	LOOP
-		PERFORM outbox.set_member(r.rel, r.parent <> 'inbox');
+		PERFORM outbox.set_member(r.rel, r.parent <> 'inbox'::name);
 	END LOOP;
 END
 $members$;

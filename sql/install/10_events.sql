@@ -174,11 +174,13 @@ COMMENT ON FUNCTION outbox.attach_range(xid8, xid8) IS 'pg_outbox: creates and a
 -- Install: the partitions from the current transaction id to the headroom.
 DO $install$
 DECLARE
-	x numeric := pg_snapshot_xmax(pg_current_snapshot())::text::numeric;
+	x numeric := pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot())::text::numeric;
+	width numeric := (SELECT c.partition_width::numeric FROM outbox.config c);
 	r record;
 BEGIN
-	FOR i IN 0 .. (SELECT premake FROM outbox.config) LOOP
-		SELECT * INTO r FROM outbox.free_range((x + i * (SELECT partition_width FROM outbox.config))::text::xid8);
+	FOR i IN 0 .. (SELECT c.premake FROM outbox.config c) LOOP
+		SELECT * INTO r
+		  FROM outbox.free_range((x OPERATOR(pg_catalog.+) (i::numeric OPERATOR(pg_catalog.*) width))::text::xid8);
 		IF r.lower IS NOT NULL THEN
 			PERFORM outbox.attach_range(r.lower, r.upper);
 		END IF;

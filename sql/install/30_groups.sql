@@ -14,7 +14,12 @@ CREATE TABLE outbox.groups (
 	cursor_ticket bigint,
 	cursor_seq bigint NOT NULL,
 	epoch bigint NOT NULL DEFAULT 0,
-	cursor text GENERATED ALWAYS AS ((coalesce(cursor_txid::text::numeric, cursor_ticket) + epoch) || '-' || cursor_seq) STORED,
+	-- Every operand cast to the exact type of the operator meant, and every
+	-- operator qualified: the expression is bound at creation and runs as
+	-- the table's owner on every write (see 00_schema_roles.sql).
+	cursor text GENERATED ALWAYS AS (
+		(coalesce(cursor_txid::text::numeric, cursor_ticket::numeric) OPERATOR(pg_catalog.+) epoch::numeric)::text
+		OPERATOR(pg_catalog.||) '-'::text OPERATOR(pg_catalog.||) cursor_seq::text) STORED,
 	created_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
 	advanced_at timestamptz,
 	streams jsonb NOT NULL DEFAULT '{}',

@@ -524,14 +524,16 @@ COMMENT ON FUNCTION @extschema@.inbox_dead_letter(text, text, text, bytea[], tex
 -- are decoded per entry: a malformed one fails alone ('malformed'), and so
 -- does a failing handler ('failed'). Runs as the caller, with the
 -- caller's search_path, so the handler runs with the consumer's own
--- privileges and names; everything it calls itself is schema-qualified.
+-- privileges and names; every function it calls itself is
+-- schema-qualified, and its operators have pg_catalog's exact operand
+-- types (pg_catalog comes first on any search_path that does not name it).
 CREATE FUNCTION @extschema@.inbox_consume(consumer text, handler text, event_ids bytea[], topics bytea[],
 										  keys bytea[], payloads bytea[], headers bytea[])
 RETURNS TABLE (ord integer, status text, error_code text, error_message text)
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 AS $$
 DECLARE
-	n integer := coalesce(cardinality(payloads), 0);
+	n integer := coalesce(pg_catalog.cardinality(payloads), 0);
 	id uuid;
 	v_topic text;
 	v_key text;
@@ -543,18 +545,24 @@ DECLARE
 	err_detail text;
 BEGIN
 	PERFORM @extschema@.inbox_consumer_check(consumer);
-	IF handler IS NULL OR handler = '' THEN
+	IF handler IS NULL OR handler OPERATOR(pg_catalog.=) ''::text THEN
 		RAISE EXCEPTION 'handler must not be empty' USING ERRCODE = 'invalid_parameter_value';
 	END IF;
-	IF coalesce(cardinality(event_ids), 0) <> n OR coalesce(cardinality(topics), 0) <> n
-	   OR coalesce(cardinality(keys), n) <> n OR coalesce(cardinality(headers), n) <> n THEN
+	IF coalesce(pg_catalog.cardinality(event_ids), 0) OPERATOR(pg_catalog.<>) n
+	   OR coalesce(pg_catalog.cardinality(topics), 0) OPERATOR(pg_catalog.<>) n
+	   OR coalesce(pg_catalog.cardinality(keys), n) OPERATOR(pg_catalog.<>) n
+	   OR coalesce(pg_catalog.cardinality(headers), n) OPERATOR(pg_catalog.<>) n THEN
 		RAISE EXCEPTION 'the arrays of inbox_consume() must have the same length'
 			USING ERRCODE = 'invalid_parameter_value',
 				  HINT = 'keys and headers may also be NULL.';
 	END IF;
-	IF n > 0 AND (array_ndims(payloads) > 1 OR array_lower(event_ids, 1) <> 1 OR array_lower(topics, 1) <> 1
-				  OR array_lower(payloads, 1) <> 1 OR coalesce(array_lower(keys, 1), 1) <> 1
-				  OR coalesce(array_lower(headers, 1), 1) <> 1) THEN
+	IF n OPERATOR(pg_catalog.>) 0
+	   AND (pg_catalog.array_ndims(payloads) OPERATOR(pg_catalog.>) 1
+			OR pg_catalog.array_lower(event_ids, 1) OPERATOR(pg_catalog.<>) 1
+			OR pg_catalog.array_lower(topics, 1) OPERATOR(pg_catalog.<>) 1
+			OR pg_catalog.array_lower(payloads, 1) OPERATOR(pg_catalog.<>) 1
+			OR coalesce(pg_catalog.array_lower(keys, 1), 1) OPERATOR(pg_catalog.<>) 1
+			OR coalesce(pg_catalog.array_lower(headers, 1), 1) OPERATOR(pg_catalog.<>) 1) THEN
 		RAISE EXCEPTION 'the arrays of inbox_consume() must be one-dimensional and start at 1'
 			USING ERRCODE = 'invalid_parameter_value';
 	END IF;
@@ -593,12 +601,14 @@ BEGIN
 			GET STACKED DIAGNOSTICS err_state = RETURNED_SQLSTATE, err_message = MESSAGE_TEXT,
 									err_detail = PG_EXCEPTION_DETAIL;
 			error_code := err_state;
-			error_message := err_message || CASE WHEN err_detail <> '' THEN ' (' || err_detail || ')' ELSE '' END;
+			error_message := err_message OPERATOR(pg_catalog.||)
+				CASE WHEN err_detail OPERATOR(pg_catalog.<>) ''::text
+					 THEN ' ('::text OPERATOR(pg_catalog.||) err_detail OPERATOR(pg_catalog.||) ')'::text ELSE ''::text END;
 			IF decoding IS NOT NULL THEN
 				status := 'malformed';
-				error_message := format('field "%s": %s', decoding, error_message);
+				error_message := pg_catalog.format('field "%s": %s', decoding, error_message);
 			ELSE
-				status := CASE WHEN err_state = 'OB001' THEN 'conflict' ELSE 'failed' END;
+				status := CASE WHEN err_state OPERATOR(pg_catalog.=) 'OB001'::text THEN 'conflict' ELSE 'failed' END;
 			END IF;
 		END;
 		RETURN NEXT;
@@ -657,12 +667,12 @@ BEGIN
 		IF d.fields IS NULL THEN
 			RAISE EXCEPTION 'dead letter % has no event to replay', dead_letter_id
 				USING ERRCODE = 'object_not_in_prerequisite_state',
-					  DETAIL = format('Entry %s of stream "%s" was gone from the stream: %s', d.entry_id, d.stream, d.reason),
+					  DETAIL = pg_catalog.format('Entry %s of stream "%s" was gone from the stream: %s', d.entry_id, d.stream, d.reason),
 					  HINT = 'Republish the event from the producer''s outbox (outbox_rewind) instead.';
 		END IF;
 		RAISE EXCEPTION 'dead letter % has no event to replay', dead_letter_id
 			USING ERRCODE = 'object_not_in_prerequisite_state',
-				  DETAIL = format('Entry %s of stream "%s" could not be read: %s', d.entry_id, d.stream, d.reason),
+				  DETAIL = pg_catalog.format('Entry %s of stream "%s" could not be read: %s', d.entry_id, d.stream, d.reason),
 				  HINT = 'Its fields are kept as received in outbox.dead_letters.fields. Republish a corrected event from the producer.';
 	END IF;
 	IF @extschema@.inbox_apply(d.consumer, d.event_id, d.payload) THEN
