@@ -496,12 +496,12 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
             ->envname("PG_OUTBOX_REDIS_DB")
             ->check(CLI::Range(0, 1024))
             ->capture_default_str();
-    auto* redis_timeout_option = app.add_option("--redis-timeout", redis_timeout,
+    app.add_option("--redis-timeout", redis_timeout,
                    "longest wait on Redis (a connection, a write, a reply; a reply to XREAD BLOCK: this beyond "
                    "the BLOCK); at least 100ms; default: two thirds of --lease between 2s and 10s in publish "
                    "mode, 10s in consume mode")
         ->envname("PG_OUTBOX_REDIS_TIMEOUT");
-    auto* pg_timeout_option = app.add_option("--pg-timeout", pg_timeout,
+    app.add_option("--pg-timeout", pg_timeout,
                    "longest wait on PostgreSQL (a connection, a write, a statement's result); a wait past it "
                    "closes the connection and the relay reconnects; at least 1s, at most 1h; default: two thirds "
                    "of --lease between 2s and 10s in publish mode, 10s in consume mode")
@@ -509,7 +509,7 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
     app.add_option("--retry-min", retry_min, "first delay before retrying after a fault")
         ->envname("PG_OUTBOX_RETRY_MIN")
         ->capture_default_str();
-    auto* retry_max_option = app.add_option("--retry-max", retry_max,
+    app.add_option("--retry-max", retry_max,
                    "longest delay between retries (exponential backoff with jitter); default: a third of --lease, "
                    "at most 10s, in publish mode, 10s in consume mode")
         ->envname("PG_OUTBOX_RETRY_MAX");
@@ -720,16 +720,17 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
         c.poll_interval = duration("--poll-interval", poll, std::chrono::milliseconds(1));
         c.retry_min = duration("--retry-min", retry_min, std::chrono::milliseconds(1));
         GivenBounds given;
-        // Given (an empty value included, which is refused) or derived.
-        if (!retry_max.empty() || retry_max_option->count() > 0) {
+        // Given, or derived (an empty value too: an env file's
+        // PG_OUTBOX_PG_TIMEOUT= is the default).
+        if (!retry_max.empty()) {
             c.retry_max = duration("--retry-max", retry_max, c.retry_min);
             given.retry_max = true;
         }
-        if (!redis_timeout.empty() || redis_timeout_option->count() > 0) {
+        if (!redis_timeout.empty()) {
             c.redis_timeout = duration("--redis-timeout", redis_timeout, std::chrono::milliseconds(100));
             given.redis_timeout = true;
         }
-        if (!pg_timeout.empty() || pg_timeout_option->count() > 0) {
+        if (!pg_timeout.empty()) {
             c.pg_timeout = duration("--pg-timeout", pg_timeout, std::chrono::seconds(1));
             if (c.pg_timeout > std::chrono::hours(1)) throw ConfigError("--pg-timeout: at most 1h");
             given.pg_timeout = true;

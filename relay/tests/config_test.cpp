@@ -440,7 +440,11 @@ TEST(CommandLine, WaitBounds) {
     EXPECT_EQ(r.config->redis_timeout, 10s);
     EXPECT_EQ(r.config->retry_max, 10s);
 
-    for (const auto* bad : {"0", "999ms", "-1s", "61m", "soon", "", "1s ", "9223372036854775807m"}) {
+    // An empty value (an env file's PG_OUTBOX_PG_TIMEOUT=) is the default.
+    r = parse({"publish", "--group", "g", "--lease", "6s", "--pg-timeout", ""});
+    ASSERT_TRUE(r.config);
+    EXPECT_EQ(r.config->pg_timeout, 4s);
+    for (const auto* bad : {"0", "999ms", "-1s", "61m", "soon", "1s ", " ", "9223372036854775807m"}) {
         const auto [code, err] = parse_error({"publish", "--group", "g", "--pg-timeout", bad});
         EXPECT_EQ(code, 2) << bad;
         EXPECT_NE(err.find("--pg-timeout"), std::string::npos) << bad << ": " << err;
