@@ -196,6 +196,7 @@ void GroupSession::reset() {
 
 bool GroupSession::lead() {
     bool leads = false;
+    const auto sent = std::chrono::steady_clock::now();
     try {
         leads = pg_->exec(kLeadSql, {config_.group}).get(0, 0) == "t";
     } catch (const PgError& e) {
@@ -203,6 +204,7 @@ bool GroupSession::lead() {
         // to another meanwhile; the next call looks again.
         if (e.sqlstate() != "OB003" || e.connection_lost()) throw;
     }
+    if (leads) metrics_.lease_renewed(sent);
     // Before its first batch, a new leader records its template, or finds
     // the group's and is refused when it is another one.
     if (leads && !metrics_.leader.load()) leads = record_template();
@@ -267,6 +269,7 @@ PackedBatch GroupSession::receive_batch() {
             rethrow_refusal(e);
         }
     }();
+    metrics_.lease_renewed(fetch_sent_);  // a leader's fetch renews the lease
     if (!fetch_waits_) metrics_.pg_rtt_seconds = seconds_since(fetch_sent_);
     auto batch = unpack_fetch(r);
     size_next_fetch(batch.events.size());
@@ -413,6 +416,7 @@ void GroupSession::receive_advance() {
         unadvanced_.reset();
         rethrow_refusal(e);
     }
+    metrics_.lease_renewed(advance_sent_at_);  // an advance renews the lease
     unadvanced_.reset();
 }
 
