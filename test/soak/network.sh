@@ -230,12 +230,16 @@ now() {
 # One fault, the NUMBER-th: its kind, path and standby are in a rotation
 # that makes every kind on every path within 12 faults, and with a
 # standby and without one within 24 (shifted by the seed); it lasts 5 s
-# to FAULT_MAX. Records a line for the report in NET_RESULTS:
-#   kind path standby seconds cut heal resumed cut-logs standby-log
-# (times in epoch seconds, resumed empty when publishing or applying did
-# not resume within NET_RESUME_WAIT seconds of the heal; the cut
-# processes' logs comma-separated, the standby's log or "-"), and says
-# what it did on stdout (the faults log).
+# to FAULT_MAX. Right after the heal it emits an event, so that there is
+# something to publish and apply even when the writers pause, and waits
+# (at most NET_RESUME_WAIT seconds) until the streams or the projection
+# grow. Records a line for the report in NET_RESULTS:
+#   kind path standby seconds cut heal resumed cut-logs standby-log relay-logs
+# (times in epoch seconds; resumed: when the first apply after the heal
+# happened (the projection's applied_at), "log" when the relays' logs say
+# when they published first after it, "-" when nothing resumed; logs
+# comma-separated, "-" for none), and says what it did on stdout (the
+# faults log).
 net_fault() {
 	local n=$1 kind path standby=- d host other='' dev counter procs=() logs=() p at_heal t_cut t_heal t_res='' i
 	kind=${NET_KINDS[(n + NET_SHIFT) % ${#NET_KINDS[@]}]}
@@ -281,16 +285,22 @@ net_fault() {
 	at_heal=$($counter)
 	net_heal "$kind" "$dev"
 	t_heal=$(now)
+	db soak -c "SELECT outbox_emit('t0', 'heal', jsonb_build_object('n', nextval('soak_n')))" >/dev/null
+	t_res=-
 	for i in $(seq 1 $((NET_RESUME_WAIT * 10))); do
 		if [ "$($counter)" -gt "$at_heal" ]; then
-			t_res=$(now)
+			t_res=log
 			break
 		fi
 		sleep 0.1
 	done
-	local standby_log=-
+	if [ "$counter" = net_applied ] && [ "$t_res" = log ]; then
+		t_res=$(db sink -c "SELECT extract(epoch FROM min(applied_at)) FROM projection WHERE applied_at > to_timestamp($t_heal)")
+	fi
+	local standby_log=- relay_logs=-
 	[ "$standby" != with ] || standby_log=$WORK/$other.log
-	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$kind" "$path" "$standby" "$d" "$t_cut" "$t_heal" "$t_res" \
-		"$(IFS=,; echo "${logs[*]}")" "$standby_log" >>"$NET_RESULTS"
+	[ "$counter" != net_published ] || relay_logs=$WORK/relay1.log,$WORK/relay2.log
+	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$kind" "$path" "$standby" "$d" "$t_cut" "$t_heal" "$t_res" \
+		"$(IFS=,; echo "${logs[*]}")" "$standby_log" "$relay_logs" >>"$NET_RESULTS"
 	[ -z "$other" ] || [ "$standby" != without ] || start "$other"
 }

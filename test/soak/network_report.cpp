@@ -4,22 +4,27 @@
 // workers' own JSON logs say when each of them noticed. Reading those
 // logs is a program's job, so this is one.
 //
-//   pg_outbox_soak_network RESULTS LEASE_MS POLL_MS [DETECT_BOUND_MS]
+//   pg_outbox_soak_network RESULTS LEASE_MS POLL_MS [RELAY_BOUND_MS CONSUMER_BOUND_MS]
 //
 // RESULTS has a line per fault, tab-separated:
-//   kind  path  standby  seconds  cut  heal  resumed  cut-logs  standby-log
+//   kind  path  standby  seconds  cut  heal  resumed  cut-logs  standby-log  relay-logs
 // with kind blackhole, reset or link-down; path relay-pg, relay-redis,
 // consumer-pg or consumer-redis; standby with, without or -; the times in
-// epoch seconds (resumed empty when nothing resumed within the soak's
-// wait); cut-logs the comma-separated logs of the processes the fault cut
+// epoch seconds; resumed the time of the first apply after the heal, or
+// "log": the first batch a relay logged as published after the heal (at
+// debug level) in relay-logs, or "-": nothing resumed within the soak's
+// wait; cut-logs the comma-separated logs of the processes the fault cut
 // off; standby-log the log of the standby relay, or "-".
 //
-// For each fault it prints what happened, then the longest time from a
-// cut to its detection (the last of the cut processes to log a warning
-// or an error after the cut), from a cut to the standby leading, and from
-// a heal to resumed publishing and to resumed applying, each beside its
-// target: resuming within the lease plus one poll, detecting within
-// DETECT_BOUND_MS when given. The figures are printed, never judged: the
+// For each fault it prints what happened, then, for the relays and for
+// the consumer, the longest time from a cut to its detection (the last of
+// the cut processes to log a warning or an error after the cut), from a
+// cut to the standby leading, and from a heal to resumed publishing and
+// to resumed applying, each beside its target: a standby leading and
+// publishing resuming within the lease plus one poll, a cut noticed
+// within the documented bound of the wait under way (RELAY_BOUND_MS and
+// CONSUMER_BOUND_MS, when given; a cut that lasted longer and was not
+// noticed misses it too). The figures are printed, never judged: the
 // soak's verdict is the history checker's. Exit status 2 on bad input.
 #include <nlohmann/json.hpp>
 
@@ -97,8 +102,8 @@ struct Longest {
 }  // namespace
 
 int main(int argc, char** argv) {
-    if (argc < 4) {
-        std::fprintf(stderr, "usage: pg_outbox_soak_network RESULTS LEASE_MS POLL_MS [DETECT_BOUND_MS]\n");
+    if (argc != 4 && argc != 6) {
+        std::fprintf(stderr, "usage: pg_outbox_soak_network RESULTS LEASE_MS POLL_MS [RELAY_BOUND_MS CONSUMER_BOUND_MS]\n");
         return 2;
     }
     std::ifstream in(argv[1]);
@@ -108,17 +113,19 @@ int main(int argc, char** argv) {
     }
     const double lease = std::stod(argv[2]) / 1000, poll = std::stod(argv[3]) / 1000;
     // Negative: no documented bound given.
-    const double detect_bound = argc > 4 ? std::stod(argv[4]) / 1000 : -1;
+    const double bounds[2] = {argc == 6 ? std::stod(argv[4]) / 1000 : -1, argc == 6 ? std::stod(argv[5]) / 1000 : -1};
+    const char* sides[2] = {"relays", "consumer"};
 
-    Longest detect, takeover, resume_publish, resume_apply;
-    std::vector<std::string> unnoticed, unresumed;
+    Longest detect[2], takeover, resume_publish, resume_apply;
+    std::vector<std::pair<std::string, double>> unnoticed[2];
+    std::vector<std::string> unresumed;
     std::string line;
     int n = 0;
     while (std::getline(in, line)) {
         if (line.empty()) continue;
         const auto f = split(line, '\t');
-        if (f.size() != 9) {
-            std::fprintf(stderr, "pg_outbox_soak_network: a line of %zu fields, not 9: %s\n", f.size(), line.c_str());
+        if (f.size() != 10) {
+            std::fprintf(stderr, "pg_outbox_soak_network: a line of %zu fields, not 10: %s\n", f.size(), line.c_str());
             return 2;
         }
         ++n;
@@ -126,10 +133,14 @@ int main(int argc, char** argv) {
         const auto& path = f[1];
         const auto& standby = f[2];
         const double cut = std::stod(f[4]), heal = std::stod(f[5]);
+        const bool publishing = path.rfind("relay-", 0) == 0;
+        const int side = publishing ? 0 : 1;
         std::string what = kind + " " + describe_path(path);
         if (standby == "with") what += ", a standby relay running";
         if (standby == "without") what += ", no standby relay";
-        std::printf("fault %d: %s, %.1f s:", n, what.c_str(), heal - cut);
+        char lasted[32];
+        std::snprintf(lasted, sizeof lasted, "%.1f s", heal - cut);
+        std::printf("fault %d: %s, %s:", n, what.c_str(), lasted);
 
         // Detection: the last of the cut processes to notice.
         std::optional<double> noticed;
@@ -148,12 +159,10 @@ int main(int argc, char** argv) {
         }
         if (all && noticed) {
             std::printf(" noticed after %.1f s (%s);", *noticed, shorten(how).c_str());
-            detect.add(*noticed, what);
+            detect[side].add(*noticed, what);
         } else {
             std::printf(" not noticed during the cut;");
-            char buf[32];
-            std::snprintf(buf, sizeof buf, "%.1f s", heal - cut);
-            unnoticed.push_back(buf);
+            unnoticed[side].emplace_back(what + ", " + lasted, heal - cut);
         }
 
         if (f[8] != "-") {
@@ -168,28 +177,48 @@ int main(int argc, char** argv) {
             }
         }
 
-        const bool publishing = path.rfind("relay-", 0) == 0;
-        if (f[6].empty()) {
+        std::optional<double> resumed;
+        if (f[6] == "log") {
+            for (const auto& log : split(f[9], ',')) {
+                const auto l = first_after(log, heal, [](const LogLine& l) { return l.msg.rfind("published ", 0) == 0; });
+                if (l && (!resumed || l->ts < *resumed)) resumed = l->ts;
+            }
+        } else if (f[6] != "-") {
+            resumed = std::stod(f[6]);
+        }
+        if (!resumed) {
             std::printf(" %s did not resume\n", publishing ? "publishing" : "applying");
             unresumed.push_back(what);
         } else {
-            const double r = std::stod(f[6]) - heal;
+            const double r = *resumed - heal;
             std::printf(" %s resumed %.1f s after the heal\n", publishing ? "publishing" : "applying", r);
             (publishing ? resume_publish : resume_apply).add(r, what);
         }
     }
 
     auto verdict = [](double s, double target) { return s <= target ? "met" : "missed"; };
-    if (detect.count > 0) {
-        std::printf("cut to detection: longest %.1f s (%s)", detect.seconds, detect.what.c_str());
-        if (detect_bound >= 0)
-            std::printf("; target %.1f s: %s", detect_bound, verdict(detect.seconds, detect_bound));
-        std::printf("\n");
-    }
-    if (!unnoticed.empty()) {
-        std::printf("cuts that ended before every process they cut noticed: %zu (", unnoticed.size());
-        for (std::size_t i = 0; i < unnoticed.size(); ++i) std::printf("%s%s", i ? ", " : "", unnoticed[i].c_str());
-        std::printf(")\n");
+    for (int side = 0; side < 2; ++side) {
+        const double bound = bounds[side];
+        if (detect[side].count > 0) {
+            std::printf("cut to detection, %s: longest %.1f s (%s)", sides[side], detect[side].seconds,
+                        detect[side].what.c_str());
+            if (bound >= 0)
+                std::printf("; bound %.1f s: %s", bound, verdict(detect[side].seconds, bound));
+            std::printf("\n");
+        }
+        if (!unnoticed[side].empty()) {
+            std::printf("cuts of the %s not noticed while they lasted: %zu (", sides[side], unnoticed[side].size());
+            std::size_t longer = 0;
+            for (std::size_t i = 0; i < unnoticed[side].size(); ++i) {
+                std::printf("%s%s", i ? "; " : "", unnoticed[side][i].first.c_str());
+                if (bound >= 0 && unnoticed[side][i].second > bound) ++longer;
+            }
+            std::printf(")");
+            if (bound >= 0)
+                std::printf("; %zu of them lasted longer than the bound, %.1f s: %s", longer, bound,
+                            longer > 0 ? "missed" : "met");
+            std::printf("\n");
+        }
     }
     if (takeover.count > 0)
         std::printf("cut to a standby leading: longest %.1f s (%s); target (the lease plus one poll) %.1f s: %s\n",
