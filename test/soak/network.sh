@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034 # sets variables soak.sh and scripts/lib.sh read
 # The soak test's network mode (SOAK_MODE=network), sourced by soak.sh:
 # the test's own hosts, the faults it makes between them, and what it
 # records of each fault for the report (test/soak/network_report.cpp).
