@@ -77,7 +77,7 @@ net_exec() {
 net_unavailable() {
 	local ns=${NETP}probe err ipt
 	if [ "$(id -u)" -ne 0 ]; then
-		echo "it needs root (network namespaces, veth pairs, iptables rules)"
+		echo "it runs as $(id -un), not root"
 		return
 	fi
 	command -v ip >/dev/null || { echo "ip (Debian package iproute2) is not installed"; return; }

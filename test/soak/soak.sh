@@ -73,7 +73,7 @@ if [ "$MODE" = network ]; then
 	trap net_teardown EXIT
 	why=$(net_unavailable)
 	if [ -n "$why" ]; then
-		echo "soak: skipped: SOAK_MODE=network makes network namespaces, veth pairs and iptables rules, and $why"
+		echo "soak: skipped: SOAK_MODE=network cannot make its network namespaces, veth pairs and iptables rules here: $why"
 		exit 77
 	fi
 	FAULT_MAX=${SOAK_FAULT_MAX:-$((SECONDS_TOTAL / 6))}
