@@ -268,6 +268,9 @@ int wait_entries(const std::vector<std::string>& nodes, const std::string& patte
 }  // namespace
 
 int main(int argc, char** argv) {
+    // A baseline's statement may run for minutes on a large backlog: the
+    // relay's bound on a wait (--pg-timeout) is not the benchmark's.
+    pg_outbox::set_pg_timeout(std::chrono::hours(1));
     CLI::App app{"pg_outbox_bench: baselines and probes for bench/run.sh"};
     app.require_subcommand(1);
     std::string pg, redis = "127.0.0.1:6379", stream;

@@ -444,10 +444,23 @@ std::vector<std::string> check_group_list(const std::vector<std::string>& values
 
 }  // namespace
 
+void derive_bounds(Config& c, const GivenBounds& given) {
+    using std::chrono::milliseconds;
+    const bool publish = c.mode == Config::Mode::publish;
+    const milliseconds wait = publish ? std::clamp<milliseconds>(c.lease * 2 / 3, std::chrono::seconds(2),
+                                                                  std::chrono::seconds(10))
+                                      : milliseconds(std::chrono::seconds(10));
+    if (!given.pg_timeout) c.pg_timeout = wait;
+    if (!given.redis_timeout) c.redis_timeout = wait;
+    if (!given.retry_max)
+        c.retry_max = std::max(c.retry_min, publish ? std::min<milliseconds>(c.lease / 3, std::chrono::seconds(10))
+                                                    : milliseconds(std::chrono::seconds(10)));
+}
+
 ParseResult parse_command_line(int argc, const char* const* argv) {
     Config c;
     std::string redis = "127.0.0.1:6379";
-    std::string poll = "500ms", retry_min = "100ms", retry_max = "10s", redis_timeout = "10s", stats = "10s";
+    std::string poll = "500ms", retry_min = "100ms", retry_max, redis_timeout, pg_timeout, stats = "10s";
     std::string id_mode = "position", log_format = "text", maintain = "60s", stuck_after = "60s", lease = "15s";
     std::string metrics_address;
 
@@ -483,15 +496,23 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
             ->envname("PG_OUTBOX_REDIS_DB")
             ->check(CLI::Range(0, 1024))
             ->capture_default_str();
-    app.add_option("--redis-timeout", redis_timeout, "Redis connect and command timeout")
-        ->envname("PG_OUTBOX_REDIS_TIMEOUT")
-        ->capture_default_str();
+    app.add_option("--redis-timeout", redis_timeout,
+                   "longest wait on Redis (a connection, a write, a reply; a reply to XREAD BLOCK: this beyond "
+                   "the BLOCK); at least 100ms; default: two thirds of --lease between 2s and 10s in publish "
+                   "mode, 10s in consume mode")
+        ->envname("PG_OUTBOX_REDIS_TIMEOUT");
+    app.add_option("--pg-timeout", pg_timeout,
+                   "longest wait on PostgreSQL (a connection, a write, a statement's result); a wait past it "
+                   "closes the connection and the relay reconnects; at least 1s, at most 1h; default: two thirds "
+                   "of --lease between 2s and 10s in publish mode, 10s in consume mode")
+        ->envname("PG_OUTBOX_PG_TIMEOUT");
     app.add_option("--retry-min", retry_min, "first delay before retrying after a fault")
         ->envname("PG_OUTBOX_RETRY_MIN")
         ->capture_default_str();
-    app.add_option("--retry-max", retry_max, "longest delay between retries (exponential backoff with jitter)")
-        ->envname("PG_OUTBOX_RETRY_MAX")
-        ->capture_default_str();
+    app.add_option("--retry-max", retry_max,
+                   "longest delay between retries (exponential backoff with jitter); default: a third of --lease, "
+                   "at most 10s, in publish mode, 10s in consume mode")
+        ->envname("PG_OUTBOX_RETRY_MAX");
     app.add_option("--metrics-address", metrics_address,
                    "where to serve the Prometheus endpoint (/metrics) and health check (/health): host:port, "
                    "[v6addr]:port, or :port for every interface (IPv4 and IPv6); empty: off")
@@ -698,8 +719,22 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
         }
         c.poll_interval = duration("--poll-interval", poll, std::chrono::milliseconds(1));
         c.retry_min = duration("--retry-min", retry_min, std::chrono::milliseconds(1));
-        c.retry_max = duration("--retry-max", retry_max, c.retry_min);
-        c.redis_timeout = duration("--redis-timeout", redis_timeout, std::chrono::milliseconds(100));
+        GivenBounds given;
+        // Given, or derived (an empty value too: an env file's
+        // PG_OUTBOX_PG_TIMEOUT= is the default).
+        if (!retry_max.empty()) {
+            c.retry_max = duration("--retry-max", retry_max, c.retry_min);
+            given.retry_max = true;
+        }
+        if (!redis_timeout.empty()) {
+            c.redis_timeout = duration("--redis-timeout", redis_timeout, std::chrono::milliseconds(100));
+            given.redis_timeout = true;
+        }
+        if (!pg_timeout.empty()) {
+            c.pg_timeout = duration("--pg-timeout", pg_timeout, std::chrono::seconds(1));
+            if (c.pg_timeout > std::chrono::hours(1)) throw ConfigError("--pg-timeout: at most 1h");
+            given.pg_timeout = true;
+        }
         c.stats_interval = duration("--stats-interval", stats, std::chrono::milliseconds(100));
         c.maintain_interval = duration("--maintain-interval", maintain, std::chrono::milliseconds(0));
         c.stuck_after = duration("--stuck-after", stuck_after, std::chrono::milliseconds(0));
@@ -711,6 +746,8 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
         c.id_mode = id_mode == "redis" ? IdMode::redis_generated : IdMode::explicit_position;
         c.log_format = log_format == "json" ? LogFormat::json : LogFormat::text;
         if (publish->parsed()) c.mode = Config::Mode::publish;
+        if (consume->parsed()) c.mode = Config::Mode::consume;
+        derive_bounds(c, given);
         if (consume->parsed()) {
             c.mode = Config::Mode::consume;
             c.block = duration("--block", block, std::chrono::milliseconds(1));

@@ -152,6 +152,7 @@ void GroupSession::reset() {
 
 bool GroupSession::lead() {
     bool leads = false;
+    const auto sent = std::chrono::steady_clock::now();
     try {
         leads = pg_->exec(kLeadSql, {config_.group}).get(0, 0) == "t";
     } catch (const PgError& e) {
@@ -159,6 +160,7 @@ bool GroupSession::lead() {
         // to another meanwhile; the next call looks again.
         if (e.sqlstate() != "OB003" || e.connection_lost()) throw;
     }
+    if (leads) metrics_.lease_renewed(sent);
     if (leads && !metrics_.leader.exchange(true)) {
         metrics_.caught_up();
         spdlog::info("leading group \"{}\"", config_.group);
@@ -220,6 +222,7 @@ PackedBatch GroupSession::receive_batch() {
             rethrow_refusal(e);
         }
     }();
+    metrics_.lease_renewed(fetch_sent_);  // a leader's fetch renews the lease
     if (!fetch_waits_) metrics_.pg_rtt_seconds = seconds_since(fetch_sent_);
     auto batch = unpack_fetch(r);
     size_next_fetch(batch.events.size());
@@ -359,6 +362,7 @@ void GroupSession::receive_advance() {
         unadvanced_.reset();
         rethrow_refusal(e);
     }
+    metrics_.lease_renewed(advance_sent_at_);  // an advance renews the lease
     unadvanced_.reset();
 }
 

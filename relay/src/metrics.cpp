@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -154,6 +156,23 @@ void Metrics::clear_failed() {
 
 void Metrics::heartbeat() { last_heartbeat_ms_.store(now_ms()); }
 
+void Metrics::lease_renewed(std::chrono::steady_clock::time_point sent) {
+    lease_renewed_ms_.store(
+        std::chrono::duration_cast<std::chrono::milliseconds>(sent.time_since_epoch()).count());
+}
+
+std::int64_t Metrics::lease_age_ms() const {
+    const auto renewed = lease_renewed_ms_.load();
+    return renewed == 0 ? -1 : now_ms() - renewed;
+}
+
+bool Metrics::leads() const {
+    if (!leader.load()) return false;
+    const auto lease = lease_ms_.load();
+    const auto age = lease_age_ms();
+    return lease == 0 || (age >= 0 && age < lease);
+}
+
 void Metrics::batch_waiting() {
     std::int64_t none = 0;
     waiting_since_ms_.compare_exchange_strong(none, now_ms());
@@ -183,6 +202,13 @@ Metrics::Health Metrics::health(std::chrono::seconds max_silence) const {
     if (!redis_connected.load()) return {false, "unhealthy: not connected to Redis\n"};
     if (mode_ == "consume") return {true, "ok\n"};
     if (!leader.load()) return {true, "ok standby\n"};
+    if (!leads()) {
+        const auto age = lease_age_ms();
+        return {false, "unhealthy: not leading: the lease was last renewed " +
+                           (age < 0 ? std::string("never") : std::to_string(age / 1000) + "s ago") + ", beyond --lease (" +
+                           std::to_string(lease_ms_.load()) +
+                           " ms); another relay may lead the group (PostgreSQL does not answer)\n"};
+    }
     if (redis_oom.load())
         return {false, "unhealthy: Redis refuses writes: OOM (its used memory is above maxmemory); the backlog "
                        "waits in PostgreSQL until Redis has room\n"};
@@ -322,7 +348,7 @@ void Metrics::collect(MetricFamilies& out) const {
     metric("pg_outbox_relay_pg_rtt_seconds", "gauge", "Duration of the last feed fetch.", pg_rtt_seconds.load());
     metric("pg_outbox_relay_redis_rtt_seconds", "gauge", "Duration of the last pipelined batch.",
            redis_rtt_seconds.load());
-    metric("pg_outbox_relay_leader", "gauge", "1 while this relay leads its group.", leader.load() ? 1 : 0);
+    metric("pg_outbox_relay_leader", "gauge", "1 while this relay leads its group.", leads() ? 1 : 0);
     metric("pg_outbox_relay_redis_oom", "gauge",
            "1 while Redis refuses even a single entry for want of memory (OOM): the backlog waits in PostgreSQL.",
            redis_oom.load() ? 1 : 0);
@@ -396,6 +422,68 @@ Metrics::Health MetricsSet::health(std::chrono::seconds max_silence) const {
     return out;
 }
 
+namespace {
+
+// httplib's thread pool with a bound: at most "capacity" connections held
+// (served or queued). enqueue() is called by the thread that accepts, with
+// a connection accepted: while the pool is full it waits, and accepts
+// nothing more meanwhile; the connections beyond wait in the kernel's
+// listen queue and take no descriptor of the relay.
+class BoundedPool : public httplib::TaskQueue {
+public:
+    BoundedPool(std::size_t workers, std::size_t capacity) : capacity_(capacity) {
+        for (std::size_t i = 0; i < workers; ++i) threads_.emplace_back([this] { work(); });
+    }
+
+    void enqueue(std::function<void()> fn) override {
+        std::unique_lock lock(mutex_);
+        room_.wait(lock, [this] { return held_ < capacity_; });
+        ++held_;
+        jobs_.push_back(std::move(fn));
+        ready_.notify_one();
+    }
+
+    void shutdown() override {
+        {
+            std::lock_guard lock(mutex_);
+            shutdown_ = true;
+        }
+        ready_.notify_all();
+        for (auto& t : threads_) t.join();
+    }
+
+private:
+    void work() {
+        while (true) {
+            std::function<void()> fn;
+            {
+                std::unique_lock lock(mutex_);
+                ready_.wait(lock, [this] { return shutdown_ || !jobs_.empty(); });
+                if (jobs_.empty()) return;
+                fn = std::move(jobs_.front());
+                jobs_.pop_front();
+            }
+            fn();
+            {
+                std::lock_guard lock(mutex_);
+                --held_;
+            }
+            room_.notify_one();
+        }
+    }
+
+    const std::size_t capacity_;
+    std::size_t held_ = 0;
+    bool shutdown_ = false;
+    std::deque<std::function<void()>> jobs_;
+    std::mutex mutex_;
+    std::condition_variable ready_;
+    std::condition_variable room_;
+    std::vector<std::thread> threads_;
+};
+
+}  // namespace
+
 MetricsServer::MetricsServer(const ListenAddress& address, const Metrics& metrics)
     : MetricsServer(
           address, [&metrics] { return metrics.render(); },
@@ -418,6 +506,14 @@ MetricsServer::MetricsServer(const ListenAddress& address, std::function<std::st
         ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
         ::setsockopt(sock, IPPROTO_IPV6, IPV6_V6ONLY, &no, sizeof no);
     });
+    // A scrape is a request on a connection: a connection idle for
+    // kIdleTimeout (before its first request or between two), or slower
+    // than that to send a request or take a response, is closed.
+    server_->new_task_queue = [] { return new BoundedPool(kWorkers, kMaxConnections); };
+    server_->set_keep_alive_timeout(kIdleTimeout.count());
+    server_->set_keep_alive_max_count(10);
+    server_->set_read_timeout(kIdleTimeout.count(), 0);
+    server_->set_write_timeout(kIdleTimeout.count(), 0);
     server_->Get("/metrics", [render](const httplib::Request&, httplib::Response& res) {
         res.set_content(render(), "text/plain; version=0.0.4");
     });

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <poll.h>
 #include <strings.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <cctype>
@@ -11,10 +12,18 @@
 #include <spdlog/spdlog.h>
 
 #include "pg_outbox/errors.hpp"
+#include "pg_outbox/io_wait.hpp"
 
 namespace pg_outbox {
 
 namespace {
+
+// The bound of every wait on PostgreSQL (--pg-timeout), in ms.
+std::atomic<std::int64_t> g_pg_timeout_ms{std::chrono::milliseconds(kDefaultPgTimeout).count()};
+
+std::string seconds_text(std::chrono::milliseconds d) {
+    return std::to_string(std::max<std::int64_t>(1, (d.count() + 999) / 1000));
+}
 
 struct ConninfoOptionsDeleter {
     void operator()(PQconninfoOption* o) const noexcept { PQconninfoFree(o); }
@@ -257,31 +266,129 @@ bool is_settings_failure(std::string_view m) {
            m.find("\" invalid when ") != std::string_view::npos;
 }
 
-PgConnection::PgConnection(const std::string& conninfo, const std::string& application_name) {
+void set_pg_timeout(std::chrono::milliseconds timeout) { g_pg_timeout_ms = timeout.count(); }
+
+std::chrono::milliseconds pg_timeout() { return std::chrono::milliseconds(g_pg_timeout_ms.load()); }
+
+// The connection is made with libpq's asynchronous calls, each wait
+// bounded by --pg-timeout as a whole and cut short by a stop request:
+// PQconnectdb would wait connect_timeout for each host, and not wake up
+// for SIGTERM. libpq's own settings are derived from the same bound, so
+// that the kernel gives up on a link that acknowledges nothing
+// (tcp_user_timeout) or answers no keepalive probe in about the same time;
+// a connection string may set them otherwise.
+PgConnection::PgConnection(const std::string& conninfo, const std::string& application_name)
+    : timeout_(pg_timeout()) {
     // The server keeps 63 bytes of an application name and says so with a
     // NOTICE; control characters would become "?" there anyway.
     std::string name;
     for (char c : application_name) name += static_cast<unsigned char>(c) < 0x20 || c == 0x7f ? '?' : c;
     if (name.size() > 63) name.resize(63);
+    const auto seconds = timeout_.count() / 1000;
+    const std::string connect_timeout = seconds_text(timeout_);
+    const std::string user_timeout = std::to_string(timeout_.count());
+    const std::string idle = std::to_string(std::max<std::int64_t>(1, seconds / 3));
+    const std::string interval = std::to_string(std::max<std::int64_t>(1, seconds / 6));
     // Defaults first: keywords given later, those of the expanded conninfo
     // included, override them.
-    const char* keys[] = {"application_name", "connect_timeout", "keepalives", "keepalives_idle",
-                          "keepalives_interval", "keepalives_count", "dbname", nullptr};
-    const char* values[] = {name.c_str(), "10", "1", "10", "5", "3",
+    const char* keys[] = {"application_name", "connect_timeout", "tcp_user_timeout", "keepalives",
+                          "keepalives_idle", "keepalives_interval", "keepalives_count", "dbname", nullptr};
+    const char* values[] = {name.c_str(), connect_timeout.c_str(), user_timeout.c_str(), "1",
+                            idle.c_str(), interval.c_str(), "3",
                             conninfo.empty() ? nullptr : conninfo.c_str(), nullptr};
-    conn_.reset(PQconnectdbParams(keys, values, 1));
+    conn_.reset(PQconnectStartParams(keys, values, 1));
     if (!conn_) throw PgError("could not allocate a PostgreSQL connection", "", true);
-    if (PQstatus(conn_.get()) != CONNECTION_OK) {
-        std::string msg = PQerrorMessage(conn_.get());
+    auto failed = [this](const std::string& why) {
+        std::string msg = why.empty() ? PQerrorMessage(conn_.get()) : why;
         while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
         throw PgError("could not connect to PostgreSQL: " + msg, "08001", true);
+    };
+    if (PQstatus(conn_.get()) == CONNECTION_BAD) failed({});
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    for (auto polling = PGRES_POLLING_WRITING; polling != PGRES_POLLING_OK;) {
+        if (polling == PGRES_POLLING_FAILED) failed({});
+        const auto waited = wait_socket(PQsocket(conn_.get()), polling == PGRES_POLLING_READING ? POLLIN : POLLOUT,
+                                        deadline);
+        if (waited == WaitResult::timed_out)
+            failed("no answer within " + std::to_string(timeout_.count()) + " ms (--pg-timeout)");
+        if (waited == WaitResult::stopping) failed("the relay is stopping");
+        polling = PQconnectPoll(conn_.get());
     }
+    // From here on nothing blocks in libpq: every wait is wait_socket()'s,
+    // PQfinish() included, which would otherwise wait to send its goodbye
+    // on a link that takes nothing.
+    if (PQsetnonblocking(conn_.get(), 1) != 0) failed({});
     // Notices and warnings go to the relay's log, which escapes them,
     // instead of libpq's raw line on stderr.
     PQsetNoticeProcessor(conn_.get(), log_notice, nullptr);
 }
 
+void PgConnection::await(short events, std::chrono::steady_clock::time_point deadline, const std::string& statement,
+                         bool prepared) {
+    const int fd = PQsocket(conn_.get());
+    if (fd < 0) throw_error(nullptr, "the connection is closed", statement, prepared);
+    const auto waited = wait_socket(fd, events, deadline);
+    if (waited == WaitResult::ready) return;
+    // A link that takes nothing (a firewall dropping packets, a cable
+    // cut) or a server that does not answer: the socket is shut down, so
+    // that libpq sees the connection as lost and everything queued on it
+    // fails at once, and the caller reconnects. The server notices the
+    // gone client through the settings pin_settings() made.
+    ::shutdown(fd, SHUT_RDWR);
+    PQconsumeInput(conn_.get());
+    const std::string why = waited == WaitResult::timed_out
+                                ? "no answer from PostgreSQL within " + std::to_string(timeout_.count()) +
+                                      " ms (--pg-timeout); the connection is closed"
+                                : "the relay is stopping; the connection is closed";
+    throw PgError(why + (prepared ? " (statement " + statement + ")" : std::string()), "08006", true, statement);
+}
+
+void PgConnection::flush(std::chrono::steady_clock::time_point deadline, const std::string& statement,
+                         bool prepared) {
+    while (true) {
+        const int rc = PQflush(conn_.get());
+        if (rc == 0) return;
+        if (rc < 0) throw_error(nullptr, "could not send a query", statement, prepared);
+        // The server may be waiting for the relay to read before it reads
+        // on: both ways.
+        await(POLLOUT | POLLIN, deadline, statement, prepared);
+        if (PQconsumeInput(conn_.get()) == 0) throw_error(nullptr, "could not send a query", statement, prepared);
+    }
+}
+
+PGresult* PgConnection::next_result(std::chrono::steady_clock::time_point deadline, const std::string& statement,
+                                    bool prepared) {
+    flush(deadline, statement, prepared);
+    while (PQisBusy(conn_.get())) {
+        await(POLLIN, deadline, statement, prepared);
+        if (PQconsumeInput(conn_.get()) == 0) break;  // PQgetResult reports it
+    }
+    return PQgetResult(conn_.get());
+}
+
+PgResult PgConnection::last_result(const std::string& statement, bool prepared) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    flush(deadline, statement, prepared);
+    PgResult last(nullptr);
+    while (PGresult* r = next_result(deadline, statement, prepared)) {
+        last = PgResult(r);
+        if (PQstatus(conn_.get()) == CONNECTION_BAD) break;
+    }
+    return last;
+}
+
 void PgConnection::pin_settings(bool keep_handler_settings) {
+    // The server's side of the bound: a backend whose relay is gone (its
+    // link cut) notices within --pg-timeout and ends, its transaction and
+    // locks with it, instead of waiting for the kernel's retransmissions
+    // (about 15 minutes) to give up. Over a Unix socket these do nothing.
+    const std::string ms = std::to_string(timeout_.count());
+    exec("SELECT pg_catalog.set_config('tcp_user_timeout', $1, false),"
+         "       pg_catalog.set_config('tcp_keepalives_idle', $2, false),"
+         "       pg_catalog.set_config('tcp_keepalives_interval', $2, false),"
+         "       pg_catalog.set_config('tcp_keepalives_count', '3', false),"
+         "       pg_catalog.set_config('client_connection_check_interval', $1, false)",
+         {ms, std::to_string(std::max<std::int64_t>(1, timeout_.count() / 3000))});
     // What reaches Redis and the log is UTF-8 whatever the role's
     // client_encoding; the rest only changes how values are written as
     // text, which a consume handler's own SQL may depend on (DateStyle
@@ -324,18 +431,22 @@ PgResult PgConnection::exec(const std::string& sql, const std::vector<Param>& pa
     }
     std::vector<int> all_formats(formats);
     all_formats.resize(params.size(), 0);
-    PGresult* raw = PQexecParams(conn_.get(), sql.c_str(), static_cast<int>(values.size()), nullptr,
-                                 values.data(), lengths.data(), all_formats.data(), 0);
-    PgResult result(raw);
+    if (PQsendQueryParams(conn_.get(), sql.c_str(), static_cast<int>(values.size()), nullptr, values.data(),
+                          lengths.data(), all_formats.data(), 0) == 0)
+        throw_error(nullptr, "could not send a query", sql);
+    PgResult result = last_result(sql, false);
+    const PGresult* raw = result.raw();
     const auto status = raw ? PQresultStatus(raw) : PGRES_FATAL_ERROR;
     if (status != PGRES_TUPLES_OK && status != PGRES_COMMAND_OK) throw_error(raw, "query failed", sql);
     return result;
 }
 
 void PgConnection::prepare(const std::string& name, const std::string& sql, const std::vector<Oid>& types) {
-    PGresult* raw = PQprepare(conn_.get(), name.c_str(), sql.c_str(), static_cast<int>(types.size()),
-                              types.empty() ? nullptr : types.data());
-    PgResult result(raw);
+    if (PQsendPrepare(conn_.get(), name.c_str(), sql.c_str(), static_cast<int>(types.size()),
+                      types.empty() ? nullptr : types.data()) == 0)
+        throw_error(nullptr, "could not prepare a statement", name, true);
+    PgResult result = last_result(name, true);
+    const PGresult* raw = result.raw();
     if (!raw || PQresultStatus(raw) != PGRES_COMMAND_OK) throw_error(raw, "could not prepare a statement", name, true);
 }
 
@@ -350,8 +461,9 @@ void PgConnection::queue(const char* name, const char* sql, const std::vector<Pa
     const int format = binary_result ? 1 : 0;
     const int sent = name ? PQsendQueryPrepared(conn_.get(), name, n, values.data(), nullptr, nullptr, format)
                           : PQsendQueryParams(conn_.get(), sql, n, nullptr, values.data(), nullptr, nullptr, format);
-    if (sent == 0 || PQpipelineSync(conn_.get()) == 0 || PQflush(conn_.get()) != 0)
+    if (sent == 0 || PQpipelineSync(conn_.get()) == 0)
         throw_error(nullptr, "could not send a query", statement, name != nullptr);
+    flush(std::chrono::steady_clock::now() + timeout_, statement, name != nullptr);
     sent_.emplace_back(std::move(statement), name != nullptr);
     ++queued_;
 }
@@ -365,12 +477,27 @@ void PgConnection::send_prepared(const std::string& name, const std::vector<Para
 }
 
 PgResult PgConnection::receive() {
-    PGresult* raw = PQgetResult(conn_.get());
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    const auto& [sent_statement, sent_prepared] = sent_.front();
+    PGresult* raw = nullptr;
+    try {
+        raw = next_result(deadline, sent_statement, sent_prepared);
+    } catch (const PgError&) {
+        // Lost with the connection, and so is everything queued after it.
+        queued_ = 0;
+        sent_.clear();
+        throw;
+    }
     PgResult result(raw);
     // Then the end of the statement (NULL) and its sync point. Two NULLs in
     // a row mean the connection broke.
     for (int nulls = 0; nulls < 2;) {
-        PGresult* extra = PQgetResult(conn_.get());
+        PGresult* extra = nullptr;
+        try {
+            extra = next_result(deadline, sent_statement, sent_prepared);
+        } catch (const PgError&) {
+            break;  // the connection is lost: throw_error below says so
+        }
         if (extra == nullptr) {
             ++nulls;
             continue;
@@ -408,14 +535,13 @@ int PgConnection::wait_for_notification(std::chrono::milliseconds timeout) {
         return n;
     };
     if (const int n = drain(); n > 0) return n;
-    pollfd pfd{PQsocket(conn_.get()), POLLIN, 0};
-    if (pfd.fd < 0) throw_error(nullptr, "waiting for notifications");
-    int rc = ::poll(&pfd, 1, static_cast<int>(timeout.count()));
-    if (rc > 0) {
-        if (PQconsumeInput(conn_.get()) == 0) throw_error(nullptr, "waiting for notifications");
-        return drain();
-    }
-    return 0;
+    const int fd = PQsocket(conn_.get());
+    if (fd < 0) throw_error(nullptr, "waiting for notifications");
+    // An idle connection: the kernel's keepalives (and tcp_user_timeout)
+    // find a dead link here; a stop request ends the wait like a timeout.
+    if (wait_socket(fd, POLLIN, std::chrono::steady_clock::now() + timeout) != WaitResult::ready) return 0;
+    if (PQconsumeInput(conn_.get()) == 0) throw_error(nullptr, "waiting for notifications");
+    return drain();
 }
 
 }  // namespace pg_outbox

@@ -1,21 +1,35 @@
 #include "pg_outbox/redis.hpp"
 
+#include <poll.h>
+#include <strings.h>
+#include <sys/socket.h>
+
 #include <spdlog/spdlog.h>
 
 #include <charconv>
+#include <cstring>
 #include <optional>
 
 #include "pg_outbox/errors.hpp"
+#include "pg_outbox/io_wait.hpp"
 
 namespace pg_outbox {
 
 namespace {
 
-timeval to_timeval(std::chrono::milliseconds ms) {
-    timeval tv{};
-    tv.tv_sec = static_cast<time_t>(ms.count() / 1000);
-    tv.tv_usec = static_cast<suseconds_t>((ms.count() % 1000) * 1000);
-    return tv;
+// The argument of BLOCK in a command that may wait for entries (XREAD,
+// XREADGROUP): its reply may take that long beyond the timeout.
+std::chrono::milliseconds block_of(const std::vector<std::string_view>& argv) {
+    if (argv.empty() || argv.front().size() < 5) return std::chrono::milliseconds(0);
+    const auto name = argv.front();
+    if (strncasecmp(name.data(), "XREAD", 5) != 0) return std::chrono::milliseconds(0);
+    for (std::size_t i = 1; i + 1 < argv.size(); ++i) {
+        if (argv[i].size() != 5 || strncasecmp(argv[i].data(), "BLOCK", 5) != 0) continue;
+        long long ms = 0;
+        const auto [end, ec] = std::from_chars(argv[i + 1].data(), argv[i + 1].data() + argv[i + 1].size(), ms);
+        if (ec == std::errc() && ms > 0) return std::chrono::milliseconds(ms);
+    }
+    return std::chrono::milliseconds(0);
 }
 
 // Asks one sentinel where the master named in "address" is; the answer
@@ -199,17 +213,28 @@ bool RedisConnection::lost_master() {
     return true;
 }
 
+// Every wait of the connection is bounded (io_wait.hpp): the connect is
+// made non-blocking and waited for within the timeout, and so is every
+// write and every reply after it; hiredis never blocks on the socket.
 void RedisConnection::open(const RedisAddress& address, const std::string& password, int db,
                            std::chrono::milliseconds timeout) {
     server_ = address;
-    const auto tv = to_timeval(timeout);
-    redisContext* c = address.unix_path.empty()
-                          ? redisConnectWithTimeout(address.host.c_str(), address.port, tv)
-                          : redisConnectUnixWithTimeout(address.unix_path.c_str(), tv);
+    timeout_ = timeout;
+    redisContext* c = address.unix_path.empty() ? redisConnectNonBlock(address.host.c_str(), address.port)
+                                                : redisConnectUnixNonBlock(address.unix_path.c_str());
     if (c == nullptr) throw RedisError(RedisError::Kind::io, "could not allocate a Redis connection");
     ctx_.reset(c);
-    if (c->err) throw_io("could not connect to Redis at " + address.to_string());
-    if (redisSetTimeout(c, tv) != REDIS_OK) throw_io("could not set the Redis timeout");
+    const std::string where = "could not connect to Redis at " + address.to_string();
+    if (c->err) throw_io(where);
+    const auto waited = wait_socket(c->fd, POLLOUT, std::chrono::steady_clock::now() + timeout);
+    if (waited == WaitResult::timed_out)
+        throw RedisError(RedisError::Kind::io,
+                         where + ": no answer within " + std::to_string(timeout.count()) + " ms (--redis-timeout)");
+    if (waited == WaitResult::stopping) throw RedisError(RedisError::Kind::io, where + ": the relay is stopping");
+    int error = 0;
+    socklen_t length = sizeof error;
+    if (::getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &error, &length) != 0) error = errno;
+    if (error != 0) throw RedisError(RedisError::Kind::io, where + ": " + std::strerror(error));
     if (address.unix_path.empty()) redisEnableKeepAlive(c);
 
     // AUTH (with the URL's ACL user, if any), SELECT, then a PING, which
@@ -249,6 +274,7 @@ void RedisConnection::append(const std::vector<std::string_view>& argv) {
     format_command(command_, argv);
     if (redisAppendFormattedCommand(ctx_.get(), command_.data(), command_.size()) != REDIS_OK)
         throw_io("could not queue a Redis command");
+    block_allowance_ = std::max(block_allowance_, block_of(argv));
 }
 
 void RedisConnection::append_formatted(std::string_view commands) {
@@ -256,15 +282,49 @@ void RedisConnection::append_formatted(std::string_view commands) {
         throw_io("could not queue a Redis command");
 }
 
-void RedisConnection::flush() {
-    int done = 0;
-    while (!done)
+void RedisConnection::await(short events, std::chrono::steady_clock::time_point deadline) {
+    const auto waited = wait_socket(ctx_->fd, events, deadline);
+    if (waited == WaitResult::ready) return;
+    // A link that takes nothing, or a server that does not answer: the
+    // connection is of no more use (a reply may still come, to the wrong
+    // command); the caller reconnects.
+    ::shutdown(ctx_->fd, SHUT_RDWR);
+    throw RedisError(RedisError::Kind::io,
+                     waited == WaitResult::timed_out
+                         ? "no answer from Redis at " + server_.to_string() + " within " +
+                               std::to_string((deadline_span_).count()) + " ms (--redis-timeout); the connection is "
+                               "closed"
+                         : "the relay is stopping; the connection to Redis is closed");
+}
+
+void RedisConnection::flush() { flush(std::chrono::steady_clock::now() + timeout_); }
+
+void RedisConnection::flush(std::chrono::steady_clock::time_point deadline) {
+    deadline_span_ = timeout_;
+    for (int done = 0;;) {
         if (redisBufferWrite(ctx_.get(), &done) != REDIS_OK) throw_io("Redis connection failed");
+        if (done) return;
+        await(POLLOUT, deadline);
+    }
 }
 
 RedisReply RedisConnection::get_reply_raw() {
     void* raw = nullptr;
-    if (redisGetReply(ctx_.get(), &raw) != REDIS_OK || raw == nullptr) throw_io("Redis connection failed");
+    if (redisGetReplyFromReader(ctx_.get(), &raw) != REDIS_OK) throw_io("Redis connection failed");
+    if (raw == nullptr) {
+        // A command that blocks (XREAD BLOCK) may wait that long, and the
+        // timeout on top of it.
+        const auto span = timeout_ + block_allowance_;
+        const auto deadline = std::chrono::steady_clock::now() + span;
+        flush(deadline);
+        deadline_span_ = span;
+        while (raw == nullptr) {
+            await(POLLIN, deadline);
+            if (redisBufferRead(ctx_.get()) != REDIS_OK) throw_io("Redis connection failed");
+            if (redisGetReplyFromReader(ctx_.get(), &raw) != REDIS_OK) throw_io("Redis connection failed");
+        }
+    }
+    block_allowance_ = std::chrono::milliseconds(0);
     return RedisReply(static_cast<redisReply*>(raw));
 }
 

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "pg_outbox/errors.hpp"
+#include "pg_outbox/io_wait.hpp"
 #include "pg_outbox/pg.hpp"
 
 namespace pg_outbox {
@@ -36,6 +37,9 @@ Service::Service(const Config& config, Metrics& metrics, const std::atomic<bool>
       stop_(stop),
       application_name_(std::move(application_name)),
       backoff_(config.retry_min, config.retry_max) {
+    // A publisher's leadership lasts --lease from its last renewal: past
+    // that, /health no longer says it leads.
+    if (config.mode == Config::Mode::publish) metrics_.set_lease(config.lease);
     spdlog::info("PostgreSQL: {}", describe_conninfo(config_.pg_conninfo));
 }
 
@@ -127,7 +131,17 @@ int Service::run() {
             pause(backoff_.next());
         }
     }
-    on_stop();
+    // What the relay does on its way out (resign, leave the pool) is
+    // bounded like every wait; on a link that takes nothing it gives up
+    // with the stop request's grace, and the lease runs out instead.
+    restart_stop_grace();
+    try {
+        on_stop();
+    } catch (const PgError& e) {
+        spdlog::warn("PostgreSQL, while stopping: {}", e.what());
+    } catch (const RedisError& e) {
+        spdlog::warn("Redis, while stopping: {}", e.what());
+    }
     spdlog::info("stopped");
     return 0;
 }

@@ -405,6 +405,62 @@ TEST(CommandLine, LeaseBounds) {
     EXPECT_EQ(parse({"publish", "--group", "g", "--lease", "15 s"}).exit_code, 2);
 }
 
+// The bounds of every wait: derived from the lease unless given (one
+// place: derive_bounds()), each flag checked.
+TEST(CommandLine, WaitBounds) {
+    auto r = parse({"publish", "--group", "g"});
+    ASSERT_TRUE(r.config);
+    EXPECT_EQ(r.config->pg_timeout, 10s);
+    EXPECT_EQ(r.config->redis_timeout, 10s);
+    EXPECT_EQ(r.config->retry_max, 5s);
+    r = parse({"publish", "--group", "g", "--lease", "6s"});
+    ASSERT_TRUE(r.config);
+    EXPECT_EQ(r.config->pg_timeout, 4s);
+    EXPECT_EQ(r.config->redis_timeout, 4s);
+    EXPECT_EQ(r.config->retry_max, 2s);
+    r = parse({"publish", "--group", "g", "--lease", "1s", "--poll-interval", "300ms"});
+    ASSERT_TRUE(r.config);
+    EXPECT_EQ(r.config->pg_timeout, 2s);  // at least 2s
+    r = parse({"publish", "--group", "g", "--lease", "10m"});
+    ASSERT_TRUE(r.config);
+    EXPECT_EQ(r.config->pg_timeout, 10s);  // at most 10s
+    EXPECT_EQ(r.config->retry_max, 10s);
+    r = parse({"publish", "--group", "g", "--pg-timeout", "3s", "--redis-timeout", "700ms", "--retry-max", "20s"});
+    ASSERT_TRUE(r.config);
+    EXPECT_EQ(r.config->pg_timeout, 3s);
+    EXPECT_EQ(r.config->redis_timeout, 700ms);
+    EXPECT_EQ(r.config->retry_max, 20s);
+    // --retry-min above the derived --retry-max raises it.
+    r = parse({"publish", "--group", "g", "--retry-min", "7s"});
+    ASSERT_TRUE(r.config);
+    EXPECT_EQ(r.config->retry_max, 7s);
+    r = parse({"consume", "--consumer", "c", "--handler", "SELECT 1", "--stream", "s"});
+    ASSERT_TRUE(r.config);
+    EXPECT_EQ(r.config->pg_timeout, 10s);
+    EXPECT_EQ(r.config->redis_timeout, 10s);
+    EXPECT_EQ(r.config->retry_max, 10s);
+
+    // An empty value (an env file's PG_OUTBOX_PG_TIMEOUT=) is the default.
+    r = parse({"publish", "--group", "g", "--lease", "6s", "--pg-timeout", ""});
+    ASSERT_TRUE(r.config);
+    EXPECT_EQ(r.config->pg_timeout, 4s);
+    for (const auto* bad : {"0", "999ms", "-1s", "61m", "soon", "1s ", " ", "9223372036854775807m"}) {
+        const auto [code, err] = parse_error({"publish", "--group", "g", "--pg-timeout", bad});
+        EXPECT_EQ(code, 2) << bad;
+        EXPECT_NE(err.find("--pg-timeout"), std::string::npos) << bad << ": " << err;
+    }
+    ::setenv("PG_OUTBOX_PG_TIMEOUT", "5s", 1);
+    r = parse({"publish", "--group", "g"});
+    ::unsetenv("PG_OUTBOX_PG_TIMEOUT");
+    ASSERT_TRUE(r.config);
+    EXPECT_EQ(r.config->pg_timeout, 5s);
+    EXPECT_EQ(parse({"publish", "--group", "g", "--redis-timeout", "99ms"}).exit_code, 2);
+    // consume: --block below --redis-timeout, the default included.
+    EXPECT_EQ(parse({"consume", "--consumer", "c", "--handler", "SELECT 1", "--stream", "s", "--block", "10s"})
+                  .exit_code,
+              2);
+}
+
 TEST(CommandLine, HelpExitsZero) {
     auto r = parse({"--help"});
     EXPECT_FALSE(r.config);

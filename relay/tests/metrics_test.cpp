@@ -360,6 +360,36 @@ TEST(Metrics, SeveralGroupsInOneText) {
     EXPECT_EQ(count_of(text, "\npg_outbox_relay_redis_batches_total{"), 4u);
 }
 
+// A leader whose lease was not renewed for --lease no longer says it
+// leads, whatever its connection looks like: /health fails saying so, and
+// pg_outbox_relay_leader is 0; a renewal makes it a leader again.
+TEST(Metrics, LeaderStopsLeadingPastItsLease) {
+    Metrics m("publish", "g", 0ms);
+    m.heartbeat();
+    m.pg_connected = true;
+    m.redis_connected = true;
+    m.set_lease(200ms);
+    m.leader = true;
+    EXPECT_FALSE(m.leads()) << "never renewed";
+    m.lease_renewed(std::chrono::steady_clock::now());
+    EXPECT_TRUE(m.leads());
+    EXPECT_EQ(m.health(60s).text, "ok leader\n");
+    EXPECT_NE(m.render().find("pg_outbox_relay_leader{mode=\"publish\",group=\"g\"} 1"), std::string::npos)
+        << m.render();
+    m.lease_renewed(std::chrono::steady_clock::now() - 250ms);
+    EXPECT_FALSE(m.leads());
+    const auto h = m.health(60s);
+    EXPECT_FALSE(h.ok);
+    EXPECT_EQ(h.text.find("leader"), std::string::npos) << h.text;
+    EXPECT_NE(h.text.find("not leading"), std::string::npos) << h.text;
+    EXPECT_NE(m.render().find("pg_outbox_relay_leader{mode=\"publish\",group=\"g\"} 0"), std::string::npos)
+        << m.render();
+    m.lease_renewed(std::chrono::steady_clock::now());
+    EXPECT_EQ(m.health(60s).text, "ok leader\n");
+    m.leader = false;
+    EXPECT_EQ(m.health(60s).text, "ok standby\n");
+}
+
 // /health with several groups: ok only when every group is, a line each.
 TEST(Metrics, HealthOfSeveralGroups) {
     MetricsSet set;

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <netinet/in.h>
 #include <pwd.h>
 #include <signal.h>
@@ -623,6 +624,111 @@ std::vector<Entry> RedisClusterServers::read_stream(const std::string& key) {
     const auto slot = key_slot(key);
     auto c = nodes_[master_of(slot)]->connect();
     return testing::read_stream(c, key);
+}
+
+}  // namespace pg_outbox::testing
+
+namespace pg_outbox::testing {
+
+TcpProxy::TcpProxy(int target_port) : target_port_(target_port) {
+    listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int yes = 1;
+    ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(listen_fd_, 64) != 0)
+        throw std::runtime_error("TcpProxy: cannot listen");
+    socklen_t len = sizeof a;
+    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] { run(); });
+}
+
+TcpProxy::~TcpProxy() {
+    stop_ = true;
+    thread_.join();
+    ::close(listen_fd_);
+}
+
+void TcpProxy::reset() {
+    reset_ = true;
+    while (reset_) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+}
+
+void TcpProxy::run() {
+    // Each pair: the client's socket and the server's.
+    std::vector<std::pair<int, int>> pairs;
+    auto close_pair = [](std::pair<int, int>& p, bool rst) {
+        for (int fd : {p.first, p.second}) {
+            if (rst) {
+                linger l{1, 0};  // close with a reset
+                ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+            }
+            ::close(fd);
+        }
+    };
+    while (!stop_) {
+        if (reset_) {
+            for (auto& p : pairs) close_pair(p, true);
+            pairs.clear();
+            reset_ = false;
+        }
+        const bool cut = blackholed_;
+        std::vector<pollfd> fds;
+        if (!cut) {
+            fds.push_back({listen_fd_, POLLIN, 0});
+            for (const auto& p : pairs) {
+                fds.push_back({p.first, POLLIN, 0});
+                fds.push_back({p.second, POLLIN, 0});
+            }
+        }
+        if (::poll(fds.data(), fds.size(), 20) <= 0 || cut) {
+            if (cut) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+            continue;
+        }
+        if (fds[0].revents & POLLIN) {
+            const int client = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+            if (client >= 0) {
+                const int server = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+                sockaddr_in a{};
+                a.sin_family = AF_INET;
+                a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+                a.sin_port = htons(static_cast<uint16_t>(target_port_));
+                if (::connect(server, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+                    pairs.emplace_back(client, server);
+                } else {
+                    ::close(server);
+                    ::close(client);
+                }
+            }
+        }
+        std::vector<std::size_t> closed;
+        for (std::size_t i = 0; i < pairs.size(); ++i) {
+            for (int side = 0; side < 2; ++side) {
+                const auto& f = fds[1 + 2 * i + side];
+                if (!(f.revents & (POLLIN | POLLHUP | POLLERR))) continue;
+                const int from = side == 0 ? pairs[i].first : pairs[i].second;
+                const int to = side == 0 ? pairs[i].second : pairs[i].first;
+                char buf[65536];
+                const ssize_t n = ::recv(from, buf, sizeof buf, MSG_DONTWAIT);
+                if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+                    closed.push_back(i);
+                    break;
+                }
+                for (ssize_t sent = 0; n > 0 && sent < n;) {
+                    const ssize_t m = ::send(to, buf + sent, n - sent, MSG_NOSIGNAL);
+                    if (m <= 0) break;
+                    sent += m;
+                }
+            }
+        }
+        for (auto it = closed.rbegin(); it != closed.rend(); ++it) {
+            close_pair(pairs[*it], false);
+            pairs.erase(pairs.begin() + static_cast<std::ptrdiff_t>(*it));
+        }
+    }
+    for (auto& p : pairs) close_pair(p, false);
 }
 
 }  // namespace pg_outbox::testing

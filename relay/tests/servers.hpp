@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <functional>
@@ -12,6 +13,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "pg_outbox/pg.hpp"
@@ -193,6 +195,35 @@ private:
     pid_t pid_ = -1;
     std::string log_path_;
     int status_ = -1;
+};
+
+// A TCP proxy on loopback between the relay and a server, to cut the
+// link without netem: blackhole() stops forwarding and accepting without
+// closing anything (what either side sends is left unread, nothing comes
+// back: to the relay, a link that drops every packet), forward() heals
+// it, reset() closes every connection at once.
+class TcpProxy {
+public:
+    explicit TcpProxy(int target_port);
+    ~TcpProxy();
+    TcpProxy(const TcpProxy&) = delete;
+    TcpProxy& operator=(const TcpProxy&) = delete;
+
+    int port() const { return port_; }
+    void blackhole() { blackholed_ = true; }
+    void forward() { blackholed_ = false; }
+    void reset();
+
+private:
+    void run();
+
+    int target_port_;
+    int listen_fd_ = -1;
+    int port_ = 0;
+    std::atomic<bool> blackholed_{false};
+    std::atomic<bool> reset_{false};
+    std::atomic<bool> stop_{false};
+    std::thread thread_;
 };
 
 // One stream entry as read back.

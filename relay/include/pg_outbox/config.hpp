@@ -150,10 +150,13 @@ struct Config {
     std::chrono::milliseconds pool_lease{10000};
     std::chrono::milliseconds pool_renew{0};  // 0 until parsed: a third of pool_lease
 
-    // Faults.
+    // Faults, and the bounds of every wait on the servers (the defaults
+    // are derived in one place: derive_bounds()).
     std::chrono::milliseconds retry_min{100};
     std::chrono::milliseconds retry_max{10000};
     std::chrono::milliseconds redis_timeout{10000};
+    // Every wait on PostgreSQL: a connection, a write, a statement's result.
+    std::chrono::milliseconds pg_timeout{10000};
 
     // Observability.
     std::optional<ListenAddress> metrics_address;  // none: no endpoint
@@ -161,6 +164,21 @@ struct Config {
     LogFormat log_format = LogFormat::text;
     std::chrono::milliseconds stats_interval{10000};
 };
+
+// The defaults of the bounds, derived from the lease; what a flag or its
+// environment variable gave ("given") is kept. In publish mode:
+// --pg-timeout and --redis-timeout two thirds of --lease, between 2 s and
+// 10 s (10 s with the default lease of 15 s), so that a leader finds a
+// dead link before its lease runs out; --retry-max a third of --lease, at
+// most 10 s (5 s by default), so that a relay resumes within about the
+// lease after a link heals (a connection attempt under way, at most
+// --pg-timeout, then the longest backoff). In consume mode, 10 s each.
+struct GivenBounds {
+    bool pg_timeout = false;
+    bool redis_timeout = false;
+    bool retry_max = false;
+};
+void derive_bounds(Config& c, const GivenBounds& given);
 
 // Most shards --shards expands to (the extension's OUTBOX_MAX_SHARDS).
 inline constexpr int kMaxConsumeShards = 256;

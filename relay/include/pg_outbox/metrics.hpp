@@ -91,6 +91,21 @@ public:
     // The loop calls this each turn; health fails when it stops.
     void heartbeat();
 
+    // The leadership's lease (publish mode): set_lease() once, then
+    // lease_renewed() with the time a statement that renews it (the lead,
+    // a fetch, an advance) was sent, once it succeeded: the server renewed
+    // the lease after that instant, so that it runs out no earlier than
+    // "sent" + lease. leads(): leader, and the lease still runs by this
+    // relay's clock. A leader cut from PostgreSQL cannot know whether a
+    // standby took over, but past its lease one may have: it no longer
+    // says that it leads (/health, pg_outbox_relay_leader), whatever its
+    // connection looks like.
+    void set_lease(std::chrono::milliseconds lease) { lease_ms_ = lease.count(); }
+    void lease_renewed(std::chrono::steady_clock::time_point sent);
+    bool leads() const;
+    // How long ago the lease was last renewed, in ms; -1 when never.
+    std::int64_t lease_age_ms() const;
+
     // What the leader's publishing looks like, for the stall clock: the
     // feed ran dry (nothing waits); a batch was fetched (events wait from
     // now, unless they waited already); a batch was published (the clock
@@ -141,6 +156,8 @@ private:
     std::atomic<std::int64_t> last_heartbeat_ms_{0};
     const std::chrono::milliseconds stuck_after_;
     std::atomic<std::int64_t> waiting_since_ms_{0};  // 0: nothing waits
+    std::atomic<std::int64_t> lease_ms_{0};          // 0: no lease (consume mode)
+    std::atomic<std::int64_t> lease_renewed_ms_{0};  // steady clock; 0: never
 };
 
 // The error kinds a mode ("publish", "consume") counts, each exposed at 0
@@ -190,8 +207,18 @@ private:
 // without a host listens on every interface, IPv4 and IPv6 ([::] with
 // IPv4-mapped addresses; 0.0.0.0 where IPv6 is off). Throws ConfigError
 // when it cannot listen.
+// The metrics endpoint. It takes at most kMaxConnections descriptors
+// (kWorkers connections served at once, the rest queued; beyond that the
+// connections wait in the kernel's listen queue, unaccepted), and a
+// connection that sends no request is closed after kIdleTimeout: a flood
+// of idle connections neither blinds /health for long nor takes the
+// descriptors that the data connections need.
 class MetricsServer {
 public:
+    static constexpr std::size_t kWorkers = 8;
+    static constexpr std::size_t kMaxConnections = 32;
+    static constexpr std::chrono::seconds kIdleTimeout{1};
+
     MetricsServer(const ListenAddress& address, const Metrics& metrics);
     MetricsServer(const ListenAddress& address, const MetricsSet& metrics);
     // Where it listens, e.g. "127.0.0.1:9100" or "[::]:9100".

@@ -13,6 +13,19 @@
 
 namespace pg_outbox {
 
+// The default bound of every wait on PostgreSQL, when main has set none:
+// two thirds of the default --lease.
+inline constexpr std::chrono::milliseconds kDefaultPgTimeout{10000};
+
+// Sets the bound of every wait on PostgreSQL (--pg-timeout) for the
+// connections made after the call: the connection as a whole, each write,
+// and each statement's result. A wait past it closes the connection
+// (PgError 08006, retried); libpq's connect_timeout, tcp_user_timeout and
+// keepalives, and the server's tcp_user_timeout, keepalives and
+// client_connection_check_interval, are derived from it.
+void set_pg_timeout(std::chrono::milliseconds timeout);
+std::chrono::milliseconds pg_timeout();
+
 // Checks a connection string or URI (--pg) before anything connects: its
 // syntax (PQconninfoParse), and the option values that libpq checks only
 // when it connects (sslmode, target_session_attrs, ports, ...), the PG*
@@ -50,6 +63,7 @@ public:
         if (is_null(row, col)) return std::nullopt;
         return get(row, col);
     }
+    const PGresult* raw() const { return result_.get(); }
 
 private:
     std::unique_ptr<PGresult, PGresultDeleter> result_;
@@ -60,7 +74,10 @@ using Param = std::optional<std::string>;
 class PgConnection {
 public:
     // Connects; conninfo may be a connection string or URI, empty for the
-    // libpq environment. Throws PgError.
+    // libpq environment. Throws PgError. Every wait of the connection,
+    // this one included, is bounded by pg_timeout() and cut short by the
+    // stop request (io_wait.hpp): a wait that runs out closes the
+    // connection and throws PgError 08006.
     explicit PgConnection(const std::string& conninfo, const std::string& application_name);
 
     PgConnection(PgConnection&&) noexcept = default;
@@ -121,9 +138,22 @@ private:
     // short enough to be part of the message too (what()), SQL text is not.
     [[noreturn]] void throw_error(const PGresult* r, const std::string& what, const std::string& statement = {},
                                   bool prepared = false) const;
+    // Waits for the socket (POLLIN, POLLOUT) until the deadline; past it,
+    // or once the stop request's grace is over, shuts the connection down
+    // and throws PgError 08006 about the statement.
+    void await(short events, std::chrono::steady_clock::time_point deadline, const std::string& statement,
+               bool prepared);
+    // Sends what libpq holds, within the deadline.
+    void flush(std::chrono::steady_clock::time_point deadline, const std::string& statement, bool prepared);
+    // PQgetResult() without blocking past the deadline.
+    PGresult* next_result(std::chrono::steady_clock::time_point deadline, const std::string& statement,
+                          bool prepared);
+    // The last result of a statement sent outside pipeline mode.
+    PgResult last_result(const std::string& statement, bool prepared);
     // Queues a statement, unnamed (sql) or prepared (name), and its sync point.
     void queue(const char* name, const char* sql, const std::vector<Param>& params, bool binary_result = false);
 
+    std::chrono::milliseconds timeout_;
     std::unique_ptr<PGconn, PGconnDeleter> conn_;
     int queued_ = 0;
     // The statements queued, in order: a name, or the SQL text.

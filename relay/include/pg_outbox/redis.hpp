@@ -26,6 +26,11 @@ struct RedisContextDeleter {
 class RedisConnection {
 public:
     // Connects, authenticates and selects the database. Throws RedisError.
+    // Every wait of the connection (the connect, each write, each reply) is
+    // bounded by the timeout, a reply to XREAD BLOCK by the timeout and
+    // the BLOCK, and every wait is cut short by the stop request
+    // (io_wait.hpp): a wait that runs out closes the connection and throws
+    // RedisError(io).
     // A Sentinel address (sentinel://) is asked where its master is:
     // each sentinel in turn, with the same timeout, until one names a
     // server that answers ROLE as a master; RedisError(io) when none did
@@ -73,11 +78,21 @@ private:
     // lets this user see neither ROLE nor INFO replication.
     std::string role();
     [[noreturn]] void throw_io(const std::string& what) const;
+    // Waits for the socket until the deadline; past it, or once the stop
+    // request's grace is over, shuts the connection down and throws
+    // RedisError(io).
+    void await(short events, std::chrono::steady_clock::time_point deadline);
+    void flush(std::chrono::steady_clock::time_point deadline);
 
     std::unique_ptr<redisContext, RedisContextDeleter> ctx_;
     RedisAddress server_;
     std::string master_name_;  // found through Sentinel: the master's name
     std::string command_;  // the last command formatted, its capacity kept
+    std::chrono::milliseconds timeout_{0};
+    // The longest BLOCK of the commands appended since the last reply.
+    std::chrono::milliseconds block_allowance_{0};
+    // The span of the wait under way, for its message.
+    std::chrono::milliseconds deadline_span_{0};
 };
 
 // Appends a command to "out" in the Redis protocol (RESP). hiredis formats
