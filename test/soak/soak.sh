@@ -184,7 +184,7 @@ SQL
 LEASE_MS=1000
 POLL_MS=200
 start() { # name: (re)starts a relay or a worker
-	local name=$1 group=soak streams=() s netns=() pg_host=127.0.0.1 redis_url=${REDIS_URL:-} opts=()
+	local name=$1 group=soak streams=() s netns=() pg_host=127.0.0.1 redis_url=${REDIS_URL:-} opts=() retry=(--retry-max 1s)
 	if [ "$MODE" = network ]; then
 		local host
 		host=$(net_host_of "$name")
@@ -193,8 +193,12 @@ start() { # name: (re)starts a relay or a worker
 		redis_url=$(net_db_addr "$host" redis):$REDIS_PORT
 		opts=(--log-format json)
 		# Each published batch has a line (at debug level): when publishing
-		# resumed.
-		[ "${name:0:5}" != relay ] || opts+=(--log-level debug)
+		# resumed. The relays' backoff is their default (derived from the
+		# lease), which the bound on resuming after a heal assumes.
+		if [ "${name:0:5}" = relay ]; then
+			opts+=(--log-level debug)
+			retry=()
+		fi
 	fi
 	local pg="port=$PG_PORT user=postgres${SOAK_PG_OPTIONS:+ $SOAK_PG_OPTIONS} host=$pg_host"
 	case $name in
@@ -204,7 +208,7 @@ start() { # name: (re)starts a relay or a worker
 			group="soak/${name:5:1}"
 		fi
 		"${netns[@]}" "$RELAY" publish --pg "$pg dbname=soak" \
-			--redis "$redis_url" --group "$group" "${opts[@]}" --poll-interval "${POLL_MS}ms" --retry-max 1s \
+			--redis "$redis_url" --group "$group" "${opts[@]}" --poll-interval "${POLL_MS}ms" "${retry[@]}" \
 			--stats-interval 1s --maintain-interval 3s --lease "${LEASE_MS}ms" >>"$WORK/$name.log" 2>&1 &
 		;;
 	worker*)
