@@ -230,7 +230,8 @@ now() {
 
 # One fault, the NUMBER-th: its kind, path and standby are in a rotation
 # that makes every kind on every path within 12 faults, and with a
-# standby and without one within 24 (shifted by the seed); it lasts 5 s
+# standby and without one within 24 (shifted by the seed: NET_SHIFT and
+# NET_STANDBY_SHIFT); it lasts 5 s
 # to FAULT_MAX. Right after the heal it emits an event, so that there is
 # something to publish and apply even when the writers pause, and waits
 # (at most NET_RESUME_WAIT seconds) until the streams or the projection
@@ -256,7 +257,7 @@ net_fault() {
 		other=relay1
 		[ "$host" = relay2 ] || other=relay2
 		standby=with
-		if [ $(((n + n / 12 + NET_SHIFT) % 2)) = 1 ]; then
+		if [ $(((n + n / 12 + NET_STANDBY_SHIFT) % 2)) = 1 ]; then
 			standby=without
 			stop_pid "${PIDS[$other]}"
 		fi

@@ -139,7 +139,7 @@ int main(int argc, char** argv) {
         if (standby == "with") what += ", a standby relay running";
         if (standby == "without") what += ", no standby relay";
         char lasted[32];
-        std::snprintf(lasted, sizeof lasted, "%.1f s", heal - cut);
+        std::snprintf(lasted, sizeof lasted, "%.2f s", heal - cut);
         std::printf("fault %d: %s, %s:", n, what.c_str(), lasted);
 
         // Detection: the last of the cut processes to notice.
@@ -158,7 +158,7 @@ int main(int argc, char** argv) {
             }
         }
         if (all && noticed) {
-            std::printf(" noticed after %.1f s (%s);", *noticed, shorten(how).c_str());
+            std::printf(" noticed after %.2f s (%s);", *noticed, shorten(how).c_str());
             detect[side].add(*noticed, what);
         } else {
             std::printf(" not noticed during the cut;");
@@ -170,7 +170,7 @@ int main(int argc, char** argv) {
                 return l.msg.rfind("leading group", 0) == 0;
             });
             if (l && l->ts <= heal) {
-                std::printf(" the standby led after %.1f s;", l->ts - cut);
+                std::printf(" the standby led after %.2f s;", l->ts - cut);
                 takeover.add(l->ts - cut, what);
             } else {
                 std::printf(" the standby did not lead during the cut;");
@@ -191,7 +191,7 @@ int main(int argc, char** argv) {
             unresumed.push_back(what);
         } else {
             const double r = *resumed - heal;
-            std::printf(" %s resumed %.1f s after the heal\n", publishing ? "publishing" : "applying", r);
+            std::printf(" %s resumed %.2f s after the heal\n", publishing ? "publishing" : "applying", r);
             (publishing ? resume_publish : resume_apply).add(r, what);
         }
     }
@@ -200,10 +200,10 @@ int main(int argc, char** argv) {
     for (int side = 0; side < 2; ++side) {
         const double bound = bounds[side];
         if (detect[side].count > 0) {
-            std::printf("cut to detection, %s: longest %.1f s (%s)", sides[side], detect[side].seconds,
+            std::printf("cut to detection, %s: longest %.2f s (%s)", sides[side], detect[side].seconds,
                         detect[side].what.c_str());
             if (bound >= 0)
-                std::printf("; bound %.1f s: %s", bound, verdict(detect[side].seconds, bound));
+                std::printf("; bound %.2f s: %s", bound, verdict(detect[side].seconds, bound));
             std::printf("\n");
         }
         if (!unnoticed[side].empty()) {
@@ -215,20 +215,20 @@ int main(int argc, char** argv) {
             }
             std::printf(")");
             if (bound >= 0)
-                std::printf("; %zu of them lasted longer than the bound, %.1f s: %s", longer, bound,
+                std::printf("; %zu of them lasted longer than the bound, %.2f s: %s", longer, bound,
                             longer > 0 ? "missed" : "met");
             std::printf("\n");
         }
     }
     if (takeover.count > 0)
-        std::printf("cut to a standby leading: longest %.1f s (%s); target (the lease plus one poll) %.1f s: %s\n",
+        std::printf("cut to a standby leading: longest %.2f s (%s); target (the lease plus one poll) %.2f s: %s\n",
                     takeover.seconds, takeover.what.c_str(), lease + poll, verdict(takeover.seconds, lease + poll));
     if (resume_publish.count > 0)
-        std::printf("heal to resumed publishing: longest %.1f s (%s); target (the lease plus one poll) %.1f s: %s\n",
+        std::printf("heal to resumed publishing: longest %.2f s (%s); target (the lease plus one poll) %.2f s: %s\n",
                     resume_publish.seconds, resume_publish.what.c_str(), lease + poll,
                     verdict(resume_publish.seconds, lease + poll));
     if (resume_apply.count > 0)
-        std::printf("heal to resumed applying: longest %.1f s (%s)\n", resume_apply.seconds, resume_apply.what.c_str());
+        std::printf("heal to resumed applying: longest %.2f s (%s)\n", resume_apply.seconds, resume_apply.what.c_str());
     for (const auto& w : unresumed) std::printf("did not resume after the heal: %s\n", w.c_str());
     return 0;
 }

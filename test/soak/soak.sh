@@ -81,6 +81,7 @@ if [ "$MODE" = network ]; then
 	[ "$FAULT_MAX" -le 120 ] || FAULT_MAX=120
 	NET_RESUME_WAIT=180
 	NET_SHIFT=$RANDOM
+	NET_STANDBY_SHIFT=$RANDOM
 	NET_RESULTS=
 fi
 build_extension
