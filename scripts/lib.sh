@@ -6,6 +6,7 @@ PG_OUTBOX_PACKAGES=(
 	postgresql-15 postgresql-server-dev-15 postgresql-common libpq-dev libipc-run-perl
 	redis-server redis-tools libhiredis-dev
 	libgtest-dev libcli11-dev libspdlog-dev libfmt-dev libcpp-httplib-dev nlohmann-json3-dev
+	iproute2 iptables
 )
 
 # Prints a progress line.
@@ -59,14 +60,16 @@ build_extension() {
 }
 
 # Runs a PostgreSQL binary, as the "postgres" user when root (PostgreSQL
-# refuses to run as root).
+# refuses to run as root), in the network namespace PG_NETNS when set (the
+# network soak's database host).
 pg_run() {
-	local bin=$1
+	local bin=$1 netns=()
 	shift
+	[ -z "${PG_NETNS:-}" ] || netns=(ip netns exec "$PG_NETNS")
 	if [ "$(id -u)" -eq 0 ]; then
-		runuser -u postgres -- "$PG_BIN/$bin" "$@"
+		"${netns[@]}" runuser -u postgres -- "$PG_BIN/$bin" "$@"
 	else
-		"$PG_BIN/$bin" "$@"
+		"${netns[@]}" "$PG_BIN/$bin" "$@"
 	fi
 }
 

@@ -3,8 +3,10 @@
 # is missing, builds, starts throwaway servers on loopback, runs the
 # pg_regress tests and isolation specs, the relay's unit and integration
 # tests, the demo, the example applications, the Debian packages (built,
-# installed, the demo on them, removed), a soak test in each order and one
-# of a sharded group on a Redis Cluster, and ends with one summary line.
+# installed, the demo on them, removed), a soak test in each order, one of
+# a sharded group on a Redis Cluster and one of network faults (skipped,
+# and counted so, where the machine cannot make network namespaces), and
+# ends with one summary line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -15,6 +17,7 @@ make -s checkver
 
 passed=0
 failed=0
+skipped=0
 log=$(mktemp -d)
 trap 'rm -rf "$log"' EXIT
 
@@ -156,6 +159,24 @@ else
 	cat "$log/soak"
 fi
 
+say "the soak test of network faults: PostgreSQL and Redis behind veth pairs, links cut by iptables and link down (60 seconds of faults, then the history checker)"
+rc=0
+SOAK_SECONDS=60 SOAK_MODE=network ./test/soak/soak.sh >"$log/soak" 2>&1 || rc=$?
+if [ "$rc" -eq 0 ]; then
+	passed=$((passed + 1))
+	sed -n '/^==> faults injected/,$p' "$log/soak"
+elif [ "$rc" -eq 77 ]; then
+	skipped=$((skipped + 1))
+	tail -n 1 "$log/soak"
+else
+	failed=$((failed + 1))
+	cat "$log/soak"
+fi
+
 echo
-echo "${passed} passed, ${failed} failed"
+if [ "$skipped" -gt 0 ]; then
+	echo "${passed} passed, ${failed} failed, ${skipped} skipped"
+else
+	echo "${passed} passed, ${failed} failed"
+fi
 [ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]

@@ -30,9 +30,24 @@
 #                      stream's slot migrated while the writers run. The
 #                      checker also checks that each event is in its
 #                      shard's stream and that each key's events applied
-#                      in feed order
+#                      in feed order; or
+#                      network: PostgreSQL and Redis on a host of their
+#                      own behind veth pairs, each relay and the consumer
+#                      on theirs (network namespaces the test makes, see
+#                      test/soak/network.sh; root only, else skipped with
+#                      exit status 77), and the faults are network faults
+#                      (blackhole, reset, link down) on one path at a
+#                      time, with a standby relay and without; the soak
+#                      then also reports how long each cut took to be
+#                      noticed and how long after each heal publishing or
+#                      applying resumed (pg_outbox_soak_network)
+#   SOAK_FAULT_MAX     network mode: the longest fault in seconds (5 to
+#                      120; default a sixth of SOAK_SECONDS within that)
+#   SOAK_PG_OPTIONS    network mode: conninfo keywords added to the
+#                      relays' and workers' --pg (say tcp_user_timeout=...)
 #
-# Everything runs on throwaway servers on loopback, stopped by PID.
+# Everything runs on throwaway servers on loopback (in network mode on
+# addresses inside the test's own namespaces), stopped by PID.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/lib.sh
@@ -47,13 +62,30 @@ commit | xid8) ;;
 esac
 MODE=${SOAK_MODE:-single}
 case $MODE in
-single | sharded-cluster) ;;
-*) echo "SOAK_MODE must be single or sharded-cluster, not \"$MODE\"" >&2; exit 2 ;;
+single | sharded-cluster | network) ;;
+*) echo "SOAK_MODE must be single, sharded-cluster or network, not \"$MODE\"" >&2; exit 2 ;;
 esac
 
 ensure_packages
+if [ "$MODE" = network ]; then
+	. test/soak/network.sh
+	# The probe's namespace goes on any exit; so do the test's, below.
+	trap net_teardown EXIT
+	why=$(net_unavailable)
+	if [ -n "$why" ]; then
+		echo "soak: skipped: SOAK_MODE=network cannot make its network namespaces, veth pairs and iptables rules here: $why"
+		exit 77
+	fi
+	FAULT_MAX=${SOAK_FAULT_MAX:-$((SECONDS_TOTAL / 6))}
+	[ "$FAULT_MAX" -ge 5 ] || FAULT_MAX=5
+	[ "$FAULT_MAX" -le 120 ] || FAULT_MAX=120
+	NET_RESUME_WAIT=180
+	NET_SHIFT=$RANDOM
+	NET_STANDBY_SHIFT=$RANDOM
+	NET_RESULTS=
+fi
 build_extension
-build_relay pg_outbox_relay pg_outbox_check
+build_relay pg_outbox_relay pg_outbox_check pg_outbox_soak_network
 RELAY=build/relay/pg_outbox_relay
 CHECK=build/test/soak/pg_outbox_check
 
@@ -70,6 +102,7 @@ cleanup() {
 	done
 	redis_cluster_stop
 	stop_servers
+	[ "$MODE" != network ] || net_teardown
 	[ "${KEEP:-0}" = 1 ] || rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -78,9 +111,27 @@ trap 'exit 130' INT TERM
 say "soak: ${SECONDS_TOTAL}s, $ORDERING order, $MODE, fault schedule seed $SEED, work in $WORK"
 PG_SETTINGS=("max_prepared_transactions = 50" "max_connections = 100")
 [ "$ORDERING" = commit ] && PG_SETTINGS+=("shared_preload_libraries = 'pg_outbox'")
-pg_start "$WORK/pg" "$PG_PORT" "${PG_SETTINGS[@]}"
-db() { local d=$1; shift; psql -X -q -At -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PG_PORT" -U postgres -d "$d" "$@"; }
-if [ "$MODE" = single ]; then
+# The soak reaches PostgreSQL at PG_HOST: loopback, or in network mode its
+# Unix socket (the faults cut only the relays' and workers' paths).
+if [ "$MODE" = network ]; then
+	NET_RESULTS=$WORK/network.tsv
+	: >"$NET_RESULTS"
+	net_setup
+	net_pg_start "${PG_SETTINGS[@]}"
+	PG_HOST=$WORK/pg
+else
+	pg_start "$WORK/pg" "$PG_PORT" "${PG_SETTINGS[@]}"
+	PG_HOST=127.0.0.1
+fi
+db() { local d=$1; shift; psql -X -q -At -v ON_ERROR_STOP=1 -h "$PG_HOST" -p "$PG_PORT" -U postgres -d "$d" "$@"; }
+if [ "$MODE" = network ]; then
+	SHARDS=1
+	net_redis_start
+	STREAMS=(outbox:t0 outbox:t1 outbox:t2)
+	RELAYS=(relay1 relay2)
+	WORKERS=(worker1 worker2)
+	redis() { redis-cli -s "$WORK/redis/redis.sock" "$@"; }
+elif [ "$MODE" = single ]; then
 	SHARDS=1
 	REDIS_OPTS=(--appendonly yes --appendfsync everysec)
 	redis_start "$WORK/redis" "$REDIS_PORT" "${REDIS_OPTS[@]}"
@@ -110,7 +161,7 @@ else
 	redis() { redis-cli -c -p "$(cluster_port)" "$@"; }
 fi
 
-psql -X -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -c "CREATE DATABASE soak" -c "CREATE DATABASE sink"
+psql -X -q -h "$PG_HOST" -p "$PG_PORT" -U postgres -d postgres -c "CREATE DATABASE soak" -c "CREATE DATABASE sink"
 db soak -v ordering="$ORDERING" -v shards="$SHARDS" <<'SQL'
 CREATE EXTENSION pg_outbox;
 CREATE SEQUENCE soak_n;
@@ -128,19 +179,38 @@ SELECT inbox_consumer_create('projection', current_user::regrole);
 SQL
 
 # In sharded-cluster mode relayNx publishes shard N, workerN reads shard
-# N's streams.
+# N's streams. In network mode each runs on its host (relay1, relay2, or
+# consumer for the workers), reaches PostgreSQL and Redis at the db ends
+# of that host's links, and logs JSON (whose times the report reads).
+LEASE_MS=1000
+POLL_MS=200
 start() { # name: (re)starts a relay or a worker
-	local name=$1 group=soak streams=() s
+	local name=$1 group=soak streams=() s netns=() pg_host=127.0.0.1 redis_url=${REDIS_URL:-} opts=() retry=(--retry-max 1s)
+	if [ "$MODE" = network ]; then
+		local host
+		host=$(net_host_of "$name")
+		netns=(ip netns exec "$NETP$host")
+		pg_host=$(net_db_addr "$host" pg)
+		redis_url=$(net_db_addr "$host" redis):$REDIS_PORT
+		opts=(--log-format json)
+		# Each published batch has a line (at debug level): when publishing
+		# resumed. The relays' backoff is their default (derived from the
+		# lease), which the bound on resuming after a heal assumes.
+		if [ "${name:0:5}" = relay ]; then
+			opts+=(--log-level debug)
+			retry=()
+		fi
+	fi
+	local pg="port=$PG_PORT user=postgres${SOAK_PG_OPTIONS:+ $SOAK_PG_OPTIONS} host=$pg_host"
 	case $name in
 	relay*)
-		local shard_opts=()
 		if [ "$MODE" = sharded-cluster ]; then
-			shard_opts=(--stream "$STREAM_TEMPLATE")
+			opts+=(--stream "$STREAM_TEMPLATE")
 			group="soak/${name:5:1}"
 		fi
-		"$RELAY" publish --pg "host=127.0.0.1 port=$PG_PORT dbname=soak user=postgres" \
-			--redis "$REDIS_URL" --group "$group" "${shard_opts[@]}" --poll-interval 200ms --retry-max 1s \
-			--stats-interval 1s --maintain-interval 3s --lease 1s >>"$WORK/$name.log" 2>&1 &
+		"${netns[@]}" "$RELAY" publish --pg "$pg dbname=soak" \
+			--redis "$redis_url" --group "$group" "${opts[@]}" --poll-interval "${POLL_MS}ms" "${retry[@]}" \
+			--stats-interval 1s --maintain-interval 3s --lease "${LEASE_MS}ms" >>"$WORK/$name.log" 2>&1 &
 		;;
 	worker*)
 		if [ "$MODE" = sharded-cluster ]; then
@@ -148,8 +218,8 @@ start() { # name: (re)starts a relay or a worker
 		else
 			for s in "${STREAMS[@]}"; do streams+=(--stream "$s"); done
 		fi
-		"$RELAY" consume --pg "host=127.0.0.1 port=$PG_PORT dbname=sink user=postgres" \
-			--redis "$REDIS_URL" --consumer projection --worker "$name" \
+		"${netns[@]}" "$RELAY" consume --pg "$pg dbname=sink" \
+			--redis "$redis_url" --consumer projection --worker "$name" "${opts[@]}" \
 			"${streams[@]}" --handler 'SELECT soak_apply($3, $5)' \
 			--block 200ms --min-idle 2s --claim-interval 500ms --max-deliveries 1000000 \
 			--retry-max 1s >>"$WORK/$name.log" 2>&1 &
@@ -183,10 +253,13 @@ else
 	MIX=(-f "$W/normal.sql@68" -f "$W/abort.sql@10" -f "$W/savepoint.sql@10" -f "$W/long.sql@1"
 		-f "$W/twopc.sql@4" -f "$W/twopc_abort.sql@2" -f "$W/bulk.sql@5")
 fi
+# They stop after SOAK_SECONDS, or in network mode when the faults end
+# (the last fault's heal is measured on events written after it).
 writers() {
 	local until=$(($(date +%s) + SECONDS_TOTAL))
-	while [ "$(date +%s)" -lt "$until" ]; do
-		pgbench -n -h 127.0.0.1 -p "$PG_PORT" -U postgres -c 16 -j 2 -T 5 -R 300 \
+	[ "$MODE" != network ] || until=$((until + 86400))
+	while [ "$(date +%s)" -lt "$until" ] && [ ! -e "$W/stop" ]; do
+		pgbench -n -h "$PG_HOST" -p "$PG_PORT" -U postgres -c 16 -j 2 -T 5 -R 300 \
 			"${MIX[@]}" soak >>"$WORK/writers.log" 2>&1 || sleep 0.5
 	done
 }
@@ -391,9 +464,26 @@ faults() {
 		sleep "$((1 + RANDOM % 4))"
 	done
 }
+# The network faults, one at a time, each measured until publishing or
+# applying resumed, 1 to 3 seconds apart; the last starts 5 s before the
+# end at the latest.
+net_faults() {
+	local until=$(($(date +%s) + SECONDS_TOTAL - 5)) n=0
+	sleep 2
+	while [ "$(date +%s)" -lt "$until" ]; do
+		net_fault "$n"
+		n=$((n + 1))
+		sleep "$((1 + RANDOM % 3))"
+	done
+}
 # The fault loop runs in this shell (it restarts processes whose PIDs the
 # cleanup needs), while the writers run in the background.
-faults >"$WORK/faults.log" 2>>"$WORK/shell.log" || true
+if [ "$MODE" = network ]; then
+	net_faults >"$WORK/faults.log" 2>>"$WORK/shell.log" || true
+	touch "$W/stop"
+else
+	faults >"$WORK/faults.log" 2>>"$WORK/shell.log" || true
+fi
 wait "$WRITERS_PID" || true
 WRITERS_PID=
 say "faults injected: $(wc -l <"$WORK/faults.log") ($(sort "$WORK/faults.log" | uniq -c | sort -rn | awk '{c=$1; $1=""; printf "%s%s x%s", sep, $0, c; sep=","}'))"
@@ -473,6 +563,16 @@ touch "$H/streams.tsv"
 db sink -F $'\t' -c "SELECT event_id, extract(epoch FROM applied_at), seq FROM projection" >"$H/applied.tsv"
 db sink -F $'\t' -c "SELECT stream, entry_id, coalesce(event_id::text, '') FROM outbox.dead_letters" >"$H/dead_letters.tsv"
 
+if [ "$MODE" = network ]; then
+	# The documented bounds on a wait (README, "Bounds on waits"): a
+	# relay's --pg-timeout and --redis-timeout default to two thirds of
+	# the lease, between 2 s and 10 s; consume mode's to 10 s.
+	relay_bound=$((LEASE_MS * 2 / 3))
+	[ "$relay_bound" -ge 2000 ] || relay_bound=2000
+	[ "$relay_bound" -le 10000 ] || relay_bound=10000
+	say "network faults, each cut and heal (pg_outbox_soak_network):"
+	build/test/soak/pg_outbox_soak_network "$NET_RESULTS" "$LEASE_MS" "$POLL_MS" "$relay_bound" 10000 | sed 's/^/  /'
+fi
 if [ "$MODE" = sharded-cluster ]; then
 	say "streams found behind by the relays: $(cat "$WORK"/relay*.log | grep -cE 'is behind|lost entries' || true), gaps found by the workers: $(cat "$WORK"/worker*.log | grep -c ': gap (' || true)"
 fi
