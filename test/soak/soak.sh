@@ -183,6 +183,10 @@ SQL
 # consumer for the workers), reaches PostgreSQL and Redis at the db ends
 # of that host's links, and logs JSON (whose times the report reads).
 LEASE_MS=1000
+# In network mode the lease is 3 s: the relays' waits are two thirds of
+# it, with a floor of 2 s (README, "Bounds on waits"), so that a shorter
+# lease would put the floor, not the lease, in the bound on resuming.
+[ "$MODE" = network ] && LEASE_MS=3000
 POLL_MS=200
 start() { # name: (re)starts a relay or a worker
 	local name=$1 group=soak streams=() s netns=() pg_host=127.0.0.1 redis_url=${REDIS_URL:-} opts=() retry=(--retry-max 1s)
