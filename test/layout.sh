@@ -40,7 +40,78 @@ relay_reads_no_table() {
 }
 check "the relay's queries read no table of the extension's" relay_reads_no_table
 
-# The two checks find what they look for.
+# Every statement of the relay's (a string literal, adjacent literals
+# joined, that starts with SELECT or WITH) names each function, operator
+# and type with its schema and types each parameter: no object another
+# role planted in a schema on the search_path can be chosen instead
+# (DESIGN.md, I-17). Prints "file: fault: statement" for each fault.
+relay_sql_faults() {
+	perl -e '
+		my %construct = map { $_ => 1 } qw(select from where and or not on join then else when as by in
+			exists values any all array row coalesce nullif greatest least extract operator case is with);
+		sub faults {
+			my ($sql) = @_;
+			my @f;
+			(my $s = $sql) =~ s/'"'"'(?:[^'"'"']|'"'"''"'"')*'"'"'/ /g;    # SQL strings
+			$s =~ s/OPERATOR\(pg_catalog\.[^)]+\)/ /g;
+			$s =~ s/\$\d+::pg_catalog\.\w+(\[\])?/ /g;                  # typed parameters
+			push @f, "untyped parameter $1" if $s =~ /(\$\d++)(?!::)/;
+			$s =~ s/::pg_catalog\.\w+(\[\])?/ /g;
+			push @f, "cast to an unqualified type" if $s =~ /::/;
+			while ($s =~ /(?<![\w.@])([A-Za-z_]\w*)\s*\(/g) {
+				push @f, "unqualified call of $1" unless $construct{lc $1};
+			}
+			$s =~ s/(\@extschema\@|pg_catalog)\.\w+/ /g;
+			push @f, "unqualified operator $1" if $s =~ /([-+*\/<>=!~|&%^#@?]+)/;
+			return @f;
+		}
+		for my $file (@ARGV) {
+			open(my $fh, "<", $file) or die "$file: $!";
+			local $/;
+			my $src = <$fh>;
+			my (@parts, $open);
+			my $flush = sub {
+				my $sql = join "", @parts;
+				@parts = ();
+				$sql =~ s/\\(.)/$1/g;
+				return unless $sql =~ /^\s*(SELECT|WITH)\b/;
+				print "$file: $_: $sql\n" for faults($sql);
+			};
+			while ($src =~ m{\G(?:(//[^\n]*|/\*.*?\*/|\s+)|('"'"'(?:[^'"'"'\\\n]|\\.)*'"'"')|"((?:[^"\\\n]|\\.)*)"|(.))}gs) {
+				if (defined $3) { push @parts, $3; }
+				elsif (!defined $1) { $flush->(); }
+			}
+			$flush->();
+		}
+	' "$@"
+}
+relay_sql_qualified() {
+	local hits
+	hits=$(relay_sql_faults relay/src/*.cpp relay/include/pg_outbox/*.hpp)
+	[ -z "$hits" ] || { echo "# $hits" >&2; return 1; }
+}
+check "the relay's statements qualify every function, operator and type and type every parameter" relay_sql_qualified
+
+# The checks find what they look for.
+finds_sql_faults() {
+	local dir out
+	dir=$(mktemp -d)
+	cat >"$dir/bad.cpp" <<-'EOF'
+		const char* a = "SELECT outbox_lead($1::pg_catalog.text)";
+		const char* b = "SELECT @extschema@.outbox_lead($1)";
+		const char* c = "SELECT x FROM @extschema@.f($1::pg_catalog.text)"
+		                " WHERE x = 'a=b'";
+		const char* d = "SELECT $1::text";
+		const char* e = "SELECT @extschema@.f($1::pg_catalog.text, pg_catalog.now() - $2::pg_catalog.interval)";
+		const char* ok = "SELECT @extschema@.f($1::pg_catalog.text) WHERE a OPERATOR(pg_catalog.=) 'x=y'";
+	EOF
+	out=$(relay_sql_faults "$dir/bad.cpp")
+	rm -r "$dir"
+	eq "$(cut -d: -f2 <<<"$out" | tr '\n' ,)" \
+		" unqualified call of outbox_lead, untyped parameter \$1, unqualified operator =, cast to an unqualified type, unqualified operator -,"
+}
+check "the statement check finds unqualified calls, operators, casts and untyped parameters" finds_sql_faults
+
 check "the table-read pattern matches a query that reads outbox.groups" \
 	grep -qiE "$TABLE_READ" <<<'    "SELECT streams FROM outbox.groups WHERE name = $1";'
 finds_a_cycle() { [ -n "$(printf 'emit writer\nwriter emit\n' | tsort 2>&1 >/dev/null)" ]; }

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdint>
 
 #include "pg_outbox/errors.hpp"
@@ -13,10 +14,19 @@ namespace pg_outbox {
 
 namespace {
 
+// The consumer's SQL, qualified and typed as every statement of the
+// relay's (see group_session.cpp): the session keeps the role's
+// search_path for the handler, and these resolve the same whatever it is,
+// even after a handler changed it.
 constexpr const char* kConsumeSql =
     "SELECT ord, status, error_code, error_message "
-    "FROM inbox_consume($1, $2, $3::bytea[], $4::bytea[], $5::bytea[], $6::bytea[], $7::bytea[])";
-constexpr const char* kDeadLetterSql = "SELECT inbox_dead_letter($1, $2, $3, $4::bytea[], $5, $6, $7)";
+    "FROM @extschema@.inbox_consume($1::pg_catalog.text, $2::pg_catalog.text, $3::pg_catalog.bytea[], "
+    "$4::pg_catalog.bytea[], $5::pg_catalog.bytea[], $6::pg_catalog.bytea[], $7::pg_catalog.bytea[])";
+constexpr const char* kDeadLetterSql =
+    "SELECT @extschema@.inbox_dead_letter($1::pg_catalog.text, $2::pg_catalog.text, $3::pg_catalog.text, "
+    "$4::pg_catalog.bytea[], $5::pg_catalog.text, $6::pg_catalog.text, $7::pg_catalog.int4)";
+constexpr const char* kConsumerCheckSql = "SELECT @extschema@.inbox_consumer_check($1::pg_catalog.text)";
+constexpr const char* kTextCheckSql = "SELECT $1::pg_catalog.text";
 constexpr const char* kHandlerCheck = "pg_outbox_handler_check";
 
 // The OIDs of the handler's parameters: topic text, key text, payload
@@ -45,6 +55,157 @@ std::string first_line(const std::string& message) {
 }
 
 }  // namespace
+
+namespace {
+
+// The words of a SQL statement, upper-cased, for handler_refusal(): key
+// words and unquoted identifiers; a quoted identifier, a string or a
+// parenthesis is a token of its own that no key word matches ("\"", "'",
+// "(", ")"). Comments and white space are skipped, as the server's lexer
+// skips them.
+std::vector<std::string> sql_words(std::string_view sql) {
+    std::vector<std::string> out;
+    auto is_word_start = [](unsigned char c) { return std::isalpha(c) || c == '_' || c >= 0x80; };
+    auto is_word = [&](unsigned char c) { return is_word_start(c) || std::isdigit(c) || c == '$'; };
+    std::size_t i = 0;
+    const std::size_t n = sql.size();
+    while (i < n) {
+        const unsigned char c = static_cast<unsigned char>(sql[i]);
+        if (std::isspace(c)) {
+            ++i;
+        } else if (sql.compare(i, 2, "--") == 0) {
+            while (i < n && sql[i] != '\n') ++i;
+        } else if (sql.compare(i, 2, "/*") == 0) {
+            // Nested, as the server's lexer reads them.
+            int depth = 0;
+            do {
+                if (sql.compare(i, 2, "/*") == 0) {
+                    ++depth;
+                    i += 2;
+                } else if (sql.compare(i, 2, "*/") == 0) {
+                    --depth;
+                    i += 2;
+                } else {
+                    ++i;
+                }
+            } while (i < n && depth > 0);
+        } else if (c == '\'' || c == '"') {
+            // A string ('' inside) or a quoted identifier ("" inside);
+            // E'..' strings take backslash escapes.
+            const bool escapes =
+                c == '\'' && i > 0 && (sql[i - 1] == 'E' || sql[i - 1] == 'e') && !out.empty() && out.back() == "E";
+            if (escapes) out.pop_back();
+            ++i;
+            while (i < n) {
+                if (escapes && sql[i] == '\\') {
+                    i += 2;
+                } else if (static_cast<unsigned char>(sql[i]) == c) {
+                    if (i + 1 < n && static_cast<unsigned char>(sql[i + 1]) == c) {
+                        i += 2;
+                    } else {
+                        ++i;
+                        break;
+                    }
+                } else {
+                    ++i;
+                }
+            }
+            out.emplace_back(1, static_cast<char>(c));
+        } else if (c == '$') {
+            // A dollar-quoted string ($tag$ ... $tag$), or a parameter.
+            std::size_t end = i + 1;
+            while (end < n && is_word(static_cast<unsigned char>(sql[end])) && sql[end] != '$') ++end;
+            if (end < n && sql[end] == '$' && (end == i + 1 || !std::isdigit(static_cast<unsigned char>(sql[i + 1])))) {
+                const std::string_view tag = sql.substr(i, end - i + 1);
+                const auto close = sql.find(tag, end + 1);
+                i = close == std::string_view::npos ? n : close + tag.size();
+                out.emplace_back("'");
+            } else {
+                i = end;
+                out.emplace_back("$");
+            }
+        } else if (is_word_start(c)) {
+            std::string word;
+            while (i < n && is_word(static_cast<unsigned char>(sql[i])))
+                word += static_cast<char>(std::toupper(static_cast<unsigned char>(sql[i++])));
+            out.push_back(std::move(word));
+        } else {
+            out.emplace_back(1, static_cast<char>(c));
+            ++i;
+        }
+    }
+    return out;
+}
+
+}  // namespace
+
+std::optional<std::string> handler_refusal(std::string_view handler) {
+    const auto words = sql_words(handler);
+    auto word = [&](std::size_t i) -> std::string_view { return i < words.size() ? words[i] : std::string_view(); };
+    auto has = [&](std::string_view w) { return std::find(words.begin(), words.end(), w) != words.end(); };
+    const auto first = word(0);
+    const std::string name(first);
+    auto transaction_control = [&](const std::string& statement) {
+        return statement + " is transaction control: inbox_consume() applies each entry in a subtransaction of "
+                           "the worker's transaction, which a handler can neither end nor begin (for a savepoint "
+                           "of its own, call a function with an EXCEPTION block)";
+    };
+    auto no_transaction_block = [&](const std::string& statement) {
+        return statement + " cannot run inside a transaction block or a function, where inbox_consume() runs the "
+                           "handler; run it outside the consumer";
+    };
+    auto changes_session = [&](const std::string& statement, const std::string& instead) {
+        return statement + " changes the worker's session for every entry and statement that follows, not only "
+                           "for this entry's transaction" + instead;
+    };
+    if (first == "BEGIN" || first == "START" || first == "COMMIT" || first == "END" || first == "ROLLBACK" ||
+        first == "ABORT" || first == "SAVEPOINT" || first == "RELEASE")
+        return transaction_control(name);
+    if (first == "PREPARE")
+        return word(1) == "TRANSACTION" ? transaction_control("PREPARE TRANSACTION")
+                                        : changes_session("PREPARE", " (the next entry's PREPARE fails)");
+    if (first == "DEALLOCATE")
+        return changes_session("DEALLOCATE", " (it removes the session's prepared statements)");
+    if (first == "DISCARD") return changes_session("DISCARD", " (it resets the session's state)");
+    if (first == "RESET") return changes_session("RESET", "; use SET LOCAL, which ends with the transaction");
+    if (first == "SET") {
+        if (word(1) == "LOCAL" || word(1) == "CONSTRAINTS") return std::nullopt;
+        if (word(1) == "TRANSACTION")
+            return std::string("SET TRANSACTION must come before any query of the transaction, and inbox_consume() "
+                               "runs the handler after its own; set it with --pg's options or the role instead");
+        return changes_session("SET", "; use SET LOCAL, which ends with the transaction");
+    }
+    if (first == "LISTEN")
+        return std::string("LISTEN subscribes the worker's session to notifications that it never reads: they "
+                           "would pile up in its memory");
+    if (first == "VACUUM") return no_transaction_block("VACUUM");
+    if (first == "ALTER" && word(1) == "SYSTEM") return no_transaction_block("ALTER SYSTEM");
+    if ((first == "CREATE" || first == "DROP") && (word(1) == "DATABASE" || word(1) == "TABLESPACE"))
+        return no_transaction_block(name + " " + std::string(word(1)));
+    if (first == "CREATE" && (word(1) == "INDEX" || (word(1) == "UNIQUE" && word(2) == "INDEX")) &&
+        word(word(1) == "UNIQUE" ? 3 : 2) == "CONCURRENTLY")
+        return no_transaction_block("CREATE INDEX CONCURRENTLY");
+    if (first == "DROP" && word(1) == "INDEX" && word(2) == "CONCURRENTLY")
+        return no_transaction_block("DROP INDEX CONCURRENTLY");
+    if (first == "REINDEX" && (has("CONCURRENTLY") || word(1) == "SYSTEM" || word(1) == "DATABASE" ||
+                               word(1) == "SCHEMA"))
+        return no_transaction_block("REINDEX " + std::string(has("CONCURRENTLY") ? "CONCURRENTLY" : word(1)));
+    if (first == "CLUSTER") {
+        // Without a table (all the tables clustered before): only outside a
+        // transaction block.
+        std::size_t i = 1;
+        if (word(i) == "VERBOSE") ++i;
+        if (word(i) == "(") {
+            while (i < words.size() && words[i] != ")") ++i;
+            ++i;
+        }
+        if (word(i).empty() || word(i) == ";") return no_transaction_block("CLUSTER without a table");
+    }
+    if (first == "COPY" && (has("STDIN") || has("STDOUT")))
+        return std::string("COPY from or to the client cannot run in a function, where inbox_consume() runs the "
+                           "handler; use INSERT, or COPY from or to a file");
+    return std::nullopt;
+}
 
 const std::string* StreamEntry::field(std::string_view name) const {
     for (const auto& [k, v] : fields)
@@ -257,13 +418,13 @@ void Consumer::validate_settings() {
         return ConfigError(setting + ": " + e.what() + " (SQLSTATE " + e.sqlstate() + ")");
     };
     try {
-        pg_->exec("SELECT inbox_consumer_check($1)", {config_.consumer});
+        pg_->exec(extension_.sql(kConsumerCheckSql), {config_.consumer});
     } catch (const PgError& e) {
         throw refuse("--consumer \"" + config_.consumer + "\"", e);
     }
     for (const auto& stream : config_.streams) {
         try {
-            pg_->exec("SELECT $1::text", {stream});
+            pg_->exec(kTextCheckSql, {stream});
         } catch (const PgError& e) {
             throw refuse("--stream", e);
         }
@@ -273,6 +434,12 @@ void Consumer::validate_settings() {
     // on what it names (tables, the functions it calls) without running it.
     try {
         pg_->prepare(kHandlerCheck, config_.handler, kHandlerTypes);
+        // One statement the server parsed: its words are those of a
+        // statement, whatever they look like.
+        if (auto why = handler_refusal(config_.handler)) {
+            pg_->exec(std::string("DEALLOCATE ") + kHandlerCheck);
+            throw ConfigError("--handler: " + *why);
+        }
         pg_->exec("SET plan_cache_mode = force_generic_plan");
         pg_->exec(std::string("EXPLAIN (COSTS OFF) EXECUTE ") + kHandlerCheck + "(NULL, NULL, NULL, NULL, NULL)");
         pg_->exec("RESET plan_cache_mode");
@@ -725,7 +892,7 @@ void Consumer::apply_call(const std::vector<const StreamEntry*>& call, std::vect
     std::optional<PgResult> result;
     try {
         const auto t0 = std::chrono::steady_clock::now();
-        result.emplace(pg_->exec(kConsumeSql,
+        result.emplace(pg_->exec(extension_.sql(kConsumeSql),
                                  {config_.consumer, config_.handler, pg_bytea_array(ids), pg_bytea_array(topics),
                                   pg_bytea_array(keys), pg_bytea_array(payloads), pg_bytea_array(headers)},
                                  {0, 0, 1, 1, 1, 1, 1}));
@@ -851,7 +1018,7 @@ std::optional<std::pair<std::string, std::string>> Consumer::dead_letter(
                 }
             }
         }
-        pg_->exec(kDeadLetterSql,
+        pg_->exec(extension_.sql(kDeadLetterSql),
                   {config_.consumer, e.stream, e.id,
                    e.fields.empty() ? Param(std::nullopt) : Param(pg_bytea_array(raw)), why,
                    sqlstate ? Param(*sqlstate) : std::nullopt, std::to_string(std::max(1LL, e.deliveries))},
@@ -897,16 +1064,29 @@ void Consumer::turn() {
     if (!held_.entries.empty()) {
         // Entries held after a configuration or transient fault: nothing
         // else is read until they apply, dead-letter or stay pending.
-        const auto delay = hold_backoff_.next();
-        const bool first = hold_backoff_.attempt() == 1;
-        metrics_.count_error(held_.fault == Fault::transient ? "pg_transient" : "pg_configuration");
-        if (first || held_.fault == Fault::configuration)
-            spdlog::log(first ? spdlog::level::err : spdlog::level::warn,
-                        "{} fault: {} (SQLSTATE {}); {} entries held, nothing dead-lettered or acknowledged; "
-                        "retrying in {} ms",
-                        to_string(held_.fault), held_.message, held_.sqlstate, held_.entries.size(), delay.count());
-        wait(delay);
-        if (stop_) return;
+        if (!held_on_new_session_) {
+            const auto delay = hold_backoff_.next();
+            const bool first = hold_backoff_.attempt() == 1;
+            metrics_.count_error(held_.fault == Fault::transient ? "pg_transient" : "pg_configuration");
+            if (first || held_.fault == Fault::configuration)
+                spdlog::log(first ? spdlog::level::err : spdlog::level::warn,
+                            "{} fault: {} (SQLSTATE {}); {} entries held, nothing dead-lettered or acknowledged; "
+                            "retrying in {} ms{}",
+                            to_string(held_.fault), held_.message, held_.sqlstate, held_.entries.size(),
+                            delay.count(), held_.fault == Fault::configuration ? " on a new session" : "");
+            wait(delay);
+            if (stop_) return;
+            if (held_.fault == Fault::configuration) {
+                // The handler may have changed the session it failed on (a
+                // search_path, a role, a prepared statement, a transaction
+                // state): the retry runs on a new one, made before the
+                // next turn.
+                held_on_new_session_ = true;
+                drop_pg();
+                return;
+            }
+        }
+        held_on_new_session_ = false;
         auto retry = std::move(held_.entries);
         held_ = Held{};
         apply(retry);

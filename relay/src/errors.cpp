@@ -17,7 +17,16 @@ Fault classify_sqlstate(std::string_view s) noexcept {
     if (is_transient_sqlstate(s)) return Fault::transient;
     if (s.size() != 5) return Fault::entry;
     const auto cls = s.substr(0, 2);
-    if (cls == "42" || cls == "28" || s == "3D000" || s == "3F000" || s == "25006") return Fault::configuration;
+    if (cls == "42" || cls == "28" || s == "3D000" || s == "3F000") return Fault::configuration;
+    // The transaction's or the session's state, which the handler's
+    // statements (or a function or procedure it calls) misuse, the same
+    // for every entry: invalid transaction initiation, state (25006 too:
+    // a read-only transaction, connected to a standby) and termination,
+    // savepoints, prepared statements, and a feature not supported
+    // (0A000: EXECUTE of transaction control or COPY from the client in
+    // PL/pgSQL).
+    if (cls == "0B" || cls == "25" || cls == "2D" || cls == "3B" || s == "26000" || s == "0A000")
+        return Fault::configuration;
     return Fault::entry;
 }
 

@@ -18,50 +18,71 @@ namespace pg_outbox {
 
 namespace {
 
-// The relay's SQL: calls of the extension's API, with parameters.
-constexpr const char* kLeadSql = "SELECT outbox_lead($1)";
-constexpr const char* kResignSql = "SELECT outbox_resign($1)";
-constexpr const char* kWaitingSql = "SELECT outbox_relay_waiting()";
+// The relay's SQL: calls of the extension's API, with parameters. Every
+// function, operator and type is named with its schema ("@extschema@" is
+// the extension's, Extension::sql()) and every parameter has the type of
+// the function's argument: no overload that another role planted in a
+// schema on the search_path can match better (DESIGN.md, I-17).
+constexpr const char* kLeadSql = "SELECT @extschema@.outbox_lead($1::pg_catalog.text)";
+constexpr const char* kResignSql = "SELECT @extschema@.outbox_resign($1::pg_catalog.text)";
+constexpr const char* kWaitingSql = "SELECT @extschema@.outbox_relay_waiting()";
+constexpr const char* kLeaseSql =
+    "SELECT pg_catalog.set_config('pg_outbox.lease'::pg_catalog.text, $1::pg_catalog.text, false)";
 // The age of the batch's first (oldest) event for the lag metric, computed
 // for that row only: on every row it cost about 5% of the fetch.
 // created_at as RFC 3339 in UTC with microseconds, whatever the session's
 // DateStyle and TimeZone (which the relay pins as well).
 constexpr const char* kFetchSql =
     "SELECT pos, event_id, topic, key, payload, headers,"
-    "       to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'),"
-    "       CASE WHEN ordinality = 1 THEN extract(epoch FROM clock_timestamp() - created_at) END"
-    "  FROM outbox_fetch($1, $2, $3, $4::interval) WITH ORDINALITY";
+    "       pg_catalog.to_char(created_at AT TIME ZONE 'UTC'::pg_catalog.text,"
+    "                          'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'::pg_catalog.text),"
+    "       CASE WHEN ordinality OPERATOR(pg_catalog.=) 1::pg_catalog.int8"
+    "            THEN extract(epoch FROM pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) created_at) END"
+    "  FROM @extschema@.outbox_fetch($1::pg_catalog.text, $2::pg_catalog.int4, $3::pg_catalog.text,"
+    "                                $4::pg_catalog.interval) WITH ORDINALITY";
 // The same batch packed in one bytea (0.2.0 on): about a third of the
 // server's time of the rows above, where every column of every row went
 // through its output function, and created_at through to_char().
-constexpr const char* kFetchPackedSql = "SELECT outbox_fetch_packed($1, $2, $3, $4::interval)";
-constexpr const char* kHasPackedSql =
-    "SELECT pg_catalog.to_regprocedure('outbox_fetch_packed(text, integer, text, interval)') IS NOT NULL";
-constexpr const char* kAdvanceSql = "SELECT outbox_advance($1, $2, $3::jsonb)";
+constexpr const char* kFetchPackedSql =
+    "SELECT @extschema@.outbox_fetch_packed($1::pg_catalog.text, $2::pg_catalog.int4, $3::pg_catalog.text,"
+    "                                       $4::pg_catalog.interval)";
+// $1: the function's signature, qualified.
+constexpr const char* kHasPackedSql = "SELECT pg_catalog.to_regprocedure($1::pg_catalog.text) IS NOT NULL";
+constexpr const char* kAdvanceSql =
+    "SELECT @extschema@.outbox_advance($1::pg_catalog.text, $2::pg_catalog.text, $3::pg_catalog.jsonb)";
 // The same without waiting for the commit's WAL flush. With explicit ids an
 // advance lost in a PostgreSQL crash costs nothing but a replay that Redis
 // refuses as already present: the cursor and the streams' last positions
 // go back together, and anything durable that depends on them (retention)
 // flushes the advance's commit record first.
 constexpr const char* kAdvanceAsyncSql =
-    "SELECT outbox_advance($1, $2, $3::jsonb) FROM set_config('synchronous_commit', 'off', true)";
+    "SELECT @extschema@.outbox_advance($1::pg_catalog.text, $2::pg_catalog.text, $3::pg_catalog.jsonb)"
+    "  FROM pg_catalog.set_config('synchronous_commit'::pg_catalog.text, 'off'::pg_catalog.text, true)";
 // The group's or shard's row ($1 the group's name, $2 the shard), read
 // through the extension's API, as everything the relay reads.
 constexpr const char* kStreamsSql =
-    "SELECT streams::text, cursor_position FROM outbox_groups($1) WHERE shard = $2::int";
-constexpr const char* kShardsSql = "SELECT shards, stream_template FROM outbox_groups($1) WHERE shard = $2::int";
+    "SELECT streams::pg_catalog.text, cursor_position FROM @extschema@.outbox_groups($1::pg_catalog.text)"
+    " WHERE shard OPERATOR(pg_catalog.=) $2::pg_catalog.int4";
+constexpr const char* kShardsSql =
+    "SELECT shards, stream_template FROM @extschema@.outbox_groups($1::pg_catalog.text)"
+    " WHERE shard OPERATOR(pg_catalog.=) $2::pg_catalog.int4";
 // Records this relay's --stream template for the group when it has none
 // (the leader only, before it publishes); returns the group's.
-constexpr const char* kStreamTemplateSql = "SELECT outbox_stream_template($1, $2)";
-constexpr const char* kRewindSql = "SELECT outbox_rewind($1, $2)";
-// Maintenance, unless something ran it within the interval ($1, in ms):
-// what it did, an action and its object a line ("moved outbox.event_..."),
-// or null when it did not run.
+constexpr const char* kStreamTemplateSql =
+    "SELECT @extschema@.outbox_stream_template($1::pg_catalog.text, $2::pg_catalog.text)";
+constexpr const char* kRewindSql = "SELECT @extschema@.outbox_rewind($1::pg_catalog.text, $2::pg_catalog.text)";
+// Maintenance, unless something ran it within the interval ($1): what it
+// did, an action and its object a line ("moved outbox.event_..."), or null
+// when it did not run.
 constexpr const char* kMaintainSql =
-    "SELECT CASE WHEN coalesce(m.last_finished_at < now() - $1 * interval '1 millisecond', true)"
-    "            THEN (SELECT coalesce(string_agg(concat_ws(' ', a.action, a.object, a.detail), ', '), '')"
-    "                    FROM outbox_maintain() a WHERE a.action <> 'skipped') END"
-    "  FROM outbox_maintenance_status() m";
+    "SELECT CASE WHEN coalesce(m.last_finished_at OPERATOR(pg_catalog.<)"
+    "                          (pg_catalog.now() OPERATOR(pg_catalog.-) $1::pg_catalog.interval), true)"
+    "            THEN (SELECT coalesce(pg_catalog.string_agg(pg_catalog.concat_ws(' '::pg_catalog.text, a.action,"
+    "                                                                              a.object, a.detail),"
+    "                                                        ', '::pg_catalog.text), '')"
+    "                    FROM @extschema@.outbox_maintain() a"
+    "                   WHERE a.action OPERATOR(pg_catalog.<>) 'skipped'::pg_catalog.text) END"
+    "  FROM @extschema@.outbox_maintenance_status() m";
 
 // Names of the statements prepared on each connection.
 constexpr const char* kFetchStatement = "pg_outbox_fetch";
@@ -106,25 +127,29 @@ GroupSession::GroupSession(const Config& config, Metrics& metrics)
       fetch_size_(config.batch_size),
       next_maintain_(std::chrono::steady_clock::now()) {}
 
-void GroupSession::connected(PgConnection& pg) {
+void GroupSession::connected(PgConnection& pg, const Extension& extension) {
     pg_ = &pg;
+    extension_ = &extension;
     check_shards();
     // The lease of this session's leadership (outbox.lead renews it with
     // each fetch and advance).
-    pg_->exec("SELECT pg_catalog.set_config('pg_outbox.lease', $1, false)",
-              {std::to_string(config_.lease.count()) + "ms"});
+    pg_->exec(kLeaseSql, {std::to_string(config_.lease.count()) + "ms"});
     if (config_.listen) pg_->listen("pg_outbox");
     // With pg_outbox preloaded (outbox_relay_waiting() says notifications
     // are sent on demand), the server can sleep in outbox_fetch() instead.
-    sleeps_in_fetch_ = config_.listen && pg_->exec(kWaitingSql).get(0, 0) == "t";
+    sleeps_in_fetch_ = config_.listen && pg_->exec(sql(kWaitingSql)).get(0, 0) == "t";
     // The calls of every batch, and of every time the feed runs dry.
     // A database not yet updated to 0.2.0 has rows only.
-    packed_ = pg_->exec(kHasPackedSql).get(0, 0) == "t";
-    pg_->prepare(kFetchStatement, packed_ ? kFetchPackedSql : kFetchSql);
-    pg_->prepare(kWaitingStatement, kWaitingSql);
+    packed_ = pg_->exec(kHasPackedSql, {extension.schema + ".outbox_fetch_packed(pg_catalog.text, pg_catalog.int4, "
+                                                           "pg_catalog.text, pg_catalog.interval)"})
+                  .get(0, 0) == "t";
+    pg_->prepare(kFetchStatement, sql(packed_ ? kFetchPackedSql : kFetchSql));
+    pg_->prepare(kWaitingStatement, sql(kWaitingSql));
     pg_->prepare(kAdvanceStatement,
-                 config_.id_mode == IdMode::explicit_position ? kAdvanceAsyncSql : kAdvanceSql);
+                 sql(config_.id_mode == IdMode::explicit_position ? kAdvanceAsyncSql : kAdvanceSql));
 }
+
+std::string GroupSession::sql(const char* statement) const { return extension_->sql(statement); }
 
 // A sharded group is published a shard per publisher (a relay each, or a
 // thread each of one relay), each to streams of its own: shards writing
@@ -135,7 +160,7 @@ void GroupSession::connected(PgConnection& pg) {
 void GroupSession::check_shards() {
     const auto name = config_.group_name();
     const int shard = config_.group_shard();
-    const auto r = pg_->exec(kShardsSql, {name, std::to_string(std::max(shard, 0))});
+    const auto r = pg_->exec(sql(kShardsSql), {name, std::to_string(std::max(shard, 0))});
     if (r.rows() == 0) return;  // the fetch says what is wrong
     const int shards = std::stoi(std::string(r.get(0, 0)));
     if (shards > 1) {
@@ -164,7 +189,7 @@ void GroupSession::check_template(std::string_view recorded) const {
 bool GroupSession::record_template() {
     std::string recorded;
     try {
-        recorded = std::string(pg_->exec(kStreamTemplateSql, {config_.group, config_.stream_template}).get(0, 0));
+        recorded = std::string(pg_->exec(sql(kStreamTemplateSql), {config_.group, config_.stream_template}).get(0, 0));
     } catch (const PgError& e) {
         if (e.sqlstate() != "OB003" || e.connection_lost()) throw;
         return false;
@@ -187,6 +212,7 @@ ConfigError template_without_shard(const std::string& stream_template, const std
 
 void GroupSession::reset() {
     pg_ = nullptr;
+    extension_ = nullptr;
     drop_prefetched();
     unadvanced_.reset();
     advance_sent_ = false;
@@ -198,7 +224,7 @@ bool GroupSession::lead() {
     bool leads = false;
     const auto sent = std::chrono::steady_clock::now();
     try {
-        leads = pg_->exec(kLeadSql, {config_.group}).get(0, 0) == "t";
+        leads = pg_->exec(sql(kLeadSql), {config_.group}).get(0, 0) == "t";
     } catch (const PgError& e) {
         // Refused once (OB003) when the leadership this session held passed
         // to another meanwhile; the next call looks again.
@@ -216,7 +242,7 @@ bool GroupSession::lead() {
         standing_by_ = false;
     } else if (!standing_by_) {
         standing_by_ = true;
-        spdlog::info("standing by: group \"{}\" is led by {}", config_.group, describe_leader(*pg_, config_.group));
+        spdlog::info("standing by: group \"{}\" is led by {}", config_.group, describe_leader(*pg_, *extension_, config_.group));
     }
     return leads;
 }
@@ -235,7 +261,7 @@ void GroupSession::rewound() {
 
 void GroupSession::resign() {
     flush_advance();
-    pg_->exec(kResignSql, {config_.group});
+    pg_->exec(sql(kResignSql), {config_.group});
     spdlog::info("resigned the leadership of group \"{}\"", config_.group);
 }
 
@@ -446,7 +472,7 @@ void GroupSession::discard_queued() {
 }
 
 std::optional<PublishedStreams> GroupSession::published_streams() {
-    auto r = pg_->exec(kStreamsSql, {config_.group_name(), std::to_string(std::max(config_.group_shard(), 0))});
+    auto r = pg_->exec(sql(kStreamsSql), {config_.group_name(), std::to_string(std::max(config_.group_shard(), 0))});
     if (r.rows() == 0) return std::nullopt;
     PublishedStreams out;
     out.cursor = Position::parse(r.get(0, 1));
@@ -457,7 +483,7 @@ std::optional<PublishedStreams> GroupSession::published_streams() {
 }
 
 void GroupSession::rewind(const Position& cursor, const Position& to) {
-    pg_->exec(kRewindSql, {config_.group, to.to_string()});
+    pg_->exec(sql(kRewindSql), {config_.group, to.to_string()});
     metrics_.streams_rewound++;
     spdlog::error("group \"{}\" rewound from {} to {}", config_.group, cursor.to_string(), to.to_string());
 }
@@ -479,7 +505,7 @@ void GroupSession::maybe_maintain(bool idle) {
     if (!lead()) throw LostLeadership{};
     try {
         const auto t0 = std::chrono::steady_clock::now();
-        auto r = pg_->exec(kMaintainSql, {std::to_string(config_.maintain_interval.count())});
+        auto r = pg_->exec(sql(kMaintainSql), {std::to_string(config_.maintain_interval.count()) + " ms"});
         if (r.rows() > 0 && !r.is_null(0, 0) && !r.get(0, 0).empty())
             spdlog::info("partition maintenance: {}", r.get(0, 0));
         else

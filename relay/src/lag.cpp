@@ -16,19 +16,22 @@ namespace {
 
 // The backlog below the horizon, and what an open transaction holds back
 // above it (xid8 order; null in commit order): how many events, and how
-// long the oldest has waited, in seconds.
+// long the oldest has waited, in seconds. Qualified and typed as every
+// statement of the relay's (see group_session.cpp).
 constexpr const char* kLagSql =
-    "SELECT waiting, held_back, pg_catalog.date_part('epoch', oldest_held_back_age) FROM outbox_group_stats($1)";
+    "SELECT waiting, held_back, pg_catalog.date_part('epoch'::pg_catalog.text, oldest_held_back_age)"
+    "  FROM @extschema@.outbox_group_stats($1::pg_catalog.text)";
 
 constexpr const char* kLeaderSql =
-    "SELECT s.leader_pid, host(a.client_addr), a.client_port, a.application_name"
-    "  FROM outbox_group_stats($1) s LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = s.leader_pid";
+    "SELECT s.leader_pid, pg_catalog.host(a.client_addr), a.client_port, a.application_name"
+    "  FROM @extschema@.outbox_group_stats($1::pg_catalog.text) s"
+    "  LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid OPERATOR(pg_catalog.=) s.leader_pid";
 
 }  // namespace
 
-std::string describe_leader(PgConnection& pg, const std::string& group) {
+std::string describe_leader(PgConnection& pg, const Extension& extension, const std::string& group) {
     try {
-        auto r = pg.exec(kLeaderSql, {group});
+        auto r = pg.exec(extension.sql(kLeaderSql), {group});
         if (r.rows() == 0 || r.is_null(0, 0)) return "no session now (the leader just left)";
         std::string out = "backend pid " + std::string(r.get(0, 0));
         std::vector<std::string> about;
@@ -82,9 +85,9 @@ void LagProbe::measure() {
     try {
         if (!pg_ || !pg_->ok()) {
             pg_.emplace(conninfo_, "pg_outbox_relay lag " + group_);
-            use_extension(*pg_);
+            extension_ = use_extension(*pg_, SearchPath::pin);
         }
-        auto r = pg_->exec(kLagSql, {group_});
+        auto r = pg_->exec(extension_.sql(kLagSql), {group_});
         if (r.rows() > 0 && !r.is_null(0, 0)) metrics_.lag_events = std::stoll(std::string(r.get(0, 0)));
         if (r.rows() > 0) {
             metrics_.held_back_events = r.is_null(0, 1) ? 0 : std::stoll(std::string(r.get(0, 1)));

@@ -24,8 +24,10 @@ namespace pg_outbox {
 
 namespace {
 
-// Every group and shard the database has.
-constexpr const char* kGroupsSql = "SELECT group_name, shard, shards FROM outbox_groups() ORDER BY 1, 2";
+// Every group and shard the database has (qualified and typed as every
+// statement of the relay's, see group_session.cpp).
+constexpr const char* kGroupsSql =
+    "SELECT group_name, shard, shards FROM @extschema@.outbox_groups(NULL::pg_catalog.text) ORDER BY 1, 2";
 
 std::string join(const std::vector<std::string>& items) {
     std::string out;
@@ -52,8 +54,8 @@ std::vector<std::string> lookup_groups(const Config& config, const std::atomic<b
                 if (is_settings_failure(e.what())) throw ConfigError(std::string("--pg: ") + e.what());
                 throw;
             }
-            use_extension(*pg);
-            const auto r = pg->exec(kGroupsSql);
+            const auto extension = use_extension(*pg, SearchPath::pin);
+            const auto r = pg->exec(extension.sql(kGroupsSql));
             std::vector<GroupRow> rows;
             for (int i = 0; i < r.rows(); ++i)
                 rows.push_back({std::string(r.get(i, 0)), std::stoi(std::string(r.get(i, 1))),

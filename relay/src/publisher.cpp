@@ -36,7 +36,7 @@ Publisher::Publisher(const Config& config, Metrics& metrics, const std::atomic<b
 }
 
 void Publisher::on_pg_connected() {
-    session_.connected(*pg_);
+    session_.connected(*pg_, extension_);
     streams_checked_ = false;
 }
 

@@ -10,27 +10,6 @@
 
 namespace pg_outbox {
 
-std::string use_extension(PgConnection& pg) {
-    auto r = pg.exec(
-        "SELECT n.nspname, e.extversion, current_database()"
-        "  FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace"
-        " WHERE e.extname = 'pg_outbox'");
-    if (r.rows() == 0)
-        throw ConfigError("--pg: pg_outbox is not installed in database \"" +
-                          std::string(pg.exec("SELECT current_database()").get(0, 0)) +
-                          "\" (run CREATE EXTENSION pg_outbox there, or connect to the database that has it)");
-    const std::string version(r.get(0, 1));
-    if (version != PG_OUTBOX_VERSION)
-        throw ConfigError("--pg: database \"" + std::string(r.get(0, 2)) + "\" has pg_outbox " + version +
-                          "; this relay is " PG_OUTBOX_VERSION " and works with the extension of its own version "
-                          "(run ALTER EXTENSION pg_outbox UPDATE after installing " PG_OUTBOX_VERSION
-                          ", or use a relay of version " + version + ")");
-    pg.exec("SELECT pg_catalog.set_config('search_path', pg_catalog.quote_ident($1) || ', ' || "
-            "pg_catalog.current_setting('search_path'), false)",
-            {std::string(r.get(0, 0))});
-    return version;
-}
-
 Service::Service(const Config& config, Metrics& metrics, const std::atomic<bool>& stop, std::string application_name)
     : config_(config),
       metrics_(metrics),
@@ -69,7 +48,8 @@ void Service::connect() {
             throw StandbyServer{};
         }
         pg_->pin_settings(keeps_handler_settings());
-        metrics_.set_extension_version(use_extension(*pg_));
+        extension_ = use_extension(*pg_, keeps_handler_settings() ? SearchPath::keep : SearchPath::pin);
+        metrics_.set_extension_version(extension_.version);
         if (metrics_.pg_in_recovery.exchange(false))
             spdlog::info("PostgreSQL is a primary now (promoted, or the address leads to another server); resuming");
         metrics_.pg_connected = true;

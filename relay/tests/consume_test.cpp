@@ -1043,3 +1043,149 @@ TEST_F(ConsumeTest, AclsWithoutXinfoOrMultiStillConsume) {
     EXPECT_EQ(log.find("Redis refused MULTI", log.find("Redis refused MULTI") + 1), std::string::npos);
     EXPECT_TRUE(no_multi.running());
 }
+
+// A handler whose function changes the session's search_path (a session
+// setting, which outlives its entry): the worker's own calls are
+// schema-qualified and keep working; a handler whose own unqualified name
+// no longer resolves meets a configuration fault, and the entries held
+// are retried on a new session, where the role's search_path is back: all
+// apply, none is dead-lettered.
+TEST_F(ConsumeTest, HandlerThatChangesTheSearchPath) {
+    {
+        auto db = sink();
+        db.exec("CREATE SCHEMA elsewhere");
+        db.exec(R"(CREATE FUNCTION public.apply_and_wander(topic text, key text, payload jsonb, headers jsonb,
+                                                          event_id uuid)
+            RETURNS void LANGUAGE plpgsql AS $$
+            BEGIN
+                INSERT INTO public.projection VALUES (event_id, topic, key, (payload->>'n')::int, 0);
+                PERFORM pg_catalog.set_config('search_path', 'elsewhere', false);
+            END $$)");
+        db.exec("SELECT inbox_consumer_create('ledger', 'consumer_user')");
+    }
+    start_relay();
+    publish(6);
+    // Qualified, as the worker's calls: no fault at all.
+    auto consume = [&](const std::string& consumer, const std::string& handler) -> Process& {
+        return start_process({PG_OUTBOX_RELAY_BINARY, "consume", "--consumer", consumer, "--pg",
+                              pg_->conninfo("sink", "consumer_user"), "--redis", redis_->address(), "--stream",
+                              "outbox:orders", "--stream", "outbox:payments", "--stream", "outbox:audit",
+                              "--handler", handler, "--block", "100ms", "--max-deliveries", "1", "--retry-min",
+                              "20ms", "--retry-max", "100ms"});
+    };
+    auto& qualified = consume("ledger", "SELECT public.apply_and_wander($1, $2, $3, $4, $5)");
+    ASSERT_TRUE(wait_applied(6)) << qualified.log();
+    EXPECT_EQ(qualified.log().find("configuration fault"), std::string::npos) << qualified.log();
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.dead_letters"), 0) << qualified.log();
+    qualified.signal(SIGTERM);
+    EXPECT_EQ(qualified.wait(20s), 0) << qualified.log();
+
+    // Unqualified: after the first entry its name resolves no more on that
+    // session, and each retry runs on a new one.
+    auto& unqualified = consume("accounting", "SELECT apply_and_wander($1, $2, $3, $4, $5)");
+    ASSERT_TRUE(wait_applied(12)) << unqualified.log();
+    EXPECT_NE(unqualified.log().find("SQLSTATE 42883"), std::string::npos) << unqualified.log();
+    EXPECT_NE(unqualified.log().find("on a new session"), std::string::npos) << unqualified.log();
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.dead_letters"), 0) << unqualified.log();
+    EXPECT_TRUE(unqualified.running()) << unqualified.log();
+}
+
+// Handlers that cannot run inside inbox_consume() (transaction control,
+// what PostgreSQL refuses in a transaction block or a function, what
+// changes the worker's session) pass PREPARE and EXPLAIN, and used to fail
+// at run time for every entry, each dead-lettered. They are refused at
+// start-up: exit 2 with the reason, before anything is read.
+TEST_F(ConsumeTest, HandlersThatCannotRunInTheInboxExitTwo) {
+    start_relay();
+    publish(6);
+    const std::vector<std::pair<std::string, std::string>> cases{
+        {"COMMIT", "COMMIT is transaction control"},
+        {"ROLLBACK", "ROLLBACK is transaction control"},
+        {"  -- the end\n end", "END is transaction control"},
+        {"SAVEPOINT s", "SAVEPOINT is transaction control"},
+        {"RELEASE SAVEPOINT s", "RELEASE is transaction control"},
+        {"PREPARE TRANSACTION 'x'", "PREPARE TRANSACTION is transaction control"},
+        {"VACUUM", "VACUUM cannot run inside a transaction block"},
+        {"vacuum analyze projection", "VACUUM cannot run inside a transaction block"},
+        {"DEALLOCATE ALL", "DEALLOCATE changes the worker's session"},
+        {"DISCARD ALL", "DISCARD changes the worker's session"},
+        {"SET search_path = elsewhere", "SET changes the worker's session"},
+        {"SET ROLE consumer_user", "SET changes the worker's session"},
+        {"RESET ALL", "RESET changes the worker's session"},
+        {"LISTEN ch", "LISTEN subscribes"},
+        {"COPY projection FROM STDIN", "COPY from or to the client"},
+    };
+    for (const auto& [handler, reason] : cases) {
+        auto& p = start_process({PG_OUTBOX_RELAY_BINARY, "consume", "--consumer", "accounting", "--pg",
+                                 pg_->conninfo("sink", "consumer_user"), "--redis", redis_->address(), "--worker",
+                                 "w1", "--stream", "outbox:orders", "--stream", "outbox:payments", "--stream",
+                                 "outbox:audit", "--handler", handler, "--block", "100ms", "--max-deliveries", "1"});
+        EXPECT_EQ(p.wait(20s), 2) << handler << "\n" << p.log();
+        EXPECT_NE(p.log().find("--handler: " + reason), std::string::npos) << handler << "\n" << p.log();
+    }
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.dead_letters"), 0);
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.inbox"), 0);
+    start_consumer("w2");
+    ASSERT_TRUE(wait_applied(6));
+    expect_projection_exactly_once();
+}
+
+// What no start-up check can see: a function the handler calls that
+// commits (2D000), that runs VACUUM (25001) or transaction control
+// (0A000) with EXECUTE. Each is the handler's fault, the same for every
+// entry: the entries are held, never dead-lettered, and apply once the
+// function is fixed.
+TEST_F(ConsumeTest, HandlerMisusingTheTransactionIsHeld) {
+    {
+        auto db = sink();
+        db.exec("CREATE TABLE misbehave (how text)");
+        db.exec("GRANT SELECT ON misbehave TO consumer_user");
+        db.exec(R"(CREATE FUNCTION apply_or_misbehave(topic text, key text, payload jsonb, headers jsonb,
+                                                     event_id uuid)
+            RETURNS void LANGUAGE plpgsql AS $$
+            DECLARE
+                how text := (SELECT m.how FROM misbehave m);
+            BEGIN
+                INSERT INTO projection VALUES (event_id, topic, key, (payload->>'n')::int, 0);
+                IF how = 'commit' THEN
+                    COMMIT;
+                ELSIF how IS NOT NULL THEN
+                    EXECUTE how;
+                END IF;
+            END $$)");
+    }
+    start_relay();
+    auto& consumer = start_consumer("w1", {"--handler", "SELECT apply_or_misbehave($1, $2, $3, $4, $5)",
+                                           "--max-deliveries", "1", "--min-idle", "50ms", "--claim-interval", "50ms",
+                                           "--retry-max", "200ms"});
+    int applied = 0;
+    for (const auto& [how, sqlstate] : std::vector<std::pair<std::string, std::string>>{
+             {"commit", "2D000"}, {"VACUUM", "25001"}, {"ROLLBACK", "0A000"}, {"SAVEPOINT s", "0A000"}}) {
+        {
+            auto db = sink();
+            db.exec("TRUNCATE misbehave");
+            db.exec("INSERT INTO misbehave VALUES ($1)", {how});
+        }
+        const auto mark = consumer.log().size();
+        publish(3, applied);
+        ASSERT_TRUE(eventually(
+            [&] {
+                const auto log = consumer.log().substr(mark);
+                return log.find("configuration fault") != std::string::npos &&
+                       log.find("SQLSTATE " + sqlstate) != std::string::npos;
+            },
+            20s))
+            << how << "\n" << consumer.log();
+        std::this_thread::sleep_for(500ms);  // many times --min-idle, --max-deliveries 1
+        EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.dead_letters"), 0) << how << "\n" << consumer.log();
+        EXPECT_EQ(sink_count("SELECT count(*) FROM projection"), applied) << how;
+        {
+            auto db = sink();
+            db.exec("TRUNCATE misbehave");
+        }
+        applied += 3;
+        ASSERT_TRUE(wait_applied(applied)) << how << "\n" << consumer.log();
+    }
+    EXPECT_TRUE(consumer.running()) << consumer.log();
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.dead_letters"), 0);
+}

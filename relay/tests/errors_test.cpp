@@ -51,6 +51,11 @@ TEST(Errors, ConsumeFaults) {
         EXPECT_EQ(classify_sqlstate(s), Fault::entry) << s;
     for (const char* s : {"42883", "42601", "42501", "42P01", "42703", "28000", "3F000", "3D000", "25006"})
         EXPECT_EQ(classify_sqlstate(s), Fault::configuration) << s;
+    // A handler that misuses the transaction or the session (a function
+    // it calls commits, or EXECUTEs transaction control): the same for
+    // every entry, never the entry's.
+    for (const char* s : {"25001", "25P01", "25P02", "25000", "2D000", "3B000", "3B001", "0B000", "26000", "0A000"})
+        EXPECT_EQ(classify_sqlstate(s), Fault::configuration) << s;
     for (const char* s : {"08006", "40001", "40P01", "57P01", "57P03", "53300"})
         EXPECT_EQ(classify_sqlstate(s), Fault::transient) << s;
     EXPECT_STREQ(to_string(Fault::configuration), "configuration");

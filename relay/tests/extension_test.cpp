@@ -26,7 +26,8 @@ std::unique_ptr<Process> relay(const std::vector<std::string>& args, const std::
 
 }  // namespace
 
-// Installed in schema "ob": publish and consume work, and the consume
+// Installed in schema "Ob Schema" (a name that must be quoted, as the
+// relay's statements quote it): publish and consume work, and the consume
 // handler still finds the application's own function in "public".
 TEST(Extension, AnySchema) {
     TempDir dir("pg_outbox_schema_");
@@ -37,13 +38,13 @@ TEST(Extension, AnySchema) {
         admin.exec("CREATE DATABASE app");
     }
     PgConnection db(pg.conninfo("app"), "tests");
-    db.exec("CREATE SCHEMA ob");
-    db.exec("CREATE EXTENSION pg_outbox SCHEMA ob");
-    db.exec("SELECT ob.outbox_group_create('g', start_at => 'beginning')");
-    db.exec("SELECT ob.inbox_consumer_create('c', 'postgres')");
+    db.exec("CREATE SCHEMA \"Ob Schema\"");
+    db.exec("CREATE EXTENSION pg_outbox SCHEMA \"Ob Schema\"");
+    db.exec("SELECT \"Ob Schema\".outbox_group_create('g', start_at => 'beginning')");
+    db.exec("SELECT \"Ob Schema\".inbox_consumer_create('c', 'postgres')");
     db.exec("CREATE TABLE public.seen (key text)");
     db.exec("CREATE FUNCTION public.note(key text) RETURNS void LANGUAGE sql AS $$ INSERT INTO public.seen VALUES (key) $$");
-    for (int i = 0; i < 5; ++i) db.exec("SELECT ob.outbox_emit('t', 'k' || $1, '{}')", {std::to_string(i)});
+    for (int i = 0; i < 5; ++i) db.exec("SELECT \"Ob Schema\".outbox_emit('t', 'k' || $1, '{}')", {std::to_string(i)});
 
     auto publisher = relay({"publish", "--group", "g", "--pg", pg.conninfo("app"), "--redis", redis.address(),
                             "--poll-interval", "50ms", "--stream", "s"},

@@ -105,6 +105,20 @@ struct Gap {
 // prev are not checked but count as delivered.
 std::vector<Gap> find_gaps(std::map<std::string, Position> delivered, const std::vector<StreamEntry>& entries);
 
+// Why a handler cannot be a statement inbox_consume() runs: it applies
+// each entry in a subtransaction of the worker's transaction, on a session
+// the worker keeps. Refused: transaction control (BEGIN, COMMIT, ROLLBACK,
+// SAVEPOINT, RELEASE, PREPARE TRANSACTION, ...), what PostgreSQL refuses
+// inside a transaction block or a function (VACUUM, CREATE DATABASE,
+// CREATE INDEX CONCURRENTLY, COPY from or to the client, ...), and what
+// changes the session for the entries and the worker's statements that
+// follow (SET without LOCAL, RESET, DISCARD, PREPARE, DEALLOCATE, LISTEN).
+// Judged from the statement's words as psql judges them for AUTOCOMMIT
+// off: white space, comments, quoted identifiers and strings skipped,
+// case ignored. nullopt when the handler is none of these; otherwise the
+// reason, a sentence naming the statement.
+std::optional<std::string> handler_refusal(std::string_view handler);
+
 class Consumer : public Service {
 public:
     Consumer(const Config& config, Metrics& metrics, const std::atomic<bool>& stop);
@@ -133,8 +147,9 @@ private:
     RedisReply command_raw(std::string_view stream, const std::vector<std::string_view>& argv);
 
     // At start-up: the consumer may be used by this role, the streams are
-    // text, and the handler prepares with the five parameter types and its
-    // objects are accessible. A failure is a ConfigError (exit 2).
+    // text, the handler prepares with the five parameter types, is no
+    // statement handler_refusal() refuses, and its objects are accessible.
+    // A failure is a ConfigError (exit 2).
     void validate_settings();
     void ensure_groups();
     // Reads new entries for this worker, and in the same transaction the
@@ -209,6 +224,10 @@ private:
 
     bool groups_ready_ = false;
     bool validated_ = false;
+    // The held entries are retried on a new session: the one they failed on
+    // was closed after a configuration fault (the handler may have changed
+    // it: its search_path, its role).
+    bool held_on_new_session_ = false;
     // Redis refused MULTI: the group's position and the read are then two
     // commands, exact with one worker per group (warned once).
     bool multi_refused_warned_ = false;

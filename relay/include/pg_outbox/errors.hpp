@@ -62,8 +62,11 @@ enum class Fault {
 // Classifies a SQLSTATE: transient as is_transient_sqlstate(); class 42
 // (syntax error or access rule violation: 42601, 42501, 42883, 42P01, ...),
 // class 28 (invalid authorization), 3D000, 3F000 (unknown database or
-// schema) and 25006 (read-only transaction: connected to a standby) are
-// configuration; everything else is the entry's. A 54000 from a consumer
+// schema), and the transaction's or session's state that a handler
+// misuses (class 0B, class 25 with 25001 and 25006, read-only: connected
+// to a standby; class 2D, class 3B, 26000, and 0A000, which PL/pgSQL
+// raises for transaction control in EXECUTE) are configuration;
+// everything else is the entry's. A 54000 from a consumer
 // name over the limit is caught at start-up; later it is the entry's (a
 // value too large).
 Fault classify_sqlstate(std::string_view sqlstate) noexcept;

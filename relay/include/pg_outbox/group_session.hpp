@@ -13,6 +13,7 @@
 #include "pg_outbox/config.hpp"
 #include "pg_outbox/errors.hpp"
 #include "pg_outbox/event.hpp"
+#include "pg_outbox/extension.hpp"
 #include "pg_outbox/metrics.hpp"
 #include "pg_outbox/pg.hpp"
 #include "pg_outbox/position.hpp"
@@ -61,8 +62,9 @@ public:
     GroupSession(const Config& config, Metrics& metrics);
 
     // A new connection: the lease, LISTEN, and the prepared statements.
-    // The connection must outlive its use here, until reset().
-    void connected(PgConnection& pg);
+    // The connection and the extension found on it must outlive their use
+    // here, until reset().
+    void connected(PgConnection& pg, const Extension& extension);
     // The connection is gone: its leadership, what it read ahead and what
     // it had not advanced to go with it.
     void reset();
@@ -166,6 +168,9 @@ private:
     const Config& config_;
     Metrics& metrics_;
     PgConnection* pg_ = nullptr;  // between connected() and reset()
+    const Extension* extension_ = nullptr;
+    // A statement of the relay's, qualified with the extension's schema.
+    std::string sql(const char* statement) const;
     // Whether "standing by" was logged since this session last led.
     bool standing_by_ = false;
     bool sleeps_in_fetch_ = false;

@@ -8,6 +8,7 @@
 #include <string>
 #include <thread>
 
+#include "pg_outbox/extension.hpp"
 #include "pg_outbox/metrics.hpp"
 #include "pg_outbox/pg.hpp"
 
@@ -19,7 +20,7 @@ namespace pg_outbox {
 // the role may see it). Counts the group's backlog too: a standby calls it
 // once. A PostgreSQL error other than a lost connection is described,
 // not thrown.
-std::string describe_leader(PgConnection& pg, const std::string& group);
+std::string describe_leader(PgConnection& pg, const Extension& extension, const std::string& group);
 
 // Counts the events a group has still to publish, every interval, on a
 // PostgreSQL connection and in a thread of its own. Counting is O(backlog)
@@ -43,6 +44,7 @@ private:
     const std::chrono::milliseconds interval_;
     Metrics& metrics_;
     std::optional<PgConnection> pg_;  // used by the probe's thread only
+    Extension extension_;              // found on pg_
     bool failing_ = false;
     std::mutex mutex_;
     std::condition_variable wake_;

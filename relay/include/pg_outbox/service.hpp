@@ -9,19 +9,12 @@
 
 #include "pg_outbox/backoff.hpp"
 #include "pg_outbox/config.hpp"
+#include "pg_outbox/extension.hpp"
 #include "pg_outbox/metrics.hpp"
 #include "pg_outbox/pg.hpp"
 #include "pg_outbox/redis.hpp"
 
 namespace pg_outbox {
-
-// Finds pg_outbox in the connection's database and makes its schema the
-// first of the session's search_path, so that the relay's calls resolve
-// wherever CREATE EXTENSION ... SCHEMA put the extension (the rest of the
-// search_path stays, for a consume handler's own names). Throws
-// ConfigError when the database has no pg_outbox, or another version than
-// this relay's. Returns the extension's version.
-std::string use_extension(PgConnection& pg);
 
 class Service {
 public:
@@ -45,8 +38,9 @@ protected:
     // One unit of work: a batch, or a wait when there is none.
     virtual void turn() = 0;
     // True when the session runs the user's SQL (a consume handler), which
-    // may depend on the role's DateStyle, TimeZone, ...: those stay, and
-    // only client_encoding is pinned (see PgConnection::pin_settings).
+    // may depend on the role's DateStyle, TimeZone, search_path, ...: those
+    // stay, and only client_encoding is pinned (see
+    // PgConnection::pin_settings and SearchPath::keep).
     virtual bool keeps_handler_settings() const { return false; }
     // Called after a new connection to PostgreSQL or Redis.
     virtual void on_pg_connected() {}
@@ -59,6 +53,13 @@ protected:
 
     // Sleeps, unless asked to stop.
     void pause(std::chrono::milliseconds d);
+    // Closes the PostgreSQL connection (on_pg_lost() is called): the next
+    // turn starts on a new session.
+    void drop_pg() {
+        pg_.reset();
+        metrics_.pg_connected = false;
+        on_pg_lost();
+    }
     // After a Redis fault (from on_redis_fault): a connection found
     // through Sentinel whose server is no longer the master (a failover
     // demoted it; it answers READONLY) is dropped, so that the next turn
@@ -75,6 +76,8 @@ protected:
     const std::atomic<bool>& stop_;
     std::optional<PgConnection> pg_;
     std::optional<RedisConnection> redis_;
+    // pg_outbox in pg_'s database, found at each connection.
+    Extension extension_;
 
 private:
     void connect();
