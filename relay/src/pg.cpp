@@ -383,11 +383,12 @@ void PgConnection::pin_settings(bool keep_handler_settings) {
     // locks with it, instead of waiting for the kernel's retransmissions
     // (about 15 minutes) to give up. Over a Unix socket these do nothing.
     const std::string ms = std::to_string(timeout_.count());
-    exec("SELECT pg_catalog.set_config('tcp_user_timeout', $1, false),"
-         "       pg_catalog.set_config('tcp_keepalives_idle', $2, false),"
-         "       pg_catalog.set_config('tcp_keepalives_interval', $2, false),"
-         "       pg_catalog.set_config('tcp_keepalives_count', '3', false),"
-         "       pg_catalog.set_config('client_connection_check_interval', $1, false)",
+    exec("SELECT pg_catalog.set_config('tcp_user_timeout'::pg_catalog.text, $1::pg_catalog.text, false),"
+         "       pg_catalog.set_config('tcp_keepalives_idle'::pg_catalog.text, $2::pg_catalog.text, false),"
+         "       pg_catalog.set_config('tcp_keepalives_interval'::pg_catalog.text, $2::pg_catalog.text, false),"
+         "       pg_catalog.set_config('tcp_keepalives_count'::pg_catalog.text, '3'::pg_catalog.text, false),"
+         "       pg_catalog.set_config('client_connection_check_interval'::pg_catalog.text, $1::pg_catalog.text,"
+         "                             false)",
          {ms, std::to_string(std::max<std::int64_t>(1, timeout_.count() / 3000))});
     // What reaches Redis and the log is UTF-8 whatever the role's
     // client_encoding; the rest only changes how values are written as

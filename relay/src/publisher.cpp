@@ -143,7 +143,13 @@ void Publisher::hold_at_large_event(const EventTooLarge& e) {
     metrics_.count_error("event_too_large");
     session_.drop_prefetched();
     const std::string position = e.position.empty() ? "<position>" : e.position;
-    const std::string skip = "SELECT outbox_skip('" + config_.group + "', '" + position + "', '<reason>')";
+    // The call an admin makes, its arguments written as SQL literals.
+    const auto literal = [](const std::string& text) {
+        std::string quoted = "'";
+        for (const char c : text) quoted += c == '\'' ? std::string("''") : std::string(1, c);
+        return quoted + "'";
+    };
+    const std::string skip = "outbox_skip(" + literal(config_.group) + ", " + literal(position) + ", '<reason>')";
     metrics_.set_event_too_large("the event at position " + position + " of group \"" + config_.group +
                                  "\" is too large to publish; nothing after it is published until an admin passes "
                                  "it with " + skip);

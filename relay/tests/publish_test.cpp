@@ -1060,7 +1060,7 @@ TEST_F(PublishTest, EventTooLargeToPublishHoldsUntilSkipped) {
     EXPECT_NE(health->body.find("the event at position " + big + " of group \"g\" is too large to publish"),
               std::string::npos)
         << health->body;
-    EXPECT_NE(health->body.find("SELECT outbox_skip('g', '" + big + "', '<reason>')"), std::string::npos)
+    EXPECT_NE(health->body.find("outbox_skip('g', '" + big + "', '<reason>')"), std::string::npos)
         << health->body;
     // Everything before it is published, nothing after it; the relay fetches
     // again, refused each time, and logs the event once.
