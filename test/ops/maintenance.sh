@@ -72,12 +72,14 @@ check "a finished run has both times, the end after the start" \
 	eq "$(q maint01 -c "SELECT bool_and(last_finished_at >= last_started_at) FROM outbox_maintenance_databases()
 	                     WHERE database IN $in_list")" t
 
-# Access: outbox_admin reads it, a role without a grant does not.
-q postgres -c "CREATE ROLE maint_admin LOGIN IN ROLE outbox_admin" -c "CREATE ROLE maint_nobody LOGIN" >/dev/null
+# Access: outbox_admin reads it, a role without a grant does not. The
+# roles act through the superuser's connection (the role setting), since
+# a throwaway cluster may give only the superuser a password.
+q postgres -c "CREATE ROLE maint_admin IN ROLE outbox_admin" -c "CREATE ROLE maint_nobody" >/dev/null
 check "outbox_admin reads outbox_maintenance_databases()" \
-	eq "$(psql -X -q -At -U maint_admin -d maint01 -c "SELECT count(*) >= $dbs FROM outbox_maintenance_databases()")" t
+	eq "$(PGOPTIONS="-c role=maint_admin" psql -X -q -At -d maint01 -c "SELECT count(*) >= $dbs FROM outbox_maintenance_databases()")" t
 check "a role without outbox_admin is refused (42501)" \
-	eq "$(psql -X -q -At -U maint_nobody -d maint01 -v VERBOSITY=sqlstate -c "SELECT * FROM outbox_maintenance_databases()" 2>&1)" \
+	eq "$(PGOPTIONS="-c role=maint_nobody" psql -X -q -At -d maint01 -v VERBOSITY=sqlstate -c "SELECT * FROM outbox_maintenance_databases()" 2>&1)" \
 	"ERROR:  42501"
 
 # With an hour's interval nothing runs again.
