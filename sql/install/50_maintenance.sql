@@ -102,10 +102,9 @@ COMMENT ON FUNCTION outbox.try_maintenance_lock() IS 'pg_outbox: takes the maint
 --   5. groups that lag more than max_group_lag are reported ('lagging').
 -- The comments stay outside the body: the body is what pg_proc stores, and
 -- the upgrade from 0.1.0 must make the same one.
--- The groups' lag is read through the view outbox.group_stats, bound to
--- outbox_group_stats() when it was made: a body that runs as the owner
--- never names the extension's schema, whose owner could rename it and put
--- another function under that name (I-17).
+-- The body calls only functions of the schema outbox, never one by the
+-- extension's schema, whose owner could rename it and put another
+-- function under that name (I-17).
 -- Sorting is off so that the last event of a partition is read by index;
 -- a query that must sort anyway then costs so much in the planner's eyes
 -- that JIT compiles it, at half a second each (partition_bounds() is
