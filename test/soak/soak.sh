@@ -570,12 +570,14 @@ db sink -F $'\t' -c "SELECT stream, entry_id, coalesce(event_id::text, '') FROM 
 if [ "$MODE" = network ]; then
 	# The documented bounds on a wait (README, "Bounds on waits"): a
 	# relay's --pg-timeout and --redis-timeout default to two thirds of
-	# the lease, between 2 s and 10 s; consume mode's to 10 s.
+	# the lease, between 2 s and 10 s; consume mode's to 10 s. A relay
+	# notices a cut in the first wait that begins after it, at most a poll
+	# later: its bound is the timeout and one poll.
 	relay_bound=$((LEASE_MS * 2 / 3))
 	[ "$relay_bound" -ge 2000 ] || relay_bound=2000
 	[ "$relay_bound" -le 10000 ] || relay_bound=10000
 	say "network faults, each cut and heal (pg_outbox_soak_network):"
-	build/test/soak/pg_outbox_soak_network "$NET_RESULTS" "$LEASE_MS" "$POLL_MS" "$relay_bound" 10000 | sed 's/^/  /'
+	build/test/soak/pg_outbox_soak_network "$NET_RESULTS" "$LEASE_MS" "$POLL_MS" "$((relay_bound + POLL_MS))" 10000 | sed 's/^/  /'
 fi
 if [ "$MODE" = sharded-cluster ]; then
 	say "streams found behind by the relays: $(cat "$WORK"/relay*.log | grep -cE 'is behind|lost entries' || true), gaps found by the workers: $(cat "$WORK"/worker*.log | grep -c ': gap (' || true)"
