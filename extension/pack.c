@@ -106,6 +106,27 @@ OutboxJsonWordNeedsEscape(uint64 w)
 }
 
 /*
+ * Skips the words of 8 bytes from "p" on that need no escape (most strings
+ * need none at all): returns the word's first byte that may, or the last
+ * bytes, fewer than 8, which the caller checks one by one. The writer and
+ * the sizer below both start each step here.
+ */
+static inline const char *
+OutboxJsonSkipPlain(const char *p, const char *end)
+{
+	while (end - p >= (int) sizeof(uint64))
+	{
+		uint64		w;
+
+		memcpy(&w, p, sizeof(w));
+		if (OutboxJsonWordNeedsEscape(w))
+			break;
+		p += sizeof(w);
+	}
+	return p;
+}
+
+/*
  * A JSON string as escape_json() writes it (jsonb's output function),
  * without first copying it to end it with a NUL: runs of characters that
  * need no escape are copied whole. A jsonb string holds no NUL.
@@ -123,16 +144,7 @@ OutboxJsonString(StringInfo buf, const char *s, int len)
 	{
 		unsigned char c;
 
-		/* Most strings need no escape: skip them 8 bytes at a time. */
-		while (end - p >= (int) sizeof(uint64))
-		{
-			uint64		w;
-
-			memcpy(&w, p, sizeof(w));
-			if (OutboxJsonWordNeedsEscape(w))
-				break;
-			p += sizeof(w);
-		}
+		p = OutboxJsonSkipPlain(p, end);
 		if (p >= end)
 			break;
 		c = (unsigned char) *p;
@@ -221,16 +233,7 @@ OutboxJsonStringSize(const char *s, int len, bool exact)
 		return 2 + 6 * (uint64) len;
 	while (p < end)
 	{
-		/* Most strings need no escape: skip them 8 bytes at a time. */
-		while (end - p >= (int) sizeof(uint64))
-		{
-			uint64		w;
-
-			memcpy(&w, p, sizeof(w));
-			if (OutboxJsonWordNeedsEscape(w))
-				break;
-			p += sizeof(w);
-		}
+		p = OutboxJsonSkipPlain(p, end);
 		if (p >= end)
 			break;
 		size += OutboxJsonCharSize((unsigned char) *p) - 1;
