@@ -282,7 +282,8 @@ void RedisConnection::append_formatted(std::string_view commands) {
         throw_io("could not queue a Redis command");
 }
 
-void RedisConnection::await(short events, std::chrono::steady_clock::time_point deadline) {
+void RedisConnection::await(short events, std::chrono::steady_clock::time_point deadline,
+                            std::chrono::milliseconds span) {
     const auto waited = wait_socket(ctx_->fd, events, deadline);
     if (waited == WaitResult::ready) return;
     // A link that takes nothing, or a server that does not answer: the
@@ -292,19 +293,18 @@ void RedisConnection::await(short events, std::chrono::steady_clock::time_point 
     throw RedisError(RedisError::Kind::io,
                      waited == WaitResult::timed_out
                          ? "no answer from Redis at " + server_.to_string() + " within " +
-                               std::to_string((deadline_span_).count()) + " ms (--redis-timeout); the connection is "
+                               std::to_string(span.count()) + " ms (--redis-timeout); the connection is "
                                "closed"
                          : "the relay is stopping; the connection to Redis is closed");
 }
 
-void RedisConnection::flush() { flush(std::chrono::steady_clock::now() + timeout_); }
+void RedisConnection::flush() { flush(std::chrono::steady_clock::now() + timeout_, timeout_); }
 
-void RedisConnection::flush(std::chrono::steady_clock::time_point deadline) {
-    deadline_span_ = timeout_;
+void RedisConnection::flush(std::chrono::steady_clock::time_point deadline, std::chrono::milliseconds span) {
     for (int done = 0;;) {
         if (redisBufferWrite(ctx_.get(), &done) != REDIS_OK) throw_io("Redis connection failed");
         if (done) return;
-        await(POLLOUT, deadline);
+        await(POLLOUT, deadline, span);
     }
 }
 
@@ -316,10 +316,9 @@ RedisReply RedisConnection::get_reply_raw() {
         // timeout on top of it.
         const auto span = timeout_ + block_allowance_;
         const auto deadline = std::chrono::steady_clock::now() + span;
-        flush(deadline);
-        deadline_span_ = span;
+        flush(deadline, span);
         while (raw == nullptr) {
-            await(POLLIN, deadline);
+            await(POLLIN, deadline, span);
             if (redisBufferRead(ctx_.get()) != REDIS_OK) throw_io("Redis connection failed");
             if (redisGetReplyFromReader(ctx_.get(), &raw) != REDIS_OK) throw_io("Redis connection failed");
         }

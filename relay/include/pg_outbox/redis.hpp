@@ -78,11 +78,11 @@ private:
     // lets this user see neither ROLE nor INFO replication.
     std::string role();
     [[noreturn]] void throw_io(const std::string& what) const;
-    // Waits for the socket until the deadline; past it, or once the stop
-    // request's grace is over, shuts the connection down and throws
-    // RedisError(io).
-    void await(short events, std::chrono::steady_clock::time_point deadline);
-    void flush(std::chrono::steady_clock::time_point deadline);
+    // Waits for the socket until the deadline, "span" after the wait's
+    // start (for the message); past it, or once the stop request's grace
+    // is over, shuts the connection down and throws RedisError(io).
+    void await(short events, std::chrono::steady_clock::time_point deadline, std::chrono::milliseconds span);
+    void flush(std::chrono::steady_clock::time_point deadline, std::chrono::milliseconds span);
 
     std::unique_ptr<redisContext, RedisContextDeleter> ctx_;
     RedisAddress server_;
@@ -91,8 +91,6 @@ private:
     std::chrono::milliseconds timeout_{0};
     // The longest BLOCK of the commands appended since the last reply.
     std::chrono::milliseconds block_allowance_{0};
-    // The span of the wait under way, for its message.
-    std::chrono::milliseconds deadline_span_{0};
 };
 
 // Appends a command to "out" in the Redis protocol (RESP). hiredis formats
