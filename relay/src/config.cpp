@@ -748,6 +748,14 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
         if (publish->parsed()) c.mode = Config::Mode::publish;
         if (consume->parsed()) c.mode = Config::Mode::consume;
         derive_bounds(c, given);
+        // A fetch waits in the server for new events up to --poll-interval,
+        // within the bound on its result: a shorter bound would cut every
+        // idle fetch as if the link were dead.
+        if (c.mode == Config::Mode::publish && c.pg_timeout <= c.poll_interval)
+            throw ConfigError("--pg-timeout: must be longer than --poll-interval (" +
+                              std::to_string(c.poll_interval.count()) + " ms), the longest a fetch waits in the "
+                              "server for new events; it is " + std::to_string(c.pg_timeout.count()) +
+                              " ms (two thirds of --lease, at most 10s, unless given)");
         if (consume->parsed()) {
             c.mode = Config::Mode::consume;
             c.block = duration("--block", block, std::chrono::milliseconds(1));

@@ -440,6 +440,19 @@ TEST(CommandLine, WaitBounds) {
     EXPECT_EQ(r.config->redis_timeout, 10s);
     EXPECT_EQ(r.config->retry_max, 10s);
 
+    // A fetch waits in the server up to --poll-interval: the bound on its
+    // result must be longer, given or derived.
+    for (const auto& args : std::vector<std::vector<const char*>>{
+             {"publish", "--group", "g", "--pg-timeout", "1s", "--poll-interval", "1s"},
+             {"publish", "--group", "g", "--lease", "10m", "--poll-interval", "60s"}}) {
+        const auto [code, err] = parse_error(args);
+        EXPECT_EQ(code, 2);
+        EXPECT_NE(err.find("--pg-timeout: must be longer than --poll-interval"), std::string::npos) << err;
+    }
+    r = parse({"publish", "--group", "g", "--lease", "10m", "--poll-interval", "60s", "--pg-timeout", "61s"});
+    ASSERT_TRUE(r.config);
+    EXPECT_EQ(r.config->pg_timeout, 61s);
+
     // An empty value (an env file's PG_OUTBOX_PG_TIMEOUT=) is the default.
     r = parse({"publish", "--group", "g", "--lease", "6s", "--pg-timeout", ""});
     ASSERT_TRUE(r.config);
