@@ -368,7 +368,6 @@ PGresult* PgConnection::next_result(std::chrono::steady_clock::time_point deadli
 
 PgResult PgConnection::last_result(const std::string& statement, bool prepared) {
     const auto deadline = std::chrono::steady_clock::now() + timeout_;
-    flush(deadline, statement, prepared);
     PgResult last(nullptr);
     while (PGresult* r = next_result(deadline, statement, prepared)) {
         last = PgResult(r);
