@@ -18,6 +18,7 @@ OBJS = \
 	extension/commit.o \
 	extension/lead.o \
 	extension/locks.o \
+	extension/consume.o \
 	extension/inbox.o \
 	extension/wakeup.o \
 	extension/xact.o \

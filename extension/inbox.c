@@ -16,22 +16,15 @@
  * same arguments, directly through fmgr. The bodies are SECURITY DEFINER
  * and granted to nobody, so the check cannot be skipped by calling them.
  *
- * inbox_apply() must find an event applied by a concurrent transaction in
- * whichever daily partition of outbox.inbox holds it (the unique index is
- * per partition). It serializes applies of one event with a lock
- * (locks.c) and then looks with outbox.inbox_applied(). At READ COMMITTED
- * the look takes a new snapshot and sees the other's commit. At REPEATABLE
- * READ and SERIALIZABLE the transaction's snapshot may predate that
- * commit: the look then also reads with the latest snapshot, as the RI
- * triggers do, and a row found only there is a serialization failure, so
- * that the client retries and then sees the event as applied, instead of
- * a unique violation on the same day or a second apply on another day.
+ * What the inbox holds is recorded by outbox.inbox_record() (consume.c),
+ * for inbox_apply() and inbox_consume() alike.
  *
  * pg_outbox.today, the day inbox maintenance takes as today, is defined
  * here with the inbox, whose SQL (outbox.inbox_today()) reads it.
  *
- * Layering: inbox.c calls only tables.c; nothing calls into it but fmgr
- * and _PG_init.
+ * Layering: inbox.c calls only tables.c; consume.c calls its consumer
+ * check (OutboxCheckConsumer); nothing else calls into it but fmgr and
+ * _PG_init.
  *
  *-------------------------------------------------------------------------
  */
@@ -75,7 +68,6 @@
 PG_FUNCTION_INFO_V1(outbox_inbox_consumer_check);
 PG_FUNCTION_INFO_V1(outbox_consumer_name_check);
 PG_FUNCTION_INFO_V1(outbox_inbox_checked);
-PG_FUNCTION_INFO_V1(outbox_inbox_applied);
 
 /* pg_outbox.today, read by outbox.inbox_today() in SQL */
 static char *pg_outbox_today = NULL;
@@ -282,14 +274,24 @@ outbox_consumer_name_check(PG_FUNCTION_ARGS)
 }
 
 /*
+ * Errors unless argument "arg" of a call names a consumer the current user
+ * may act for.
+ */
+void
+OutboxCheckConsumer(FunctionCallInfo fcinfo, int arg)
+{
+	OutboxCheckConsumerName(fcinfo, arg);
+	OutboxCheckConsumerAccess(PG_GETARG_TEXT_PP(arg));
+}
+
+/*
  * inbox_consumer_check(consumer text): errors unless the current user may
  * act for the consumer.
  */
 Datum
 outbox_inbox_consumer_check(PG_FUNCTION_ARGS)
 {
-	OutboxCheckConsumerName(fcinfo, 0);
-	OutboxCheckConsumerAccess(PG_GETARG_TEXT_PP(0));
+	OutboxCheckConsumer(fcinfo, 0);
 	PG_RETURN_VOID();
 }
 
@@ -347,10 +349,7 @@ outbox_inbox_checked(PG_FUNCTION_ARGS)
 		OutboxCheckConsumerAccess(OutboxDeadLetterConsumer(PG_GETARG_INT64(0)));
 	}
 	else
-	{
-		OutboxCheckConsumerName(fcinfo, 0);
-		OutboxCheckConsumerAccess(PG_GETARG_TEXT_PP(0));
-	}
+		OutboxCheckConsumer(fcinfo, 0);
 
 	InitFunctionCallInfoData(*call, &body->flinfo, PG_NARGS(), PG_GET_COLLATION(),
 							 fcinfo->context, fcinfo->resultinfo);
@@ -359,76 +358,4 @@ outbox_inbox_checked(PG_FUNCTION_ARGS)
 	result = FunctionCallInvoke(call);
 	fcinfo->isnull = call->isnull;
 	return result;
-}
-
-/*
- * outbox.inbox_applied(consumer text, event_id uuid): the payload the
- * consumer applied under the event id, NULL when none. Call it holding the
- * event's inbox lock. At REPEATABLE READ and SERIALIZABLE, an apply that
- * committed after the transaction's snapshot was taken is a serialization
- * failure (see the header).
- */
-Datum
-outbox_inbox_applied(PG_FUNCTION_ARGS)
-{
-	static SPIPlanPtr plan = NULL;
-	Datum		args[2];
-	Datum		result = (Datum) 0;
-	bool		found = false;
-
-	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
-		PG_RETURN_NULL();
-	args[0] = PG_GETARG_DATUM(0);
-	args[1] = PG_GETARG_DATUM(1);
-
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	if (plan == NULL)
-	{
-		Oid			types[2] = {TEXTOID, UUIDOID};
-		SPIPlanPtr	p = SPI_prepare("SELECT payload FROM " OUTBOX_SCHEMA ".inbox WHERE consumer = $1 AND event_id = $2",
-									2, types);
-
-		if (p == NULL || SPI_keepplan(p) != 0)
-			elog(ERROR, "could not prepare the inbox lookup: %s", SPI_result_code_string(SPI_result));
-		plan = p;
-	}
-
-	/* What the transaction sees: at READ COMMITTED, a new snapshot. */
-	if (SPI_execute_plan(plan, args, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "inbox lookup failed");
-	if (SPI_processed == 0 && IsolationUsesXactSnapshot())
-	{
-		/* What is committed now. */
-		if (SPI_execute_snapshot(plan, args, NULL, GetLatestSnapshot(), InvalidSnapshot,
-								 false, false, 1) != SPI_OK_SELECT)
-			elog(ERROR, "inbox lookup failed");
-		if (SPI_processed > 0)
-		{
-			char	   *consumer = TextDatumGetCString(args[0]);
-			char	   *id = DatumGetCString(DirectFunctionCall1(uuid_out, args[1]));
-
-			ereport(ERROR,
-					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-					 errmsg("could not serialize access to event %s of consumer \"%s\" due to a concurrent apply",
-							id, consumer),
-					 errdetail("A transaction that committed after this one took its snapshot applied the event."),
-					 errhint("Retry the transaction: it will find the event applied.")));
-		}
-	}
-	if (SPI_processed > 0)
-	{
-		bool		isnull;
-		Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-
-		if (!isnull)
-		{
-			result = SPI_datumTransfer(d, false, -1);
-			found = true;
-		}
-	}
-	SPI_finish();
-	if (!found)
-		PG_RETURN_NULL();
-	PG_RETURN_DATUM(result);
 }

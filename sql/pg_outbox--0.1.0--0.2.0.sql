@@ -391,6 +391,8 @@ DROP FUNCTION outbox.check_commit_read();
 DROP VIEW outbox.group_stats;
 DROP FUNCTION @extschema@.outbox_group_stats(text);
 DROP FUNCTION @extschema@.inbox_consume(text, text, text[], text[], text[], text[], text[]);
+-- inbox_record() takes the inbox locks of a whole batch itself.
+DROP FUNCTION outbox.inbox_lock(bigint);
 
 --
 -- Functions new or changed in 0.2.0, their comments and privileges.
@@ -1219,14 +1221,19 @@ $$;
 
 COMMENT ON FUNCTION outbox.entry_field(bytea[], text) IS 'pg_outbox: the value of a named field of a stream entry''s raw fields';
 
-CREATE FUNCTION outbox.inbox_applied(consumer text, event_id uuid)
-RETURNS jsonb
-AS 'MODULE_PATHNAME', 'outbox_inbox_applied'
-LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+CREATE FUNCTION outbox.inbox_record(consumer text, event_ids uuid[], payloads jsonb[])
+RETURNS jsonb[]
+AS 'MODULE_PATHNAME', 'outbox_inbox_record'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION outbox.inbox_record(text, uuid[], jsonb[]) IS
+	'pg_outbox: records the events a consumer applies in the inbox, once; returns for each the payload applied before (NULL when new); granted to nobody';
 
-COMMENT ON FUNCTION outbox.inbox_applied(text, uuid) IS
-	'pg_outbox: the payload a consumer applied under an event id, read after the event''s inbox lock; 40001 at REPEATABLE READ or SERIALIZABLE when only a later snapshot sees it';
-
+-- The body of inbox_apply(), which checks the consumer first. Applies an
+-- event for a consumer, once: true the first time (the caller applies its
+-- effect in the same transaction), false for a redelivery with an equal
+-- payload; the same id with another payload is an identity conflict,
+-- SQLSTATE OB001.
 CREATE FUNCTION outbox.inbox_apply_unchecked(consumer text, event_id uuid, payload jsonb)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
@@ -1239,22 +1246,18 @@ BEGIN
 		RAISE EXCEPTION '% must not be null', CASE WHEN event_id IS NULL THEN 'event_id' ELSE 'payload' END
 			USING ERRCODE = 'null_value_not_allowed';
 	END IF;
-	PERFORM outbox.inbox_lock(hashtextextended(consumer || '/' || event_id::text, 0));
-	applied := outbox.inbox_applied(consumer, event_id);
-	IF applied IS NOT NULL THEN
-		IF applied = payload THEN
-			RETURN false;
-		END IF;
-		RAISE EXCEPTION 'event % was already applied by consumer "%" with another payload', event_id, consumer
-			USING ERRCODE = 'OB001',
-				  DETAIL = format('Applied payload: %s. Received payload: %s.', applied, payload),
-				  HINT = 'Two different events carry the same event id. Nothing was applied; find the producer that reused the id.';
+	applied := (outbox.inbox_record(consumer, ARRAY[event_id], ARRAY[payload]))[1];
+	IF applied IS NULL THEN
+		RETURN true;
+	ELSIF applied = payload THEN
+		RETURN false;
 	END IF;
-	INSERT INTO outbox.inbox (consumer, event_id, payload) VALUES (consumer, event_id, payload);
-	RETURN true;
+	RAISE EXCEPTION 'event % was already applied by consumer "%" with another payload', event_id, consumer
+		USING ERRCODE = 'OB001',
+			  DETAIL = format('Applied payload: %s. Received payload: %s.', applied, payload),
+			  HINT = 'Two different events carry the same event id. Nothing was applied; find the producer that reused the id.';
 END
 $$;
-
 COMMENT ON FUNCTION outbox.inbox_apply_unchecked(text, uuid, jsonb) IS
 	'pg_outbox: body of inbox_apply(), called after its consumer check; granted to nobody';
 
@@ -1394,96 +1397,13 @@ COMMENT ON FUNCTION @extschema@.inbox_dead_letter(text, text, text, bytea[], tex
 	'pg_outbox: records a stream entry a consumer gave up on, from its raw fields kept as received, with the reason; returns the dead letter id';
 
 CREATE FUNCTION @extschema@.inbox_consume(consumer text, handler text, event_ids bytea[], topics bytea[],
-										  keys bytea[], payloads bytea[], headers bytea[])
+										  keys bytea[], payloads bytea[], headers bytea[],
+										  isolate boolean DEFAULT false)
 RETURNS TABLE (ord integer, status text, error_code text, error_message text)
-LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
-AS $$
-DECLARE
-	n integer := coalesce(pg_catalog.cardinality(payloads), 0);
-	id uuid;
-	v_topic text;
-	v_key text;
-	body jsonb;
-	meta jsonb;
-	decoding text;
-	err_state text;
-	err_message text;
-	err_detail text;
-BEGIN
-	PERFORM @extschema@.inbox_consumer_check(consumer);
-	IF handler IS NULL OR handler OPERATOR(pg_catalog.=) ''::text THEN
-		RAISE EXCEPTION 'handler must not be empty' USING ERRCODE = 'invalid_parameter_value';
-	END IF;
-	IF coalesce(pg_catalog.cardinality(event_ids), 0) OPERATOR(pg_catalog.<>) n
-	   OR coalesce(pg_catalog.cardinality(topics), 0) OPERATOR(pg_catalog.<>) n
-	   OR coalesce(pg_catalog.cardinality(keys), n) OPERATOR(pg_catalog.<>) n
-	   OR coalesce(pg_catalog.cardinality(headers), n) OPERATOR(pg_catalog.<>) n THEN
-		RAISE EXCEPTION 'the arrays of inbox_consume() must have the same length'
-			USING ERRCODE = 'invalid_parameter_value',
-				  HINT = 'keys and headers may also be NULL.';
-	END IF;
-	IF n OPERATOR(pg_catalog.>) 0
-	   AND (pg_catalog.array_ndims(payloads) OPERATOR(pg_catalog.>) 1
-			OR pg_catalog.array_lower(event_ids, 1) OPERATOR(pg_catalog.<>) 1
-			OR pg_catalog.array_lower(topics, 1) OPERATOR(pg_catalog.<>) 1
-			OR pg_catalog.array_lower(payloads, 1) OPERATOR(pg_catalog.<>) 1
-			OR coalesce(pg_catalog.array_lower(keys, 1), 1) OPERATOR(pg_catalog.<>) 1
-			OR coalesce(pg_catalog.array_lower(headers, 1), 1) OPERATOR(pg_catalog.<>) 1) THEN
-		RAISE EXCEPTION 'the arrays of inbox_consume() must be one-dimensional and start at 1'
-			USING ERRCODE = 'invalid_parameter_value';
-	END IF;
-	FOR i IN 1 .. n LOOP
-		ord := i;
-		error_code := NULL;
-		error_message := NULL;
-		BEGIN
-			decoding := 'event_id';
-			IF event_ids[i] IS NULL THEN
-				RAISE EXCEPTION 'the entry has no such field' USING ERRCODE = 'null_value_not_allowed';
-			END IF;
-			id := outbox.entry_uuid(event_ids[i]);
-			decoding := 'topic';
-			IF topics[i] IS NULL THEN
-				RAISE EXCEPTION 'the entry has no such field' USING ERRCODE = 'null_value_not_allowed';
-			END IF;
-			v_topic := outbox.entry_text(topics[i]);
-			decoding := 'key';
-			v_key := outbox.entry_text(keys[i]);
-			decoding := 'payload';
-			IF payloads[i] IS NULL THEN
-				RAISE EXCEPTION 'the entry has no such field' USING ERRCODE = 'null_value_not_allowed';
-			END IF;
-			body := outbox.entry_json(payloads[i]);
-			decoding := 'headers';
-			meta := outbox.entry_json(headers[i]);
-			decoding := NULL;
-			IF @extschema@.inbox_apply(consumer, id, body) THEN
-				EXECUTE handler USING v_topic, v_key, body, meta, id;
-				status := 'applied';
-			ELSE
-				status := 'duplicate';
-			END IF;
-		EXCEPTION WHEN OTHERS THEN
-			GET STACKED DIAGNOSTICS err_state = RETURNED_SQLSTATE, err_message = MESSAGE_TEXT,
-									err_detail = PG_EXCEPTION_DETAIL;
-			error_code := err_state;
-			error_message := err_message OPERATOR(pg_catalog.||)
-				CASE WHEN err_detail OPERATOR(pg_catalog.<>) ''::text
-					 THEN ' ('::text OPERATOR(pg_catalog.||) err_detail OPERATOR(pg_catalog.||) ')'::text ELSE ''::text END;
-			IF decoding IS NOT NULL THEN
-				status := 'malformed';
-				error_message := pg_catalog.format('field "%s": %s', decoding, error_message);
-			ELSE
-				status := CASE WHEN err_state OPERATOR(pg_catalog.=) 'OB001'::text THEN 'conflict' ELSE 'failed' END;
-			END IF;
-		END;
-		RETURN NEXT;
-	END LOOP;
-END
-$$;
-
-COMMENT ON FUNCTION @extschema@.inbox_consume(text, text, bytea[], bytea[], bytea[], bytea[], bytea[]) IS
-	'pg_outbox: applies a batch of entries (fields as bytes) through the inbox and a handler, each in its own subtransaction; returns applied, duplicate, conflict, malformed or failed per entry';
+AS 'MODULE_PATHNAME', 'outbox_inbox_consume'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.inbox_consume(text, text, bytea[], bytea[], bytea[], bytea[], bytea[], boolean) IS
+	'pg_outbox: applies a batch of entries (fields as bytes) through the inbox and a handler, as one transaction, or each in a subtransaction with isolate; returns applied, duplicate, conflict, malformed or failed per entry';
 
 CREATE FUNCTION outbox.dead_letter_take_unchecked(dead_letter_id bigint)
 RETURNS outbox.dead_letters
@@ -2183,7 +2103,7 @@ REVOKE ALL ON FUNCTION
 	@extschema@.inbox_apply(text, uuid, jsonb),
 	@extschema@.inbox_dead_letter(text, text, text, uuid, text, text, jsonb, jsonb, text, text, integer),
 	@extschema@.inbox_dead_letter(text, text, text, bytea[], text, text, integer),
-	@extschema@.inbox_consume(text, text, bytea[], bytea[], bytea[], bytea[], bytea[]),
+	@extschema@.inbox_consume(text, text, bytea[], bytea[], bytea[], bytea[], bytea[], boolean),
 	@extschema@.inbox_replay(bigint, text),
 	@extschema@.inbox_consumer_check(text),
 	@extschema@.inbox_consumer_create(text, regrole),
@@ -2259,7 +2179,7 @@ GRANT EXECUTE ON FUNCTION
 	@extschema@.inbox_apply(text, uuid, jsonb),
 	@extschema@.inbox_dead_letter(text, text, text, uuid, text, text, jsonb, jsonb, text, text, integer),
 	@extschema@.inbox_dead_letter(text, text, text, bytea[], text, text, integer),
-	@extschema@.inbox_consume(text, text, bytea[], bytea[], bytea[], bytea[], bytea[]),
+	@extschema@.inbox_consume(text, text, bytea[], bytea[], bytea[], bytea[], bytea[], boolean),
 	@extschema@.inbox_replay(bigint, text),
 	@extschema@.inbox_consumer_check(text),
 	outbox.dead_letter_take(bigint),

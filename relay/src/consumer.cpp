@@ -21,7 +21,8 @@ namespace {
 constexpr const char* kConsumeSql =
     "SELECT ord, status, error_code, error_message "
     "FROM @extschema@.inbox_consume($1::pg_catalog.text, $2::pg_catalog.text, $3::pg_catalog.bytea[], "
-    "$4::pg_catalog.bytea[], $5::pg_catalog.bytea[], $6::pg_catalog.bytea[], $7::pg_catalog.bytea[])";
+    "$4::pg_catalog.bytea[], $5::pg_catalog.bytea[], $6::pg_catalog.bytea[], $7::pg_catalog.bytea[], "
+    "$8::pg_catalog.bool)";
 constexpr const char* kDeadLetterSql =
     "SELECT @extschema@.inbox_dead_letter($1::pg_catalog.text, $2::pg_catalog.text, $3::pg_catalog.text, "
     "$4::pg_catalog.bytea[], $5::pg_catalog.text, $6::pg_catalog.text, $7::pg_catalog.int4)";
@@ -146,9 +147,9 @@ std::optional<std::string> handler_refusal(std::string_view handler) {
     const auto first = word(0);
     const std::string name(first);
     auto transaction_control = [&](const std::string& statement) {
-        return statement + " is transaction control: inbox_consume() applies each entry in a subtransaction of "
-                           "the worker's transaction, which a handler can neither end nor begin (for a savepoint "
-                           "of its own, call a function with an EXCEPTION block)";
+        return statement + " is transaction control: inbox_consume() runs the handler inside the worker's "
+                           "transaction, which a handler can neither end nor begin (for a savepoint of its own, "
+                           "call a function with an EXCEPTION block)";
     };
     auto no_transaction_block = [&](const std::string& statement) {
         return statement + " cannot run inside a transaction block or a function, where inbox_consume() runs the "
@@ -880,7 +881,8 @@ void Consumer::apply(const std::vector<StreamEntry>& entries) {
     ack(done);
 }
 
-void Consumer::apply_call(const std::vector<const StreamEntry*>& call, std::vector<const StreamEntry*>& done) {
+void Consumer::apply_call(const std::vector<const StreamEntry*>& call, std::vector<const StreamEntry*>& done,
+                          bool isolate) {
     std::vector<const std::string*> ids, topics, keys, payloads, headers;
     for (const auto* e : call) {
         ids.push_back(e->field("event_id"));
@@ -894,13 +896,33 @@ void Consumer::apply_call(const std::vector<const StreamEntry*>& call, std::vect
         const auto t0 = std::chrono::steady_clock::now();
         result.emplace(pg_->exec(extension_.sql(kConsumeSql),
                                  {config_.consumer, config_.handler, pg_bytea_array(ids), pg_bytea_array(topics),
-                                  pg_bytea_array(keys), pg_bytea_array(payloads), pg_bytea_array(headers)},
-                                 {0, 0, 1, 1, 1, 1, 1}));
+                                  pg_bytea_array(keys), pg_bytea_array(payloads), pg_bytea_array(headers),
+                                  isolate ? "true" : "false"},
+                                 {0, 0, 1, 1, 1, 1, 1, 0}));
         metrics_.pg_rtt_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     } catch (const PgError& e) {
         // The whole call failed. A lost connection or a transient error is
         // retried by the service loop, with the entries held (see apply).
         if (e.retryable()) throw;
+        if (!isolate) {
+            // The batch applied as one, and something raised: an entry's
+            // handler or conversion. Nothing of it committed. Again, each
+            // entry in a subtransaction of its own, so that the one that
+            // raises fails alone; in parts of at most kMaxIsolatedEntries,
+            // each a transaction, so that none overflows its backend's
+            // subtransaction cache. The parts go in the entries' order.
+            metrics_.batches_isolated++;
+            spdlog::info("a batch of {} entries failed as one, applying it again entry by entry: {} (SQLSTATE {})",
+                         call.size(), first_line(e.what()), e.sqlstate());
+            for (std::size_t from = 0; from < call.size(); from += kMaxIsolatedEntries) {
+                const auto to = std::min(call.size(), from + kMaxIsolatedEntries);
+                std::vector<const StreamEntry*> part(call.begin() + from, call.begin() + to);
+                std::vector<const StreamEntry*> part_done;
+                apply_call(part, part_done, true);
+                ack(part_done);
+            }
+            return;
+        }
         if (classify_sqlstate(e.sqlstate()) == Fault::configuration) {
             for (const auto* entry : call) hold(*entry, e.sqlstate(), first_line(e.what()));
             return;
@@ -913,7 +935,7 @@ void Consumer::apply_call(const std::vector<const StreamEntry*>& call, std::vect
             for (const auto* entry : call) {
                 std::vector<const StreamEntry*> one{entry};
                 std::vector<const StreamEntry*> one_done;
-                apply_call(one, one_done);
+                apply_call(one, one_done, true);
                 ack(one_done);
             }
             return;

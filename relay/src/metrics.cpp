@@ -298,6 +298,10 @@ void Metrics::collect(MetricFamilies& out) const {
                "Entries that could not be read (bad bytes, missing or repeated fields, too large): dead-lettered "
                "with their raw fields and acknowledged.",
                entries_malformed.load());
+        metric("pg_outbox_relay_batches_isolated_total", "counter",
+               "Batches that failed as one transaction (a handler or a conversion raised) and were applied "
+               "again with each entry in a subtransaction of its own.",
+               batches_isolated.load());
         {
             constexpr const char* kGaps = "pg_outbox_relay_gaps_total";
             constexpr const char* kGapsHelp =

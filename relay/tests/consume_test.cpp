@@ -691,6 +691,84 @@ TEST_F(ConsumeTest, WholeBatchFailureIsChargedToItsEntry) {
     EXPECT_NE(consumer.log().find("failed as a whole, applying them one by one"), std::string::npos);
 }
 
+// The happy path of a batch is one transaction with one transaction id: no
+// subtransaction per entry (each would take an id of its own, and more
+// than 64 in a transaction overflow its backend's cache). Counted on the
+// server: the ids the cluster handed out while 10,000 entries applied in
+// batches of 100, against the number of inbox_consume() calls.
+TEST_F(ConsumeTest, BatchTakesOneTransactionId) {
+    {
+        auto app = connect();
+        app.exec("SELECT count(outbox_emit('orders', 'k' || (i % 10), jsonb_build_object('n', i, 'amount', 1))) "
+                 "FROM generate_series(1, 10000) i");
+    }
+    auto& relay = start_relay({"--batch-size", "1000"});
+    ASSERT_TRUE(wait_all_published(60s)) << relay.log();
+    // The relay writes its group's row; nothing else writes meanwhile.
+    relay.signal(SIGTERM);
+    ASSERT_EQ(relay.wait(10s), 0) << relay.log();
+    sink().exec("ALTER DATABASE sink SET track_functions = 'all'");
+    auto xmax = [&] {
+        auto db = sink();
+        return std::stoll(query_column(db, "SELECT pg_snapshot_xmax(pg_current_snapshot())::text")[0]);
+    };
+    const auto before = xmax();
+    auto& consumer = start_consumer("w1", {"--batch-size", "100"});
+    ASSERT_TRUE(wait_applied(10000, 120s)) << consumer.log();
+    const auto used = xmax() - before;
+    // Each call's statistics reach the server when its session goes idle.
+    long long calls = 0;
+    ASSERT_TRUE(eventually(
+        [&] {
+            calls = sink_count("SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions "
+                               "WHERE funcname = 'inbox_consume'");
+            return calls >= 100;
+        },
+        10s));
+    EXPECT_GE(used, 1);
+    EXPECT_LE(used, calls) << used << " transaction ids for " << calls << " batches of 10,000 entries";
+    EXPECT_EQ(consumer.log().find("failed as one"), std::string::npos) << consumer.log();
+    expect_projection_exactly_once();
+}
+
+// A batch that fails as one (a handler raises for some entries) applies
+// again with each entry in a subtransaction of its own, in parts of at
+// most 64, each a transaction: every other entry applies, in the order of
+// its key, and the failing ones are dead-lettered alone.
+TEST_F(ConsumeTest, FailedBatchAppliesAgainInPartsOfAtMost64) {
+    {
+        auto db = sink();
+        // The transaction that applied each row, and the order of applies.
+        db.exec("ALTER TABLE projection ADD COLUMN xid xid8 DEFAULT pg_current_xact_id(), "
+                "ADD COLUMN applied bigserial");
+        db.exec("GRANT USAGE ON SEQUENCE projection_applied_seq TO consumer_user");
+        db.exec("INSERT INTO fail_keys VALUES ('k3')");
+        auto app = connect();
+        app.exec("SELECT count(outbox_emit('orders', 'k' || (i % 10), jsonb_build_object('n', i, 'amount', 1))) "
+                 "FROM generate_series(1, 1000) i");
+    }
+    auto& relay = start_relay({"--batch-size", "1000"});
+    ASSERT_TRUE(wait_all_published()) << relay.log();
+    auto& consumer = start_consumer("w1", {"--batch-size", "200", "--min-idle", "100ms", "--claim-interval",
+                                           "50ms", "--max-deliveries", "2"});
+    ASSERT_TRUE(wait_applied(900, 60s)) << consumer.log();
+    ASSERT_TRUE(eventually([&] { return sink_count("SELECT count(*) FROM outbox.dead_letters") == 100; }, 60s))
+        << consumer.log();
+    ASSERT_TRUE(eventually([&] { return pending("outbox:orders") == 0; }, 20s));
+    EXPECT_EQ(sink_count("SELECT count(*) FROM projection"), 900);
+    EXPECT_EQ(sink_count("SELECT count(*) FROM projection WHERE key = 'k3'"), 0);
+    // Every batch of 200 held a failing entry: every row was applied in a
+    // part of at most 64 entries.
+    EXPECT_LE(sink_count("SELECT max(c) FROM (SELECT count(*) AS c FROM projection GROUP BY xid) t"), 64);
+    EXPECT_GE(sink_count("SELECT count(DISTINCT xid) FROM projection"), 900 / 64);
+    // Each key's events applied in the order they were emitted.
+    EXPECT_EQ(sink_count("SELECT count(*) FROM (SELECT n < lag(n) OVER (PARTITION BY key ORDER BY applied) AS back "
+                         "FROM projection) t WHERE back"),
+              0);
+    EXPECT_NE(consumer.log().find("failed as one, applying it again entry by entry"), std::string::npos);
+    EXPECT_TRUE(consumer.running()) << consumer.log();
+}
+
 // A gap in the middle of a stream (an entry deleted before the group read
 // it): the consumer reports exactly that entry's range, once, as a
 // warning, a metric of its stream and a dead letter, and applies the rest.

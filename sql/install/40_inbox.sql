@@ -115,12 +115,6 @@ END
 $$;
 COMMENT ON FUNCTION outbox.inbox_retire_partitions() IS 'pg_outbox: drops the inbox partitions older than inbox_retention';
 
-CREATE FUNCTION outbox.inbox_lock(key bigint)
-RETURNS void
-AS 'MODULE_PATHNAME', 'outbox_inbox_lock'
-LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
-COMMENT ON FUNCTION outbox.inbox_lock(bigint) IS 'pg_outbox: transaction lock that serializes applies of one event by one consumer';
-
 
 --
 -- Consumers: each consumer name belongs to a role. Only members of that
@@ -269,7 +263,8 @@ COMMENT ON FUNCTION @extschema@.inbox_consumers() IS
 --
 -- Stream entries. A consumer receives an entry's fields as bytes; each
 -- field is decoded on its own, so that a malformed one fails its entry
--- alone. These are the one definition of what a field must hold.
+-- alone. These casts define what a field must hold; inbox_consume()
+-- checks the same rules in C first, without raising (consume.c).
 --
 
 -- A field as text: valid UTF-8 without NUL bytes (22021), representable
@@ -314,16 +309,19 @@ COMMENT ON FUNCTION outbox.entry_field(bytea[], text) IS 'pg_outbox: the value o
 -- Applying.
 --
 
--- The payload a consumer applied under an event id, NULL when none; at
--- REPEATABLE READ and SERIALIZABLE, 40001 when an apply committed after
--- the transaction's snapshot (C, extension/inbox.c). Call it holding the
--- event's inbox lock.
-CREATE FUNCTION outbox.inbox_applied(consumer text, event_id uuid)
-RETURNS jsonb
-AS 'MODULE_PATHNAME', 'outbox_inbox_applied'
-LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
-COMMENT ON FUNCTION outbox.inbox_applied(text, uuid) IS
-	'pg_outbox: the payload a consumer applied under an event id, read after the event''s inbox lock; 40001 at REPEATABLE READ or SERIALIZABLE when only a later snapshot sees it';
+-- Records in the inbox the events a consumer applies now, once: for each
+-- event, the payload applied before under its id (by an earlier
+-- transaction or an earlier event of the same batch), NULL when it is new
+-- and recorded now. Takes each event's inbox lock first, in the order of
+-- their keys; at REPEATABLE READ and SERIALIZABLE, 40001 when an apply
+-- committed after the transaction's snapshot (C, extension/consume.c).
+CREATE FUNCTION outbox.inbox_record(consumer text, event_ids uuid[], payloads jsonb[])
+RETURNS jsonb[]
+AS 'MODULE_PATHNAME', 'outbox_inbox_record'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION outbox.inbox_record(text, uuid[], jsonb[]) IS
+	'pg_outbox: records the events a consumer applies in the inbox, once; returns for each the payload applied before (NULL when new); granted to nobody';
 
 -- The body of inbox_apply(), which checks the consumer first. Applies an
 -- event for a consumer, once: true the first time (the caller applies its
@@ -342,19 +340,16 @@ BEGIN
 		RAISE EXCEPTION '% must not be null', CASE WHEN event_id IS NULL THEN 'event_id' ELSE 'payload' END
 			USING ERRCODE = 'null_value_not_allowed';
 	END IF;
-	PERFORM outbox.inbox_lock(hashtextextended(consumer || '/' || event_id::text, 0));
-	applied := outbox.inbox_applied(consumer, event_id);
-	IF applied IS NOT NULL THEN
-		IF applied = payload THEN
-			RETURN false;
-		END IF;
-		RAISE EXCEPTION 'event % was already applied by consumer "%" with another payload', event_id, consumer
-			USING ERRCODE = 'OB001',
-				  DETAIL = format('Applied payload: %s. Received payload: %s.', applied, payload),
-				  HINT = 'Two different events carry the same event id. Nothing was applied; find the producer that reused the id.';
+	applied := (outbox.inbox_record(consumer, ARRAY[event_id], ARRAY[payload]))[1];
+	IF applied IS NULL THEN
+		RETURN true;
+	ELSIF applied = payload THEN
+		RETURN false;
 	END IF;
-	INSERT INTO outbox.inbox (consumer, event_id, payload) VALUES (consumer, event_id, payload);
-	RETURN true;
+	RAISE EXCEPTION 'event % was already applied by consumer "%" with another payload', event_id, consumer
+		USING ERRCODE = 'OB001',
+			  DETAIL = format('Applied payload: %s. Received payload: %s.', applied, payload),
+			  HINT = 'Two different events carry the same event id. Nothing was applied; find the producer that reused the id.';
 END
 $$;
 COMMENT ON FUNCTION outbox.inbox_apply_unchecked(text, uuid, jsonb) IS
@@ -518,105 +513,26 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION @extschema@.inbox_dead_letter(text, text, text, bytea[], text, text, integer) IS
 	'pg_outbox: records a stream entry a consumer gave up on, from its raw fields kept as received, with the reason; returns the dead letter id';
 
--- Applies a batch of stream entries for a consumer, each in its own
--- subtransaction: decodes its fields, inbox_apply(), then the handler when
--- the event is new. Fields come as bytes, as they were in the stream, and
--- are decoded per entry: a malformed one fails alone ('malformed'), and so
--- does a failing handler ('failed'). Runs as the caller, with the
--- caller's search_path, so the handler runs with the consumer's own
--- privileges and names; every function it calls itself is
--- schema-qualified, and its operators have pg_catalog's exact operand
--- types (pg_catalog comes first on any search_path that does not name it).
+-- Applies a batch of stream entries for a consumer: decodes each entry's
+-- fields, records the events in the inbox, and runs the handler for each
+-- new one, in the order of the entries. Fields come as bytes, as they were
+-- in the stream. By default the batch applies as one: no subtransaction,
+-- one transaction id. An entry found malformed (its field is no UTF-8
+-- text, its event id no uuid, its payload no JSON), a duplicate or a
+-- conflict is reported alone; what raises (a failing handler, a number
+-- beyond numeric's range) aborts the call. With isolate => true (at most 64
+-- entries) each entry applies in a subtransaction of its own, and what
+-- raises fails its entry alone ('malformed' or 'failed'). Runs as the
+-- caller, with the caller's search_path, so the handler runs with the
+-- consumer's own privileges and names (C, extension/consume.c).
 CREATE FUNCTION @extschema@.inbox_consume(consumer text, handler text, event_ids bytea[], topics bytea[],
-										  keys bytea[], payloads bytea[], headers bytea[])
+										  keys bytea[], payloads bytea[], headers bytea[],
+										  isolate boolean DEFAULT false)
 RETURNS TABLE (ord integer, status text, error_code text, error_message text)
-LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
-AS $$
-DECLARE
-	n integer := coalesce(pg_catalog.cardinality(payloads), 0);
-	id uuid;
-	v_topic text;
-	v_key text;
-	body jsonb;
-	meta jsonb;
-	decoding text;
-	err_state text;
-	err_message text;
-	err_detail text;
-BEGIN
-	PERFORM @extschema@.inbox_consumer_check(consumer);
-	IF handler IS NULL OR handler OPERATOR(pg_catalog.=) ''::text THEN
-		RAISE EXCEPTION 'handler must not be empty' USING ERRCODE = 'invalid_parameter_value';
-	END IF;
-	IF coalesce(pg_catalog.cardinality(event_ids), 0) OPERATOR(pg_catalog.<>) n
-	   OR coalesce(pg_catalog.cardinality(topics), 0) OPERATOR(pg_catalog.<>) n
-	   OR coalesce(pg_catalog.cardinality(keys), n) OPERATOR(pg_catalog.<>) n
-	   OR coalesce(pg_catalog.cardinality(headers), n) OPERATOR(pg_catalog.<>) n THEN
-		RAISE EXCEPTION 'the arrays of inbox_consume() must have the same length'
-			USING ERRCODE = 'invalid_parameter_value',
-				  HINT = 'keys and headers may also be NULL.';
-	END IF;
-	IF n OPERATOR(pg_catalog.>) 0
-	   AND (pg_catalog.array_ndims(payloads) OPERATOR(pg_catalog.>) 1
-			OR pg_catalog.array_lower(event_ids, 1) OPERATOR(pg_catalog.<>) 1
-			OR pg_catalog.array_lower(topics, 1) OPERATOR(pg_catalog.<>) 1
-			OR pg_catalog.array_lower(payloads, 1) OPERATOR(pg_catalog.<>) 1
-			OR coalesce(pg_catalog.array_lower(keys, 1), 1) OPERATOR(pg_catalog.<>) 1
-			OR coalesce(pg_catalog.array_lower(headers, 1), 1) OPERATOR(pg_catalog.<>) 1) THEN
-		RAISE EXCEPTION 'the arrays of inbox_consume() must be one-dimensional and start at 1'
-			USING ERRCODE = 'invalid_parameter_value';
-	END IF;
-	FOR i IN 1 .. n LOOP
-		ord := i;
-		error_code := NULL;
-		error_message := NULL;
-		BEGIN
-			decoding := 'event_id';
-			IF event_ids[i] IS NULL THEN
-				RAISE EXCEPTION 'the entry has no such field' USING ERRCODE = 'null_value_not_allowed';
-			END IF;
-			id := outbox.entry_uuid(event_ids[i]);
-			decoding := 'topic';
-			IF topics[i] IS NULL THEN
-				RAISE EXCEPTION 'the entry has no such field' USING ERRCODE = 'null_value_not_allowed';
-			END IF;
-			v_topic := outbox.entry_text(topics[i]);
-			decoding := 'key';
-			v_key := outbox.entry_text(keys[i]);
-			decoding := 'payload';
-			IF payloads[i] IS NULL THEN
-				RAISE EXCEPTION 'the entry has no such field' USING ERRCODE = 'null_value_not_allowed';
-			END IF;
-			body := outbox.entry_json(payloads[i]);
-			decoding := 'headers';
-			meta := outbox.entry_json(headers[i]);
-			decoding := NULL;
-			IF @extschema@.inbox_apply(consumer, id, body) THEN
-				EXECUTE handler USING v_topic, v_key, body, meta, id;
-				status := 'applied';
-			ELSE
-				status := 'duplicate';
-			END IF;
-		EXCEPTION WHEN OTHERS THEN
-			GET STACKED DIAGNOSTICS err_state = RETURNED_SQLSTATE, err_message = MESSAGE_TEXT,
-									err_detail = PG_EXCEPTION_DETAIL;
-			error_code := err_state;
-			error_message := err_message OPERATOR(pg_catalog.||)
-				CASE WHEN err_detail OPERATOR(pg_catalog.<>) ''::text
-					 THEN ' ('::text OPERATOR(pg_catalog.||) err_detail OPERATOR(pg_catalog.||) ')'::text ELSE ''::text END;
-			IF decoding IS NOT NULL THEN
-				status := 'malformed';
-				error_message := pg_catalog.format('field "%s": %s', decoding, error_message);
-			ELSE
-				status := CASE WHEN err_state OPERATOR(pg_catalog.=) 'OB001'::text THEN 'conflict' ELSE 'failed' END;
-			END IF;
-		END;
-		RETURN NEXT;
-	END LOOP;
-END
-$$;
-COMMENT ON FUNCTION @extschema@.inbox_consume(text, text, bytea[], bytea[], bytea[], bytea[], bytea[]) IS
-	'pg_outbox: applies a batch of entries (fields as bytes) through the inbox and a handler, each in its own subtransaction; returns applied, duplicate, conflict, malformed or failed per entry';
+AS 'MODULE_PATHNAME', 'outbox_inbox_consume'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.inbox_consume(text, text, bytea[], bytea[], bytea[], bytea[], bytea[], boolean) IS
+	'pg_outbox: applies a batch of entries (fields as bytes) through the inbox and a handler, as one transaction, or each in a subtransaction with isolate; returns applied, duplicate, conflict, malformed or failed per entry';
 
 -- Body of outbox.dead_letter_take(): locks a dead letter, marks it
 -- replayed, and returns it.
@@ -696,7 +612,6 @@ REVOKE ALL ON FUNCTION
 	outbox.inbox_today(),
 	outbox.inbox_premake_partitions(),
 	outbox.inbox_retire_partitions(),
-	outbox.inbox_lock(bigint),
 	outbox.consumer_name_check(text),
 	@extschema@.inbox_consumer_check(text),
 	outbox.consumer_owner_check(regrole),
@@ -708,7 +623,7 @@ REVOKE ALL ON FUNCTION
 	outbox.entry_uuid(bytea),
 	outbox.entry_json(bytea),
 	outbox.entry_field(bytea[], text),
-	outbox.inbox_applied(text, uuid),
+	outbox.inbox_record(text, uuid[], jsonb[]),
 	outbox.inbox_apply_unchecked(text, uuid, jsonb),
 	@extschema@.inbox_apply(text, uuid, jsonb),
 	outbox.dead_letter_record(text, text, text, uuid, text, text, jsonb, jsonb, bytea[], text, text, integer),
@@ -716,7 +631,7 @@ REVOKE ALL ON FUNCTION
 	outbox.inbox_dead_letter_unchecked(text, text, text, bytea[], text, text, integer),
 	@extschema@.inbox_dead_letter(text, text, text, uuid, text, text, jsonb, jsonb, text, text, integer),
 	@extschema@.inbox_dead_letter(text, text, text, bytea[], text, text, integer),
-	@extschema@.inbox_consume(text, text, bytea[], bytea[], bytea[], bytea[], bytea[]),
+	@extschema@.inbox_consume(text, text, bytea[], bytea[], bytea[], bytea[], bytea[], boolean),
 	outbox.dead_letter_take_unchecked(bigint),
 	outbox.dead_letter_take(bigint),
 	@extschema@.inbox_replay(bigint, text)
@@ -726,13 +641,13 @@ GRANT SELECT ON outbox.inbox, outbox.dead_letters, outbox.consumers TO outbox_ad
 
 -- Consumers act only for the consumers their roles own: each of these
 -- checks the consumer before it touches the inbox (extension/inbox.c).
--- The *_unchecked bodies, outbox.inbox_applied() and
+-- The *_unchecked bodies, outbox.inbox_record() and
 -- outbox.dead_letter_record() are granted to nobody.
 GRANT EXECUTE ON FUNCTION
 	@extschema@.inbox_apply(text, uuid, jsonb),
 	@extschema@.inbox_dead_letter(text, text, text, uuid, text, text, jsonb, jsonb, text, text, integer),
 	@extschema@.inbox_dead_letter(text, text, text, bytea[], text, text, integer),
-	@extschema@.inbox_consume(text, text, bytea[], bytea[], bytea[], bytea[], bytea[]),
+	@extschema@.inbox_consume(text, text, bytea[], bytea[], bytea[], bytea[], bytea[], boolean),
 	@extschema@.inbox_replay(bigint, text),
 	@extschema@.inbox_consumer_check(text),
 	outbox.dead_letter_take(bigint),

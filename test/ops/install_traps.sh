@@ -378,6 +378,9 @@ SELECT inbox_apply('ledger'::text, '00000000-0000-4000-8000-000000000001'::uuid,
 SELECT * FROM inbox_consume('ledger'::text, 'INSERT INTO trap_applied VALUES ($1, $2)'::text,
 	ARRAY['00000000-0000-4000-8000-000000000002'::bytea, 'nope'::bytea], ARRAY['t'::bytea, 't'::bytea], NULL::bytea[],
 	ARRAY['{}'::bytea, '{}'::bytea], NULL::bytea[]);
+SELECT * FROM inbox_consume('ledger'::text, 'INSERT INTO trap_applied VALUES ($1, $2)'::text,
+	ARRAY['00000000-0000-4000-8000-000000000004'::bytea, '00000000-0000-4000-8000-000000000002'::bytea],
+	ARRAY['t'::bytea, 't'::bytea], NULL::bytea[], ARRAY['{}'::bytea, '{"n": 2}'::bytea], NULL::bytea[], true::boolean);
 SELECT inbox_dead_letter('ledger'::text, 'outbox:t'::text, '1-1'::text, '00000000-0000-4000-8000-000000000003'::uuid,
 	't'::text, 'k'::text, '{}'::jsonb, NULL::jsonb, 'broken'::text, '22023'::text, 2::integer);
 SELECT inbox_dead_letter('ledger'::text, 'outbox:t'::text, '1-2'::text,

@@ -59,8 +59,9 @@ INSERT INTO balances VALUES ('USD', 5);
 ROLLBACK;
 SELECT inbox_apply('accounting', '00000000-0000-4000-8000-000000000003', '{"amount": 5, "currency": "USD"}');
 
--- inbox_consume: a batch, each entry in its own subtransaction, through a
--- handler that receives topic, key, payload, headers, event id.
+-- inbox_consume with isolate: a batch, each entry in its own
+-- subtransaction, through a handler that receives topic, key, payload,
+-- headers, event id.
 CREATE FUNCTION apply_transfer(topic text, key text, payload jsonb, headers jsonb, event_id uuid)
 RETURNS void LANGUAGE sql AS $$
     INSERT INTO balances VALUES (payload->>'currency', (payload->>'amount')::numeric)
@@ -77,11 +78,82 @@ SELECT * FROM inbox_consume('ledger', 'SELECT apply_transfer($1, $2, $3, $4, $5)
           '{"amount": 10, "currency": "EUR"}', '{"amount": "oops", "currency": "EUR"}',
           '{"amount": 700, "currency": "EUR"}', '{"amount": 1, "currency": "GBP"}',
           '{"amount": 1, "currency": "GBP"}', '{"amount": 1, "currency": "GB']),
-    NULL);
+    NULL, isolate => true);
 -- The failed entries (a bad amount, a bad id, bad JSON) and the conflict
 -- changed nothing; the others applied once.
 SELECT * FROM balances ORDER BY currency;
 SELECT event_id FROM outbox.inbox WHERE consumer = 'ledger' ORDER BY event_id;
+
+-- Without isolate, the batch applies as one: malformed entries, duplicates
+-- (also of an earlier entry of the batch) and conflicts are reported
+-- without raising, the handler runs in the order of the entries...
+CREATE TABLE ledger_log (n serial, event_id uuid, xid xid8);
+CREATE FUNCTION log_transfer(event_id uuid) RETURNS void LANGUAGE sql AS $$
+    INSERT INTO ledger_log (event_id, xid) VALUES (event_id, pg_current_xact_id())
+$$;
+SELECT * FROM inbox_consume('ledger', 'SELECT log_transfer($5)',
+    pg_temp.b(ARRAY['00000000-0000-4000-8000-0000000000e2', '00000000-0000-4000-8000-0000000000b1',
+          '00000000-0000-4000-8000-0000000000e1', '00000000-0000-4000-8000-0000000000e2',
+          'not-a-uuid', '00000000-0000-4000-8000-0000000000e1', '00000000-0000-4000-8000-0000000000e3']),
+    pg_temp.b(array_fill('transfers'::text, ARRAY[7])), NULL,
+    pg_temp.b(ARRAY['{"n": 2}', '{"amount": 10, "currency": "EUR"}', '{"n": 1}', '{"n": 2}', '{}', '{"n": 9}', '{"n": 3']),
+    NULL);
+SELECT n, event_id FROM ledger_log ORDER BY n;
+-- ...in one transaction with one transaction id, and no subtransaction
+-- (each would take an id of its own: the handler and the inbox write).
+SELECT count(DISTINCT xid) AS xids_in_handler FROM ledger_log;
+SELECT pg_snapshot_xmax(pg_current_snapshot()) AS xmax_before \gset
+SELECT count(*) AS entries
+  FROM inbox_consume('ledger', 'SELECT log_transfer($5)',
+                     (SELECT array_agg(convert_to(gen_random_uuid()::text, 'UTF8')) FROM generate_series(1, 100)),
+                     pg_temp.b(array_fill('transfers'::text, ARRAY[100])), NULL,
+                     pg_temp.b(array_fill('{}'::text, ARRAY[100])), NULL)
+ WHERE status = 'applied';
+SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint - :'xmax_before'::text::bigint AS xids_used;
+-- A handler that raises aborts the call, naming the event; isolate then
+-- reports it alone.
+SELECT pg_temp.try($$SELECT * FROM inbox_consume('ledger', 'SELECT 1 / ($3->>''d'')::int',
+    pg_temp.b(ARRAY['00000000-0000-4000-8000-0000000000f1', '00000000-0000-4000-8000-0000000000f2']),
+    pg_temp.b(ARRAY['t', 't']), NULL, pg_temp.b(ARRAY['{"d": 1}', '{"d": 0}']), NULL)$$);
+DO $$
+DECLARE
+    c text;
+BEGIN
+    PERFORM inbox_consume('ledger', 'SELECT 1 / ($3->>''d'')::int',
+        ARRAY[convert_to('00000000-0000-4000-8000-0000000000f1', 'UTF8'), convert_to('00000000-0000-4000-8000-0000000000f2', 'UTF8')],
+        ARRAY[convert_to('t', 'UTF8'), convert_to('t', 'UTF8')], NULL,
+        ARRAY[convert_to('{"d": 1}', 'UTF8'), convert_to('{"d": 0}', 'UTF8')], NULL);
+EXCEPTION WHEN division_by_zero THEN
+    GET STACKED DIAGNOSTICS c = PG_EXCEPTION_CONTEXT;
+    RAISE WARNING '%', split_part(c, E'\n', 2);
+END
+$$;
+SELECT * FROM inbox_consume('ledger', 'SELECT 1 / ($3->>''d'')::int',
+    pg_temp.b(ARRAY['00000000-0000-4000-8000-0000000000f1', '00000000-0000-4000-8000-0000000000f2']),
+    pg_temp.b(ARRAY['t', 't']), NULL, pg_temp.b(ARRAY['{"d": 1}', '{"d": 0}']), NULL, isolate => true);
+-- isolate takes at most 64 entries: a transaction with more
+-- subtransactions overflows its backend's cache.
+SELECT pg_temp.try($$SELECT * FROM inbox_consume('ledger', 'SELECT 1',
+    (SELECT array_agg(convert_to(gen_random_uuid()::text, 'UTF8')) FROM generate_series(1, 65)),
+    pg_temp.b(array_fill('t'::text, ARRAY[65])), NULL, pg_temp.b(array_fill('{}'::text, ARRAY[65])), NULL, isolate => true)$$);
+SELECT count(*) AS sixty_four FROM inbox_consume('ledger', 'SELECT 1',
+    (SELECT array_agg(convert_to(gen_random_uuid()::text, 'UTF8')) FROM generate_series(1, 64)),
+    pg_temp.b(array_fill('t'::text, ARRAY[64])), NULL, pg_temp.b(array_fill('{}'::text, ARRAY[64])), NULL, isolate => true);
+SELECT pg_temp.try($$SELECT * FROM inbox_consume('ledger', 'SELECT 1', ARRAY[]::bytea[], ARRAY[]::bytea[], NULL, ARRAY[]::bytea[], NULL, NULL)$$);
+-- A cancel (here a statement timeout) is no entry's failure: it ends the
+-- call, as in PL/pgSQL, and the session goes on.
+SET statement_timeout = '200ms';
+SELECT pg_temp.try($$SELECT * FROM inbox_consume('ledger', 'SELECT pg_sleep(5)',
+    pg_temp.b(ARRAY['00000000-0000-4000-8000-0000000000f4']), pg_temp.b(ARRAY['t']), NULL, pg_temp.b(ARRAY['{}']), NULL, isolate => true)$$);
+RESET statement_timeout;
+SELECT count(*) AS not_applied FROM outbox.inbox WHERE event_id = '00000000-0000-4000-8000-0000000000f4';
+-- A handler that cannot run inside a function is refused, naming why.
+SELECT pg_temp.try($$SELECT * FROM inbox_consume('ledger', 'COMMIT',
+    pg_temp.b(ARRAY['00000000-0000-4000-8000-0000000000f3']), pg_temp.b(ARRAY['t']), NULL, pg_temp.b(ARRAY['{}']), NULL)$$);
+DELETE FROM outbox.inbox WHERE consumer = 'ledger' AND event_id NOT IN
+    ('00000000-0000-4000-8000-0000000000b1', '00000000-0000-4000-8000-0000000000b2', '00000000-0000-4000-8000-0000000000b4');
+DROP TABLE ledger_log;
+DROP FUNCTION log_transfer(uuid);
 
 SELECT pg_temp.try($$SELECT * FROM inbox_consume('c', '', ARRAY[]::bytea[], ARRAY[]::bytea[], NULL, ARRAY[]::bytea[], NULL)$$);
 SELECT pg_temp.try($$SELECT * FROM inbox_consume('c', 'SELECT 1', pg_temp.b(ARRAY['00000000-0000-4000-8000-0000000000c1']), ARRAY[]::bytea[], NULL, pg_temp.b(ARRAY['{}']), NULL)$$);

@@ -99,7 +99,7 @@ SELECT pg_temp.try($$SELECT inbox_apply(E'new\nline', '00000000-0000-4000-8000-0
 SELECT pg_temp.try($$SELECT inbox_consumer_check(NULL)$$);
 -- The bodies behind the checks are granted to nobody.
 SELECT pg_temp.try($$SELECT outbox.inbox_apply_unchecked('billing', '00000000-0000-4000-8000-000000000002', '{}')$$);
-SELECT pg_temp.try($$SELECT outbox.inbox_applied('billing', '00000000-0000-4000-8000-000000000001')$$);
+SELECT pg_temp.try($$SELECT outbox.inbox_record('billing', ARRAY['00000000-0000-4000-8000-000000000001'::uuid], ARRAY['{}'::jsonb])$$);
 SELECT pg_temp.try($$SELECT outbox.inbox_dead_letter_unchecked('billing', 's', '1-1', ARRAY[]::bytea[], 'r')$$);
 SELECT pg_temp.try($$SELECT outbox.dead_letter_record('billing', 's', '1-1', NULL, NULL, NULL, NULL, NULL, NULL, 'r', NULL, 1)$$);
 SELECT pg_temp.try($$SELECT outbox.dead_letter_take_unchecked(1)$$);

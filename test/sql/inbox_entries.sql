@@ -41,18 +41,59 @@ INSERT INTO batch VALUES
     (14, 'empty payload', pg_temp.u('00000000-0000-4000-8000-00000000000e'), pg_temp.u('t'), NULL, '\x', NULL),
     (15, 'truncated UTF-8 sequence', pg_temp.u('00000000-0000-4000-8000-00000000000f'), pg_temp.u('t'), NULL, '\x7b226e223a22e282227d', NULL),
     (16, 'valid', pg_temp.u('00000000-0000-4000-8000-000000000010'), pg_temp.u('t'), NULL, pg_temp.u('[1, 2]'), NULL);
+-- Each entry in its own subtransaction: every bad one fails alone.
+CREATE TABLE isolated AS
 SELECT b.ord, b.what, c.status, c.error_code, c.error_message
   FROM inbox_consume('hostile', 'SELECT record_seen($1, $2, $3, $4, $5)',
                      (SELECT array_agg(event_id ORDER BY ord) FROM batch),
                      (SELECT array_agg(topic ORDER BY ord) FROM batch),
                      (SELECT array_agg(key ORDER BY ord) FROM batch),
                      (SELECT array_agg(payload ORDER BY ord) FROM batch),
-                     (SELECT array_agg(headers ORDER BY ord) FROM batch)) c
-  JOIN batch b USING (ord)
- ORDER BY ord;
+                     (SELECT array_agg(headers ORDER BY ord) FROM batch),
+                     isolate => true) c
+  JOIN batch b USING (ord);
+SELECT * FROM isolated ORDER BY ord;
 -- The valid entries applied, once, with their content intact.
 SELECT event_id, topic, key, payload, headers FROM seen ORDER BY event_id;
 SELECT event_id FROM outbox.inbox ORDER BY event_id;
+
+-- As one batch, without subtransactions: the checks find every malformed
+-- entry without raising, with the same SQLSTATE and message as the casts;
+-- only what the conversion to jsonb alone finds (a number beyond numeric's
+-- range) raises, for the whole call.
+TRUNCATE outbox.inbox, seen;
+SELECT pg_temp.try($$SELECT * FROM inbox_consume('hostile', 'SELECT record_seen($1, $2, $3, $4, $5)',
+                     (SELECT array_agg(event_id ORDER BY ord) FROM batch),
+                     (SELECT array_agg(topic ORDER BY ord) FROM batch),
+                     (SELECT array_agg(key ORDER BY ord) FROM batch),
+                     (SELECT array_agg(payload ORDER BY ord) FROM batch),
+                     (SELECT array_agg(headers ORDER BY ord) FROM batch))$$);
+SELECT count(*) AS nothing_applied FROM seen;
+DELETE FROM batch WHERE what = 'payload number out of range';
+SELECT b.ord, i.status, c.status IS NOT DISTINCT FROM i.status AND c.error_code IS NOT DISTINCT FROM i.error_code
+       AND c.error_message IS NOT DISTINCT FROM i.error_message AS as_isolated
+  FROM inbox_consume('hostile', 'SELECT record_seen($1, $2, $3, $4, $5)',
+                     (SELECT array_agg(event_id ORDER BY ord) FROM batch),
+                     (SELECT array_agg(topic ORDER BY ord) FROM batch),
+                     (SELECT array_agg(key ORDER BY ord) FROM batch),
+                     (SELECT array_agg(payload ORDER BY ord) FROM batch),
+                     (SELECT array_agg(headers ORDER BY ord) FROM batch)) c
+  JOIN (SELECT row_number() OVER (ORDER BY ord) AS n, * FROM batch) b ON b.n = c.ord
+  JOIN isolated i ON i.ord = b.ord
+ ORDER BY b.ord;
+SELECT event_id, topic, key, payload, headers FROM seen ORDER BY event_id;
+
+-- Event ids in every form uuid_in() takes, and forms it refuses.
+SELECT c.ord, c.status, c.error_message
+  FROM inbox_consume('hostile', 'SELECT 1',
+                     ARRAY[pg_temp.u('{00000000-0000-4000-8000-000000000031}'), pg_temp.u('0000000000004000800000000000003200'),
+                           pg_temp.u('00000000000040008000000000000032'), pg_temp.u('0000-0000-0000-4000-8000-0000-0000-0033'),
+                           pg_temp.u('00000000-0000-4000-8000-00000000003G'), pg_temp.u('{00000000-0000-4000-8000-000000000034'),
+                           pg_temp.u('00000000-0000-4000-8000-000000000035}'), pg_temp.u('00000000--0000-4000-8000-000000000036'),
+                           pg_temp.u('-00000000-0000-4000-8000-000000000037'), pg_temp.u(''),
+                           pg_temp.u('00000000-0000-4000-8000-0000000000AB')],
+                     array_fill(pg_temp.u('t'), ARRAY[11]), NULL, array_fill(pg_temp.u('{}'), ARRAY[11]), NULL) c
+ ORDER BY c.ord;
 
 -- Arrays that cannot be read as a batch fail the call, before any entry.
 SELECT pg_temp.try($$SELECT * FROM inbox_consume('hostile', 'SELECT 1', '[0:0]={"\\x31"}', '[0:0]={"\\x31"}', NULL, '[0:0]={"\\x31"}', NULL)$$);
@@ -116,7 +157,7 @@ EXCEPTION WHEN object_not_in_prerequisite_state THEN
 END
 $$;
 
-DROP TABLE batch, seen;
+DROP TABLE batch, seen, isolated;
 DROP FUNCTION record_seen(text, text, jsonb, jsonb, uuid);
 TRUNCATE outbox.inbox, outbox.dead_letters;
 DELETE FROM outbox.consumers;

@@ -46,6 +46,11 @@ inline constexpr std::size_t kMaxEntryBytes = 256u << 20;
 // One inbox_consume() call takes entries of up to this many bytes
 // together (one larger entry goes alone).
 inline constexpr std::size_t kMaxCallBytes = 32u << 20;
+// When a batch fails as one, its entries apply again each in a
+// subtransaction of its own, in calls of at most this many entries:
+// PostgreSQL keeps 64 subtransaction ids per backend before it overflows
+// (inbox_consume() refuses more with isolate).
+inline constexpr std::size_t kMaxIsolatedEntries = 64;
 // A dead letter keeps an entry's fields losslessly up to this many bytes
 // together; beyond, each value is cut to kTruncatedValueBytes.
 inline constexpr std::size_t kMaxDeadLetterBytes = 256u << 20;
@@ -202,12 +207,16 @@ private:
     // Sleeps, keeping the pool's holds renewed meanwhile.
     void wait(std::chrono::milliseconds d);
     void report_trimmed_unread(const std::string& stream);
-    // Applies entries (each in its own subtransaction, in calls of at most
-    // kMaxCallBytes), then acknowledges what is done: applied, duplicate,
-    // dead-lettered. Entries that met a configuration or transient fault
-    // are held for retry.
+    // Applies entries (in calls of at most kMaxCallBytes, each one
+    // transaction without a subtransaction per entry), then acknowledges
+    // what is done: applied, duplicate, dead-lettered. Entries that met a
+    // configuration or transient fault are held for retry.
     void apply(const std::vector<StreamEntry>& entries);
-    void apply_call(const std::vector<const StreamEntry*>& call, std::vector<const StreamEntry*>& done);
+    // One call of inbox_consume(). A call that fails as one is made again
+    // with isolate (each entry in a subtransaction), in parts of at most
+    // kMaxIsolatedEntries.
+    void apply_call(const std::vector<const StreamEntry*>& call, std::vector<const StreamEntry*>& done,
+                    bool isolate = false);
     // One entry's failure that is the entry's: counts the delivery, and
     // dead-letters it after --max-deliveries.
     void entry_failed(const StreamEntry& e, std::string_view sqlstate, std::string_view message,

@@ -68,6 +68,7 @@ public:
     std::atomic<std::uint64_t> dead_letters{0};
     std::atomic<std::uint64_t> entries_reclaimed{0};
     std::atomic<std::uint64_t> entries_malformed{0};
+    std::atomic<std::uint64_t> batches_isolated{0};
     std::atomic<double> pending_oldest_idle_seconds{0};
     // consume --pool: streams this worker holds, and the streams it took,
     // let go of for a worker that joined, and lost (its lease ran out or
