@@ -60,6 +60,7 @@
  */
 #include "postgres.h"
 
+#include "access/table.h"
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "common/hashfn.h"
@@ -71,14 +72,19 @@
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
 #include "parser/parse_func.h"
+#include "partitioning/partbounds.h"
+#include "partitioning/partdesc.h"
 #include "storage/lock.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/partcache.h"
+#include "utils/rel.h"
 #include "utils/resowner.h"
 #include "utils/snapmgr.h"
+#include "utils/timestamp.h"
 #include "utils/uuid.h"
 
 #include "inbox.h"
@@ -482,15 +488,20 @@ OutboxConsumeRecord(FunctionCallInfo fcinfo, text *consumer, Entry *entries, int
 }
 
 /*
- * The handler as one statement, prepared at its first use in a call. The
- * plan is SPI's own, freed with the call (SPI_finish, or the end of the
- * transaction when the call raises).
+ * The handler as one statement, prepared at its first use and kept for the
+ * calls that follow with the same text, so that a worker, which passes the
+ * same handler with every batch, plans it once (the plan cache plans it
+ * again when what it names changes, or the search_path). Privileges are
+ * checked at each execution, as the role that calls.
  */
 typedef struct Handler
 {
 	const char *sql;
 	SPIPlanPtr	plan;
 } Handler;
+
+static char *handler_sql = NULL;
+static SPIPlanPtr handler_plan = NULL;
 
 /* Names the entry whose handler raised, in the error's context. */
 static void
@@ -514,13 +525,27 @@ OutboxRunHandler(Handler *handler, Entry *e)
 	context.arg = e;
 	context.previous = error_context_stack;
 	error_context_stack = &context;
+	if (handler->plan == NULL && handler_sql != NULL && strcmp(handler_sql, handler->sql) == 0)
+		handler->plan = handler_plan;
 	if (handler->plan == NULL)
 	{
 		Oid			types[5] = {TEXTOID, TEXTOID, JSONBOID, JSONBOID, UUIDOID};
-		SPIPlanPtr	plan = SPI_prepare(handler->sql, 5, types);
+		SPIPlanPtr	plan;
 
+		if (handler_plan != NULL)
+		{
+			SPI_freeplan(handler_plan);
+			pfree(handler_sql);
+			handler_plan = NULL;
+			handler_sql = NULL;
+		}
+		plan = SPI_prepare(handler->sql, 5, types);
 		if (plan == NULL)
 			elog(ERROR, "could not prepare the handler: %s", SPI_result_code_string(SPI_result));
+		if (SPI_keepplan(plan) != 0)
+			elog(ERROR, "could not keep the handler's plan");
+		handler_sql = MemoryContextStrdup(TopMemoryContext, handler->sql);
+		handler_plan = plan;
 		handler->plan = plan;
 	}
 	rc = SPI_execute_plan(handler->plan, values, nulls, false, 0);
@@ -730,36 +755,92 @@ OutboxFindId(const pg_uuid_t *ids, const int *order, int n, const pg_uuid_t *id)
 	return lo < n && memcmp(ids[order[lo]].data, id->data, UUID_LEN) == 0 ? lo : -1;
 }
 
+/* Which partitions of outbox.inbox a lookup reads. */
+typedef enum InboxDays
+{
+	INBOX_OTHER_DAYS,			/* all but the one rows go to now */
+	INBOX_TODAY,				/* that one */
+} InboxDays;
+
+/*
+ * The range of applied_at that the partition of outbox.inbox holds where
+ * rows go now (applied_at defaults to now(), the start of the
+ * transaction), found as the executor routes a row: [lo, hi), either
+ * bound infinite when the partition has none. When rows go to the default
+ * partition, which holds no range, both are +infinity: no partition is
+ * the insert's alone, and the lookups read them all.
+ */
+static void
+OutboxInboxTargetRange(TimestampTz *lo, TimestampTz *hi)
+{
+	Relation	rel = table_open(OutboxRelid("inbox"), AccessShareLock);
+	PartitionKey key = RelationGetPartitionKey(rel);
+	PartitionBoundInfo bounds = RelationGetPartitionDesc(rel, true)->boundinfo;
+	Datum		now = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+	bool		equal;
+	int			at;
+
+	TIMESTAMP_NOEND(*lo);
+	TIMESTAMP_NOEND(*hi);
+	if (bounds != NULL && key->strategy == PARTITION_STRATEGY_RANGE && key->partnatts == 1 &&
+		bounds->ndatums > 0)
+	{
+		/* The greatest bound at or below now; the partition is above it. */
+		at = partition_range_datum_bsearch(key->partsupfunc, key->partcollation, bounds, 1, &now, &equal);
+		if (bounds->indexes[at + 1] >= 0)
+		{
+			if (at >= 0 && bounds->kind[at][0] == PARTITION_RANGE_DATUM_VALUE)
+				*lo = DatumGetTimestampTz(bounds->datums[at][0]);
+			else
+				TIMESTAMP_NOBEGIN(*lo);
+			if (at + 1 < bounds->ndatums && bounds->kind[at + 1][0] == PARTITION_RANGE_DATUM_VALUE)
+				*hi = DatumGetTimestampTz(bounds->datums[at + 1][0]);
+		}
+	}
+	table_close(rel, AccessShareLock);
+}
+
 /*
  * Looks up which events of a batch the consumer applied before, with a
- * snapshot; sets found[k] and applied[k] of each event found (every
- * occurrence of its id). Returns how many events it found.
+ * snapshot (InvalidSnapshot: the statement's), in some partitions (those
+ * of [lo, hi), where rows go now, or all the others); sets
+ * found[k] and applied[k] of each event found (every occurrence of its
+ * id), but for those skip[k] names (NULL: none). Returns how many events
+ * it found.
  */
 static int
-OutboxInboxLookup(Datum consumer, Datum idarray, const pg_uuid_t *ids, const int *order, int n,
-				  Snapshot snapshot, bool *found, Datum *applied)
+OutboxInboxLookup(InboxDays days, Datum consumer, Datum idarray, Datum lo, Datum hi, const pg_uuid_t *ids,
+				  const int *order, int n, Snapshot snapshot, const bool *skip, bool *found, Datum *applied)
 {
-	static SPIPlanPtr plan = NULL;
-	Datum		args[2] = {consumer, idarray};
+	static SPIPlanPtr plans[2] = {NULL, NULL};
+	Datum		args[4] = {consumer, idarray, lo, hi};
 	int			rc;
 	int			hits = 0;
 
-	if (plan == NULL)
+	if (plans[days] == NULL)
 	{
-		Oid			types[2] = {TEXTOID, UUIDARRAYOID};
-		SPIPlanPtr	p = SPI_prepare("SELECT i.event_id, i.payload FROM " OUTBOX_SCHEMA ".inbox i"
+		Oid			types[4] = {TEXTOID, UUIDARRAYOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
+		SPIPlanPtr	p = SPI_prepare(days == INBOX_TODAY ?
+									"SELECT i.event_id, i.payload FROM " OUTBOX_SCHEMA ".inbox i"
 									" WHERE i.consumer OPERATOR(pg_catalog.=) $1"
-									" AND i.event_id OPERATOR(pg_catalog.=) ANY ($2)",
-									2, types);
+									" AND i.event_id OPERATOR(pg_catalog.=) ANY ($2)"
+									" AND i.applied_at OPERATOR(pg_catalog.>=) $3"
+									" AND i.applied_at OPERATOR(pg_catalog.<) $4" :
+									"SELECT i.event_id, i.payload FROM " OUTBOX_SCHEMA ".inbox i"
+									" WHERE i.consumer OPERATOR(pg_catalog.=) $1"
+									" AND i.event_id OPERATOR(pg_catalog.=) ANY ($2)"
+									" AND (i.applied_at OPERATOR(pg_catalog.<) $3"
+									" OR i.applied_at OPERATOR(pg_catalog.>=) $4)",
+									4, types);
 
 		if (p == NULL || SPI_keepplan(p) != 0)
 			elog(ERROR, "could not prepare the inbox lookup: %s", SPI_result_code_string(SPI_result));
-		plan = p;
+		plans[days] = p;
 	}
 	if (snapshot == InvalidSnapshot)
-		rc = SPI_execute_plan(plan, args, NULL, false, 0);
+		rc = SPI_execute_plan(plans[days], args, NULL, false, 0);
 	else
-		rc = SPI_execute_snapshot(plan, args, NULL, snapshot, InvalidSnapshot, false, false, 0);
+		rc = SPI_execute_snapshot(plans[days], args, NULL, snapshot, InvalidSnapshot, false, false, 0);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "inbox lookup failed: %s", SPI_result_code_string(rc));
 	for (uint64 r = 0; r < SPI_processed; r++)
@@ -773,7 +854,7 @@ OutboxInboxLookup(Datum consumer, Datum idarray, const pg_uuid_t *ids, const int
 		{
 			int			k = order[at];
 
-			if (!found[k])
+			if (!found[k] && (skip == NULL || !skip[k]))
 			{
 				found[k] = true;
 				applied[k] = isnull ? (Datum) 0 : SPI_datumTransfer(payload, false, -1);
@@ -783,6 +864,61 @@ OutboxInboxLookup(Datum consumer, Datum idarray, const pg_uuid_t *ids, const int
 	}
 	SPI_freetuptable(SPI_tuptable);
 	return hits;
+}
+
+/*
+ * Adds the first occurrence of each new event to the inbox; returns, in
+ * inserted[k], which went in. One that did not is in the inbox already, in
+ * the partition of the day rows are added to now: added by a transaction
+ * that committed meanwhile (the inbox lock waited for it) or, at
+ * REPEATABLE READ and SERIALIZABLE, a serialization failure raised by
+ * ON CONFLICT itself when this snapshot cannot see that row.
+ */
+static void
+OutboxInboxInsert(Datum consumer, Datum *idvals, Datum *payloads, const pg_uuid_t *ids, const int *order, int n,
+				  const int *fresh, int nfresh, bool *inserted)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum	   *fresh_ids = palloc(sizeof(Datum) * nfresh);
+	Datum	   *fresh_payloads = palloc(sizeof(Datum) * nfresh);
+	Datum		args[3];
+	int			rc;
+
+	if (plan == NULL)
+	{
+		Oid			types[3] = {TEXTOID, UUIDARRAYOID, JSONBARRAYOID};
+		SPIPlanPtr	p = SPI_prepare("INSERT INTO " OUTBOX_SCHEMA ".inbox AS i (consumer, event_id, payload)"
+									" SELECT $1, u.event_id, u.payload"
+									" FROM ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3)) AS u (event_id, payload)"
+									" ON CONFLICT DO NOTHING RETURNING i.event_id",
+									3, types);
+
+		if (p == NULL || SPI_keepplan(p) != 0)
+			elog(ERROR, "could not prepare the inbox insert: %s", SPI_result_code_string(SPI_result));
+		plan = p;
+	}
+	for (int k = 0; k < nfresh; k++)
+	{
+		fresh_ids[k] = idvals[fresh[k]];
+		fresh_payloads[k] = payloads[fresh[k]];
+	}
+	args[0] = consumer;
+	args[1] = PointerGetDatum(construct_array(fresh_ids, nfresh, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
+	args[2] = PointerGetDatum(construct_array(fresh_payloads, nfresh, JSONBOID, -1, false, TYPALIGN_INT));
+	rc = SPI_execute_plan(plan, args, NULL, false, 0);
+	if (rc != SPI_OK_INSERT_RETURNING)
+		elog(ERROR, "inbox insert failed: %s", SPI_result_code_string(rc));
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		bool		isnull;
+		Datum		id = SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1, &isnull);
+		int			at = OutboxFindId(ids, order, n, DatumGetUUIDP(id));
+
+		/* The first occurrence is the one inserted. */
+		if (at >= 0)
+			inserted[order[at]] = true;
+	}
+	SPI_freetuptable(SPI_tuptable);
 }
 
 /*
@@ -796,7 +932,6 @@ OutboxInboxLookup(Datum consumer, Datum idarray, const pg_uuid_t *ids, const int
 Datum
 outbox_inbox_record(PG_FUNCTION_ARGS)
 {
-	static SPIPlanPtr insert = NULL;
 	Datum		consumer;
 	ArrayType  *idarray;
 	ArrayType  *payarray;
@@ -812,10 +947,12 @@ outbox_inbox_record(PG_FUNCTION_ARGS)
 	bool	   *found;
 	Datum	   *applied;
 	bool	   *isnull;
-	Datum	   *fresh_ids;
-	Datum	   *fresh_payloads;
-	int			fresh = 0;
+	bool	   *inserted;
+	int		   *fresh;
+	int			nfresh = 0;
 	int			nkeys = 0;
+	TimestampTz lo,
+				hi;
 	char	   *name;
 	int			name_len;
 
@@ -844,8 +981,8 @@ outbox_inbox_record(PG_FUNCTION_ARGS)
 	found = palloc0(sizeof(bool) * Max(n, 1));
 	applied = palloc0(sizeof(Datum) * Max(n, 1));
 	isnull = palloc(sizeof(bool) * Max(n, 1));
-	fresh_ids = palloc(sizeof(Datum) * Max(n, 1));
-	fresh_payloads = palloc(sizeof(Datum) * Max(n, 1));
+	inserted = palloc0(sizeof(bool) * Max(n, 1));
+	fresh = palloc(sizeof(int) * Max(n, 1));
 
 	/*
 	 * The inbox lock of each event, in the order of the keys: a hash of
@@ -878,19 +1015,31 @@ outbox_inbox_record(PG_FUNCTION_ARGS)
 	qsort(order, n, sizeof(int), OutboxCompareIds);
 	sort_ids = NULL;
 
+	OutboxInboxTargetRange(&lo, &hi);
+
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 
-	/* What the transaction sees: at READ COMMITTED, a new snapshot. */
+	/*
+	 * The other partitions first: what the transaction sees (at READ
+	 * COMMITTED, a new snapshot), then at REPEATABLE READ and SERIALIZABLE
+	 * what is committed now in any partition, which this snapshot must see
+	 * too.
+	 */
 	if (n > 0 &&
-		OutboxInboxLookup(consumer, PointerGetDatum(idarray), ids, order, n, InvalidSnapshot, found, applied) < n &&
+		OutboxInboxLookup(INBOX_OTHER_DAYS, consumer, PointerGetDatum(idarray), TimestampTzGetDatum(lo),
+						  TimestampTzGetDatum(hi), ids, order, n, InvalidSnapshot, NULL, found, applied) < n &&
 		IsolationUsesXactSnapshot())
 	{
-		/* What is committed now: an apply this snapshot cannot see. */
 		bool	   *latest = palloc0(sizeof(bool) * n);
 		Datum	   *unused = palloc0(sizeof(Datum) * n);
 
-		OutboxInboxLookup(consumer, PointerGetDatum(idarray), ids, order, n, GetLatestSnapshot(), latest, unused);
+		Snapshot	snapshot = GetLatestSnapshot();
+
+		OutboxInboxLookup(INBOX_OTHER_DAYS, consumer, PointerGetDatum(idarray), TimestampTzGetDatum(lo),
+						  TimestampTzGetDatum(hi), ids, order, n, snapshot, NULL, latest, unused);
+		OutboxInboxLookup(INBOX_TODAY, consumer, PointerGetDatum(idarray), TimestampTzGetDatum(lo),
+						  TimestampTzGetDatum(hi), ids, order, n, snapshot, NULL, latest, unused);
 		for (int i = 0; i < n; i++)
 			if (latest[i] && !found[i])
 				ereport(ERROR,
@@ -902,9 +1051,39 @@ outbox_inbox_record(PG_FUNCTION_ARGS)
 	}
 
 	/*
-	 * The events new to the inbox. order[] is by id, then by position: the
-	 * first of a run of equal ids came first in the batch, and a repeat of
-	 * a new event gets its payload.
+	 * The partition rows go to now is looked at by the insert itself: the
+	 * first occurrence of each event not found goes in unless that
+	 * partition has it, and only then is its payload read. order[] is by id, then by
+	 * position, so the first of a run of equal ids came first in the batch.
+	 */
+	for (int at = 0; at < n; at++)
+	{
+		int			i = order[at];
+
+		if (!found[i] && (at == 0 || memcmp(ids[order[at - 1]].data, ids[i].data, UUID_LEN) != 0))
+			fresh[nfresh++] = i;
+	}
+	if (nfresh > 0)
+	{
+		Datum	   *missing = palloc(sizeof(Datum) * nfresh);
+		int			nmissing = 0;
+
+		OutboxInboxInsert(consumer, idvals, payloads, ids, order, n, fresh, nfresh, inserted);
+		for (int k = 0; k < nfresh; k++)
+			if (!inserted[fresh[k]])
+				missing[nmissing++] = idvals[fresh[k]];
+		/* The rows inserted now are not what was applied before. */
+		if (nmissing > 0)
+			OutboxInboxLookup(INBOX_TODAY, consumer,
+							  PointerGetDatum(construct_array(missing, nmissing, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR)),
+							  TimestampTzGetDatum(lo), TimestampTzGetDatum(hi), ids, order, n, InvalidSnapshot,
+							  inserted, found, applied);
+	}
+
+	/*
+	 * What each event had applied before: its row's payload; nothing for
+	 * the first occurrence of one inserted now, whose repeats get its
+	 * payload.
 	 */
 	for (int at = 0, first = -1; at < n; at++)
 	{
@@ -915,39 +1094,13 @@ outbox_inbox_record(PG_FUNCTION_ARGS)
 		isnull[i] = false;
 		if (found[i])
 			continue;
-		if (i != first)
-		{
+		if (inserted[first] && i != first)
 			applied[i] = payloads[first];
-			continue;
-		}
-		isnull[i] = true;
-		fresh_ids[fresh] = idvals[i];
-		fresh_payloads[fresh++] = payloads[i];
-	}
-
-	if (fresh > 0)
-	{
-		Datum		args[3];
-		int			rc;
-
-		if (insert == NULL)
-		{
-			Oid			types[3] = {TEXTOID, UUIDARRAYOID, JSONBARRAYOID};
-			SPIPlanPtr	p = SPI_prepare("INSERT INTO " OUTBOX_SCHEMA ".inbox (consumer, event_id, payload)"
-										" SELECT $1, u.event_id, u.payload"
-										 " FROM ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3)) AS u (event_id, payload)",
-										3, types);
-
-			if (p == NULL || SPI_keepplan(p) != 0)
-				elog(ERROR, "could not prepare the inbox insert: %s", SPI_result_code_string(SPI_result));
-			insert = p;
-		}
-		args[0] = consumer;
-		args[1] = PointerGetDatum(construct_array(fresh_ids, fresh, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
-		args[2] = PointerGetDatum(construct_array(fresh_payloads, fresh, JSONBOID, -1, false, TYPALIGN_INT));
-		rc = SPI_execute_plan(insert, args, NULL, false, 0);
-		if (rc != SPI_OK_INSERT)
-			elog(ERROR, "inbox insert failed: %s", SPI_result_code_string(rc));
+		else if (inserted[i])
+			isnull[i] = true;
+		else
+			elog(ERROR, "event %s of consumer \"%s\" is neither in the inbox nor added to it",
+				 DatumGetCString(DirectFunctionCall1(uuid_out, idvals[i])), name);
 	}
 	SPI_finish();
 
