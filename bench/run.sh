@@ -769,6 +769,12 @@ if [[ " $ONLY " == *" consume "* ]]; then
 		-c "CREATE TABLE bench_applied (event_id uuid PRIMARY KEY, topic text NOT NULL, body jsonb NOT NULL,
 			tx_at timestamptz NOT NULL DEFAULT now(), applied_at timestamptz NOT NULL DEFAULT clock_timestamp())" >/dev/null
 	HANDLER='INSERT INTO bench_applied (event_id, topic, body) VALUES ($5, $1, $3)'
+	# The hand-written consumer's set-based variant: the dedupe insert and
+	# the same handler's effect in one statement a batch, over arrays of
+	# the batch's fields in the stream's order.
+	SET_SQL='WITH b AS (SELECT * FROM unnest($1, $2, $3, $4, $5) WITH ORDINALITY AS b (event_id, topic, key, payload, headers, n)),
+		fresh AS (INSERT INTO bench_dedupe (event_id) SELECT event_id FROM b ON CONFLICT DO NOTHING RETURNING event_id)
+		INSERT INTO bench_applied (event_id, topic, body) SELECT b.event_id, b.topic, b.payload FROM b JOIN fresh USING (event_id) ORDER BY b.n'
 	psql_db src -c "SELECT count(*) FROM outbox_emit_many('c',
 		(SELECT array_agg(lpad(i::text, 16, '0')) FROM generate_series(1, $CONSUME) i),
 		(SELECT array_agg(jsonb_build_object('order_id', i, 'customer', 'customer-000000001', 'amount', 12345,
@@ -808,7 +814,7 @@ if [[ " $ONLY " == *" consume "* ]]; then
 		"$TOOL" wait-rows --pg "$(conninfo sink)" --sql "SELECT count(*) FROM bench_applied" --count "$1" \
 			--timeout "${2:-600}" >/dev/null
 	}
-	# One measured run of consumer $1 (hand, ours, bare) over the streams
+	# One measured run of consumer $1 (hand, set, ours, bare) over the streams
 	# of $2 (one or four), batch $3, $4 workers, consumer group $5. Prints
 	# "entries/s transaction-ids-per-10k" (bare: "entries/s 0").
 	consume_run() {
@@ -831,6 +837,9 @@ if [[ " $ONLY " == *" consume "* ]]; then
 		if [ "$who" = hand ]; then
 			"$TOOL" hand-consume --pg "$(conninfo sink)" --redis "$REDIS" --group "$group" "${streams[@]}" \
 				--batch "$batch" --workers "$n" --handler "$HANDLER" >"$WORK/hand.out"
+		elif [ "$who" = set ]; then
+			"$TOOL" hand-consume --pg "$(conninfo sink)" --redis "$REDIS" --group "$group" "${streams[@]}" \
+				--batch "$batch" --workers "$n" --set-sql "$SET_SQL" >"$WORK/hand.out"
 		else
 			SHARD_PIDS=()
 			for k in $(seq 1 "$n"); do
@@ -851,12 +860,12 @@ if [[ " $ONLY " == *" consume "* ]]; then
 	for r in $(seq 1 "$ROUNDS"); do
 		line=""
 		for b in $CONSUME_BATCHES; do
-			for who in hand ours bare; do
+			for who in hand ours set bare; do
 				line="$line $(consume_run "$who" one "$b" 1 "$who-r$r-b$b")"
 			done
 		done
 		echo "$line" >>"$WORK/consume_batch"
-		echo "   round $r: entries/s and xids per 10k (hand-written, pg_outbox_relay consume, bare) at batches $CONSUME_BATCHES:$line"
+		echo "   round $r: entries/s and xids per 10k (hand-written, pg_outbox_relay consume, hand-written set-based, bare) at batches $CONSUME_BATCHES:$line"
 		line=""
 		for n in $CONSUME_WORKERS; do
 			for who in hand ours bare; do
@@ -866,24 +875,26 @@ if [[ " $ONLY " == *" consume "* ]]; then
 		echo "$line" >>"$WORK/consume_workers"
 		echo "   round $r: entries/s and xids per 10k (hand-written, pg_outbox_relay consume, bare) with $CONSUME_WORKERS worker(s):$line"
 	done
-	# columns per point: hand eps, hand xids, ours eps, ours xids, bare eps, 0
+	# columns per batch: hand-written eps and xids, ours, set-based, bare (eps, 0)
 	c=1
 	for b in $CONSUME_BATCHES; do
 		f=$WORK/consume_batch
-		row "consume $CONSUME entries, batch $b, 1 worker: hand-written consumer (events/s) | $(awk -v c=$c '{print $c}' "$f" | stats) |"
+		row "consume $CONSUME entries, batch $b, 1 worker: hand-written consumer, handler per entry pipelined (events/s) | $(awk -v c=$c '{print $c}' "$f" | stats) |"
 		row "consume, batch $b: pg_outbox_relay consume (events/s) | $(awk -v c=$((c + 2)) '{print $c}' "$f" | stats) | $([ "$b" = 100 ] && echo '≥ 10000')"
-		row "consume, batch $b: bare XREADGROUP + XACK loop, the Redis-side ceiling (events/s) | $(awk -v c=$((c + 4)) '{print $c}' "$f" | stats) |"
+		row "consume, batch $b: hand-written consumer, set-based, one statement a batch (events/s) | $(awk -v c=$((c + 4)) '{print $c}' "$f" | stats) |"
+		row "consume, batch $b: bare XREADGROUP + XACK loop, the Redis-side ceiling (events/s) | $(awk -v c=$((c + 6)) '{print $c}' "$f" | stats) |"
 		row "consume, batch $b: pg_outbox_relay consume / hand-written | $(awk -v c=$c '{print $(c + 2) / $c}' "$f" | stats) | $([ "$b" = 100 ] && echo '≥ 0.9')"
-		row "consume, batch $b: hand-written / bare loop | $(awk -v c=$c '{print $c / $(c + 4)}' "$f" | stats) |"
-		row "consume, batch $b: pg_outbox_relay consume / bare loop | $(awk -v c=$c '{print $(c + 2) / $(c + 4)}' "$f" | stats) |"
-		row "consume, batch $b: transaction ids per 10,000 entries, hand-written | $(awk -v c=$((c + 1)) '{print $c}' "$f" | stats) |"
+		row "consume, batch $b: pg_outbox_relay consume / hand-written set-based | $(awk -v c=$c '{print $(c + 2) / $(c + 4)}' "$f" | stats) |"
+		row "consume, batch $b: hand-written / bare loop | $(awk -v c=$c '{print $c / $(c + 6)}' "$f" | stats) |"
+		row "consume, batch $b: pg_outbox_relay consume / bare loop | $(awk -v c=$c '{print $(c + 2) / $(c + 6)}' "$f" | stats) |"
+		row "consume, batch $b: transaction ids per 10,000 entries, hand-written (both) | $(awk -v c=$((c + 1)) '{print $c}' "$f" | stats) / $(awk -v c=$((c + 5)) '{print $c}' "$f" | stats) |"
 		row "consume, batch $b: transaction ids per 10,000 entries, pg_outbox_relay consume | $(awk -v c=$((c + 3)) '{print $c}' "$f" | stats) | ≤ $((10000 / b))"
-		c=$((c + 6))
+		c=$((c + 8))
 	done
 	c=1
 	for n in $CONSUME_WORKERS; do
 		f=$WORK/consume_workers
-		row "consume $CONSUME entries of a 4-shard group, batch 100, $n worker(s): hand-written, stream i to worker i mod $n (events/s) | $(awk -v c=$c '{print $c}' "$f" | stats) |"
+		row "consume $CONSUME entries of a 4-shard group, batch 100 a stream, $n worker(s): hand-written, stream i to worker i mod $n (events/s) | $(awk -v c=$c '{print $c}' "$f" | stats) |"
 		row "consume, 4 shards, $n worker(s): pg_outbox_relay consume --pool (events/s) | $(awk -v c=$((c + 2)) '{print $c}' "$f" | stats) |"
 		row "consume, 4 shards, $n worker(s): bare XREADGROUP + XACK loop (events/s) | $(awk -v c=$((c + 4)) '{print $c}' "$f" | stats) |"
 		row "consume, 4 shards, $n worker(s): pg_outbox_relay consume / hand-written | $(awk -v c=$c '{print $(c + 2) / $c}' "$f" | stats) |"
@@ -896,21 +907,24 @@ if [[ " $ONLY " == *" consume "* ]]; then
 	# Live: emitters at a fixed rate into the outbox (one event a
 	# transaction, its payload the emit time), pg_outbox_relay publish
 	# (commit order, woken by commits) into the stream live:e, and
-	# consumer $2 (ours, hand or none) applying it, batch 100, for
-	# $CONSUME_SECONDS s at $1 tx/s; with $3 = pgbench, a pgbench -S beside
-	# them. Prints the latency emit -> applied (ms) "p50 p99 p99.9 max",
-	# then the pgbench -S tps when it ran.
+	# consumer $2 (ours, hand, none; alone: neither emitters nor publish)
+	# applying it, batch 100, for $CONSUME_SECONDS s at $1 tx/s; with $3 =
+	# pgbench, a pgbench -S beside them. Prints the latency emit -> applied
+	# (ms) "p50 p99 p99.9 max" when a consumer ran, then the pgbench -S tps
+	# when it ran.
 	echo "SELECT outbox_emit('e', 'k' || :client_id, jsonb_build_object('t', extract(epoch FROM clock_timestamp())));" \
 		>"$WORK/live.sql"
 	live_run() {
 		local rate=$1 who=$2 extra=${3:-} emitted pgb=""
 		redis flushall >/dev/null
 		consume_reset
-		psql_db src -c "SELECT outbox_rewind('live', 'now'); UPDATE outbox.groups SET streams = '{}'" >/dev/null
-		"$RELAY" publish --pg "$(conninfo src)" --redis "$REDIS" --group live --stream 'live:{topic}' --poll-interval 500ms \
-			--log-level warn >"$WORK/relay.log" 2>&1 &
-		RELAY_PID=$!
 		SHARD_PIDS=()
+		if [ "$who" != alone ]; then
+			psql_db src -c "SELECT outbox_rewind('live', 'now'); UPDATE outbox.groups SET streams = '{}'" >/dev/null
+			"$RELAY" publish --pg "$(conninfo src)" --redis "$REDIS" --group live --stream 'live:{topic}' \
+				--poll-interval 500ms --log-level warn >"$WORK/relay.log" 2>&1 &
+			RELAY_PID=$!
+		fi
 		if [ "$who" = ours ]; then
 			"$RELAY" consume --pg "$(conninfo sink)" --redis "$REDIS" --consumer bench --group live --stream live:e \
 				--handler "$HANDLER" --batch-size 100 --log-level warn >"$WORK/consume_1.log" 2>&1 &
@@ -926,17 +940,19 @@ if [[ " $ONLY " == *" consume "* ]]; then
 				>"$WORK/pgbench_s.out" 2>&1 &
 			pgb=$!
 		fi
-		pgbench -n -h 127.0.0.1 -p "$PG_PORT" -U postgres -c 4 -j 2 -R "$rate" -T "$CONSUME_SECONDS" -f "$WORK/live.sql" src \
-			>"$WORK/pgbench.out" 2>&1
+		if [ "$who" != alone ]; then
+			pgbench -n -h 127.0.0.1 -p "$PG_PORT" -U postgres -c 4 -j 2 -R "$rate" -T "$CONSUME_SECONDS" \
+				-f "$WORK/live.sql" src >"$WORK/pgbench.out" 2>&1
+		fi
 		[ -z "$pgb" ] || wait "$pgb" || true
-		emitted=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$WORK/pgbench.out")
-		if [ "$who" != none ]; then
+		if [ "$who" = ours ] || [ "$who" = hand ]; then
+			emitted=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$WORK/pgbench.out")
 			wait_applied "${emitted:-0}" 60 || echo "   $who: not every emitted event applied after 60 s" >&2
 		fi
 		stop_shard_relays
 		stop_pid "$RELAY_PID"
 		RELAY_PID=
-		if [ "$who" != none ]; then
+		if [ "$who" = ours ] || [ "$who" = hand ]; then
 			psql_db sink -At -F ' ' -c "
 			SELECT round(percentile_disc(0.5) WITHIN GROUP (ORDER BY ms)::numeric, 2),
 			       round(percentile_disc(0.99) WITHIN GROUP (ORDER BY ms)::numeric, 2),
@@ -949,6 +965,8 @@ if [[ " $ONLY " == *" consume "* ]]; then
 		fi
 		echo
 	}
+	# pgbench's tables in shared_buffers before the first measure
+	pgbench -n -S -M prepared -h 127.0.0.1 -p "$PG_PORT" -U postgres -c 4 -j 2 -T 3 pgb >/dev/null 2>&1
 	for rate in $CONSUME_RATES; do : >"$WORK/live_ours_$rate" >"$WORK/live_hand_$rate"; done
 	: >"$WORK/live_pgbench"
 	for r in $(seq 1 "$ROUNDS"); do
@@ -958,15 +976,20 @@ if [[ " $ONLY " == *" consume "* ]]; then
 				echo "   round $r, $rate tx/s, $who: emit to applied p50/p99/p99.9/max ms: $(tail -n 1 "$WORK/live_${who}_$rate")"
 			done
 		done
-		# pgbench -S beside the emitters and the publishing relay at
-		# $CONSUME_PGBENCH_RATE tx/s: without a consumer, beside the
-		# hand-written one, beside pg_outbox_relay consume
-		line=""
-		line="$line $(live_run "$CONSUME_PGBENCH_RATE" none pgbench)"
-		line="$line $(live_run "$CONSUME_PGBENCH_RATE" hand pgbench | awk '{print $NF}')"
-		line="$line $(live_run "$CONSUME_PGBENCH_RATE" ours pgbench | awk '{print $NF}')"
+		# pgbench -S alone; beside the emitters and the publishing relay
+		# at $CONSUME_PGBENCH_RATE tx/s without a consumer, with the
+		# hand-written one, with pg_outbox_relay consume. The order turns
+		# round by round, so that a drift of the machine favours none.
+		declare -A TPS=()
+		cases=(alone none hand ours)
+		for i in 0 1 2 3; do
+			who=${cases[$(((i + r - 1) % 4))]}
+			TPS[$who]=$(live_run "$CONSUME_PGBENCH_RATE" "$who" pgbench | awk '{print $NF}')
+		done
+		line=" ${TPS[alone]:-0} ${TPS[none]:-0} ${TPS[hand]:-0} ${TPS[ours]:-0}"
+		unset TPS
 		echo "$line" >>"$WORK/live_pgbench"
-		echo "   round $r: pgbench -S tps (no consumer, hand-written, pg_outbox_relay consume):$line"
+		echo "   round $r: pgbench -S tps (alone; beside emitters and publish: no consumer, hand-written, pg_outbox_relay consume):$line"
 	done
 	for rate in $CONSUME_RATES; do
 		for who in ours hand; do
@@ -980,12 +1003,14 @@ if [[ " $ONLY " == *" consume "* ]]; then
 		done
 	done
 	f=$WORK/live_pgbench
-	row "pgbench -S, 4 clients, ${CONSUME_SECONDS} s, beside emitters and publish at $CONSUME_PGBENCH_RATE tx/s, no consumer (tps) | $(awk '{print $1}' "$f" | stats) |"
-	row "pgbench -S: the same beside the hand-written consumer (tps) | $(awk '{print $2}' "$f" | stats) |"
-	row "pgbench -S: the same beside pg_outbox_relay consume (tps) | $(awk '{print $3}' "$f" | stats) |"
-	row "pgbench -S: loss beside the hand-written consumer (1 - tps / tps without) | $(awk '{print 1 - $2 / $1}' "$f" | stats) |"
-	row "pgbench -S: loss beside pg_outbox_relay consume | $(awk '{print 1 - $3 / $1}' "$f" | stats) |"
-	row "pgbench -S: tps beside pg_outbox_relay consume / beside the hand-written consumer | $(awk '{print $3 / $2}' "$f" | stats) | ≥ 1"
+	row "pgbench -S, 4 clients, ${CONSUME_SECONDS} s, alone (tps) | $(awk '{print $1}' "$f" | stats) |"
+	row "pgbench -S beside emitters and pg_outbox_relay publish at $CONSUME_PGBENCH_RATE tx/s, no consumer (tps) | $(awk '{print $2}' "$f" | stats) |"
+	row "pgbench -S beside the same and the hand-written consumer (tps) | $(awk '{print $3}' "$f" | stats) |"
+	row "pgbench -S beside the same and pg_outbox_relay consume (tps) | $(awk '{print $4}' "$f" | stats) |"
+	row "pgbench -S: loss beside the hand-written consumer (1 - tps / tps alone) | $(awk '{print 1 - $3 / $1}' "$f" | stats) |"
+	row "pgbench -S: loss beside pg_outbox_relay consume (1 - tps / tps alone) | $(awk '{print 1 - $4 / $1}' "$f" | stats) |"
+	row "pgbench -S: loss of the emitters and publish alone, without a consumer (1 - tps / tps alone) | $(awk '{print 1 - $2 / $1}' "$f" | stats) |"
+	row "pgbench -S: tps beside pg_outbox_relay consume / beside the hand-written consumer | $(awk '{print $4 / $3}' "$f" | stats) | ≥ 1"
 	redis flushall >/dev/null
 	psql_db postgres -c "DROP DATABASE src" -c "DROP DATABASE sink" -c "DROP DATABASE pgb"
 fi

@@ -22,7 +22,9 @@
 //                 with ON CONFLICT DO NOTHING, then the handler, prepared,
 //                 for each new one, pipelined), COMMIT, XACK; --bare drops
 //                 the transaction: the XREADGROUP + XACK loop alone, the
-//                 Redis-side ceiling. --workers N threads share the streams
+//                 Redis-side ceiling; --set-sql runs one set-based
+//                 statement a batch instead of the dedupe insert and the
+//                 handler. --workers N threads share the streams
 //                 out (stream i to worker i mod N); --seconds follows the
 //                 streams for that long instead of stopping when they are
 //                 read
@@ -38,6 +40,7 @@
 #include <cctype>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -352,6 +355,11 @@ private:
 
 struct HandConfig {
     std::string pg, redis, group, handler;
+    // set-based instead: one statement a batch, with $1 the event ids
+    // (uuid[]), $2 the topics, $3 the keys (text[]), $4 the payloads and
+    // $5 the headers (jsonb[]), in the stream's order, that inserts the ids
+    // into the dedupe table and applies the new ones itself
+    std::string set_sql;
     std::vector<std::string> streams;
     int batch = 100, workers = 1;
     double seconds = 0;  // 0: until every stream is read
@@ -361,6 +369,25 @@ struct HandConfig {
 struct HandTally {
     std::size_t read = 0, applied = 0;
 };
+
+// An array literal of the values (NULL for a null pointer), each quoted.
+void append_array(std::string& out, const std::vector<const char*>& values) {
+    out = "{";
+    for (const char* v : values) {
+        if (out.size() > 1) out += ',';
+        if (v == nullptr) {
+            out += "NULL";
+            continue;
+        }
+        out += '"';
+        for (const char* c = v; *c != '\0'; ++c) {
+            if (*c == '"' || *c == '\\') out += '\\';
+            out += *c;
+        }
+        out += '"';
+    }
+    out += '}';
+}
 
 std::string lower(std::string_view s) {
     std::string out(s);
@@ -384,7 +411,10 @@ HandTally hand_worker(const HandConfig& config, const std::vector<std::string>& 
                     {});
         // text, text, jsonb, jsonb, uuid: the parameters pg_outbox_relay
         // consume gives the handler
-        pg->prepare("handler", config.handler, {25, 25, 3802, 3802, 2950});
+        if (config.set_sql.empty())
+            pg->prepare("handler", config.handler, {25, 25, 3802, 3802, 2950});
+        else  // uuid[], text[], text[], jsonb[], jsonb[]
+            pg->prepare("set", config.set_sql, {2951, 1009, 1009, 3807, 3807});
         pg->enter_pipeline();
     }
     const auto count = std::to_string(config.batch);
@@ -396,6 +426,7 @@ HandTally hand_worker(const HandConfig& config, const std::vector<std::string>& 
     std::vector<Entry> entries;
     std::vector<std::string> ids;
     std::unordered_set<std::string> fresh;
+    std::string arrays[5];
     while (true) {
         if (config.seconds > 0 && seconds_since(t0) >= config.seconds) break;
         std::vector<std::string_view> argv{"XREADGROUP", "GROUP", config.group, name, "COUNT", count};
@@ -428,7 +459,22 @@ HandTally hand_worker(const HandConfig& config, const std::vector<std::string>& 
             break;
         }
         tally.read += entries.size();
-        if (pg) {
+        if (pg && !config.set_sql.empty()) {
+            // one round trip: BEGIN, the statement, COMMIT
+            std::vector<const char*> column(entries.size());
+            for (int k = 0; k < 5; ++k) {
+                for (std::size_t i = 0; i < entries.size(); ++i) column[i] = entries[i].fields[k];
+                append_array(arrays[k], column);
+            }
+            pg->send("BEGIN");
+            // the columns in the statement's order: ids, topics, keys, payloads, headers
+            pg->send_prepared("set", {arrays[0].c_str(), arrays[1].c_str(), arrays[2].c_str(), arrays[3].c_str(),
+                                      arrays[4].c_str()});
+            pg->send("COMMIT");
+            pg->sync([&](int index, PGresult* res) {
+                if (index == 1) tally.applied += std::strtoull(PQcmdTuples(res), nullptr, 10);
+            });
+        } else if (pg) {
             // BEGIN and the dedupe insert: which of the batch are new
             std::string array = "{";
             for (const auto& e : entries) {
@@ -563,6 +609,7 @@ int main(int argc, char** argv) {
     hc->add_option("--group", hand.group)->required();
     hc->add_option("--stream", hand.streams)->required();
     hc->add_option("--handler", hand.handler);
+    hc->add_option("--set-sql", hand.set_sql, "set-based: one statement a batch that dedupes and applies");
     hc->add_option("--batch", hand.batch)->check(CLI::Range(1, 100000));
     hc->add_option("--workers", hand.workers)->check(CLI::Range(1, 256));
     hc->add_option("--seconds", hand.seconds, "follow the streams for that long");
@@ -575,8 +622,8 @@ int main(int argc, char** argv) {
     wr->add_option("--timeout", timeout_s);
     CLI11_PARSE(app, argc, argv);
     if (hc->parsed()) {
-        if (!hand.bare && (hand.pg.empty() || hand.handler.empty())) {
-            std::fprintf(stderr, "hand-consume: --pg and --handler are needed unless --bare\n");
+        if (!hand.bare && (hand.pg.empty() || hand.handler.empty() == hand.set_sql.empty())) {
+            std::fprintf(stderr, "hand-consume: --pg and one of --handler and --set-sql are needed unless --bare\n");
             return 2;
         }
         return hand_consume(hand);
