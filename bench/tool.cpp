@@ -29,7 +29,8 @@
 //                 streams for that long instead of stopping when they are
 //                 read
 //   wait-rows     waits until a query's count reaches a number, polling
-//                 over one connection
+//                 over one connection (every 200 ms: the query costs the
+//                 server what it measures)
 //
 // Each prints "RESULT <name> <value>" lines.
 #include <CLI/CLI.hpp>
@@ -405,16 +406,17 @@ HandTally hand_worker(const HandConfig& config, const std::vector<std::string>& 
     std::unique_ptr<PgSession> pg;
     if (!config.bare) {
         pg = std::make_unique<PgSession>(config.pg);
-        pg->prepare("dedupe",
-                    "INSERT INTO bench_dedupe (event_id) SELECT unnest($1::uuid[]) ON CONFLICT DO NOTHING "
-                    "RETURNING event_id",
-                    {});
-        // text, text, jsonb, jsonb, uuid: the parameters pg_outbox_relay
-        // consume gives the handler
-        if (config.set_sql.empty())
+        if (config.set_sql.empty()) {
+            pg->prepare("dedupe",
+                        "INSERT INTO bench_dedupe (event_id) SELECT unnest($1::uuid[]) ON CONFLICT DO NOTHING "
+                        "RETURNING event_id",
+                        {});
+            // text, text, jsonb, jsonb, uuid: the parameters pg_outbox_relay
+            // consume gives the handler
             pg->prepare("handler", config.handler, {25, 25, 3802, 3802, 2950});
-        else  // uuid[], text[], text[], jsonb[], jsonb[]
+        } else {  // uuid[], text[], text[], jsonb[], jsonb[]
             pg->prepare("set", config.set_sql, {2951, 1009, 1009, 3807, 3807});
+        }
         pg->enter_pipeline();
     }
     const auto count = std::to_string(config.batch);
@@ -424,7 +426,6 @@ HandTally hand_worker(const HandConfig& config, const std::vector<std::string>& 
         const char* fields[5] = {};  // event_id, topic, key, payload, headers: NUL-terminated by hiredis
     };
     std::vector<Entry> entries;
-    std::vector<std::string> ids;
     std::unordered_set<std::string> fresh;
     std::string arrays[5];
     while (true) {
@@ -548,7 +549,8 @@ int hand_consume(const HandConfig& config) {
     return rc;
 }
 
-int wait_rows(const std::string& pg_conninfo, const std::string& sql, long long count, int timeout_s) {
+int wait_rows(const std::string& pg_conninfo, const std::string& sql, long long count, int timeout_s,
+              int interval_ms) {
     PgConnection pg(pg_conninfo, "pg_outbox_bench");
     const auto t0 = Clock::now();
     long long n = 0;
@@ -558,7 +560,7 @@ int wait_rows(const std::string& pg_conninfo, const std::string& sql, long long 
             std::printf("RESULT rows %lld\nRESULT seconds %.3f\n", n, seconds_since(t0));
             return 0;
         }
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        std::this_thread::sleep_for(std::chrono::milliseconds(interval_ms));
     }
     std::fprintf(stderr, "wait-rows: %lld of %lld rows after %d s\n", n, count, timeout_s);
     return 1;
@@ -620,6 +622,9 @@ int main(int argc, char** argv) {
     wr->add_option("--sql", sql)->required();
     wr->add_option("--count", count)->required();
     wr->add_option("--timeout", timeout_s);
+    int interval_ms = 200;
+    wr->add_option("--interval", interval_ms, "milliseconds between polls: each poll costs the server its query")
+        ->check(CLI::Range(1, 60000));
     CLI11_PARSE(app, argc, argv);
     if (hc->parsed()) {
         if (!hand.bare && (hand.pg.empty() || hand.handler.empty() == hand.set_sql.empty())) {
@@ -628,7 +633,7 @@ int main(int argc, char** argv) {
         }
         return hand_consume(hand);
     }
-    if (wr->parsed()) return wait_rows(pg, sql, static_cast<long long>(count), timeout_s);
+    if (wr->parsed()) return wait_rows(pg, sql, static_cast<long long>(count), timeout_s, interval_ms);
     if (ceiling->parsed()) return xadd_ceiling(pg, redis, batch);
     if (naive->parsed()) return naive_relay(pg, redis, batch);
     if (ra->parsed()) return read_ack(redis, stream, batch);
