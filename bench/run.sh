@@ -821,8 +821,10 @@ if [[ " $ONLY " == *" consume "* ]]; then
 			--timeout "${2:-600}" >/dev/null
 	}
 	# One measured run of consumer $1 (hand, set, ours, bare) over the streams
-	# of $2 (one or four), batch $3, $4 workers, consumer group $5. Prints
-	# "entries/s transaction-ids-per-10k" (bare: "entries/s 0").
+	# of $2 (one or four), batch $3, $4 workers, consumer group $5. Sets
+	# RUN_OUT to "entries/s transaction-ids-per-10k" (bare: "entries/s 0").
+	# It runs in this shell, not in a command substitution, so that the
+	# exit's cleanup knows the relays it starts (SHARD_PIDS).
 	consume_run() {
 		local who=$1 set=$2 batch=$3 n=$4 group=$5 x0 x1 eps p k streams=() flags=()
 		if [ "$set" = one ]; then
@@ -835,7 +837,7 @@ if [[ " $ONLY " == *" consume "* ]]; then
 		if [ "$who" = bare ]; then
 			eps=$("$TOOL" hand-consume --bare --redis "$REDIS" --group "$group" "${streams[@]}" --batch "$batch" \
 				--workers "$n" | result events_per_second)
-			echo "$eps 0"
+			RUN_OUT="$eps 0"
 			return
 		fi
 		consume_reset
@@ -860,14 +862,15 @@ if [[ " $ONLY " == *" consume "* ]]; then
 		x1=$(xid_next)
 		p=$(psql_db sink -At -c "SELECT count(*) FROM bench_applied")
 		[ "$p" = "$CONSUME" ] || echo "   $who applied $p of $CONSUME entries" >&2
-		echo "$(applied_rate) $(echo "$x0 $x1 $CONSUME" | awk '{printf "%.0f", ($2 - $1) * 10000 / $3}')"
+		RUN_OUT="$(applied_rate) $(echo "$x0 $x1 $CONSUME" | awk '{printf "%.0f", ($2 - $1) * 10000 / $3}')"
 	}
 	: >"$WORK/consume_batch" >"$WORK/consume_workers"
 	for r in $(seq 1 "$ROUNDS"); do
 		line=""
 		for b in $CONSUME_BATCHES; do
 			for who in hand ours set bare; do
-				line="$line $(consume_run "$who" one "$b" 1 "$who-r$r-b$b")"
+				consume_run "$who" one "$b" 1 "$who-r$r-b$b"
+				line="$line $RUN_OUT"
 			done
 		done
 		echo "$line" >>"$WORK/consume_batch"
@@ -875,7 +878,8 @@ if [[ " $ONLY " == *" consume "* ]]; then
 		line=""
 		for n in $CONSUME_WORKERS; do
 			for who in hand ours bare; do
-				line="$line $(consume_run "$who" four 100 "$n" "$who-r$r-w$n")"
+				consume_run "$who" four 100 "$n" "$who-r$r-w$n"
+				line="$line $RUN_OUT"
 			done
 		done
 		echo "$line" >>"$WORK/consume_workers"
@@ -990,7 +994,8 @@ if [[ " $ONLY " == *" consume "* ]]; then
 		cases=(alone none hand ours)
 		for i in 0 1 2 3; do
 			who=${cases[$(((i + r - 1) % 4))]}
-			TPS[$who]=$(live_run "$CONSUME_PGBENCH_RATE" "$who" pgbench | awk '{print $NF}')
+			live_run "$CONSUME_PGBENCH_RATE" "$who" pgbench >"$WORK/live.out"
+			TPS[$who]=$(awk '{print $NF}' "$WORK/live.out")
 		done
 		line=" ${TPS[alone]:-0} ${TPS[none]:-0} ${TPS[hand]:-0} ${TPS[ours]:-0}"
 		unset TPS
