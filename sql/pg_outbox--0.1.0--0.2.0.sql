@@ -1225,7 +1225,9 @@ CREATE FUNCTION outbox.inbox_record(consumer text, event_ids uuid[], payloads js
 RETURNS jsonb[]
 AS 'MODULE_PATHNAME', 'outbox_inbox_record'
 LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp;
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+SET jit = off;
 COMMENT ON FUNCTION outbox.inbox_record(text, uuid[], jsonb[]) IS
 	'pg_outbox: records the events a consumer applies in the inbox, once; returns for each the payload applied before (NULL when new); granted to nobody';
 

@@ -50,13 +50,16 @@ protected:
                            "300ms", "--batch-size", "50"});
     }
 
-    Process& start_worker(const std::string& worker) {
-        return start_process({PG_OUTBOX_RELAY_BINARY, "consume", "--consumer", "accounting", "--pg",
-                              pg_->conninfo("sink", "consumer_user"), "--redis", redis_->address(), "--worker", worker,
-                              "--stream", kStreamTemplate, "--shards", std::to_string(kShards), "--pool",
-                              "--pool-lease", "3s", "--pool-renew", "500ms", "--block", "100ms", "--batch-size", "20",
-                              "--handler", "SELECT apply_event($1, $2, $3, $4, $5)", "--retry-min", "20ms",
-                              "--retry-max", "300ms", "--log-level", "debug"});
+    Process& start_worker(const std::string& worker, const std::vector<std::string>& extra = {}) {
+        std::vector<std::string> args{PG_OUTBOX_RELAY_BINARY, "consume", "--consumer", "accounting", "--pg",
+                                      pg_->conninfo("sink", "consumer_user"), "--redis", redis_->address(),
+                                      "--worker", worker, "--stream", kStreamTemplate, "--shards",
+                                      std::to_string(kShards), "--pool", "--pool-lease", "3s", "--pool-renew",
+                                      "500ms", "--block", "100ms", "--batch-size", "20", "--handler",
+                                      "SELECT apply_event($1, $2, $3, $4, $5)", "--retry-min", "20ms",
+                                      "--retry-max", "300ms", "--log-level", "debug"};
+        args.insert(args.end(), extra.begin(), extra.end());
+        return start_process(args);
     }
 
     PgConnection sink() { return PgConnection(sink_, "tests"); }
@@ -199,6 +202,45 @@ TEST_F(PoolTest, WorkersShareTheShardsAndKeepEachKeysOrder) {
                                             std::to_string(kShards) + "), pid)) FROM projection")[0];
     EXPECT_EQ(runs, pairs) << "a shard was applied by two workers in turn and back";
     EXPECT_GE(std::stoi(pairs), kShards);
+}
+
+// A handler that raises for one key: every batch holding one of its
+// events fails as one transaction and applies again entry by entry. The
+// key's events are dead-lettered alone, and every other key's apply once,
+// in emit order, whichever worker holds their shard.
+TEST_F(PoolTest, BatchesThatFailAsOneKeepEachKeysOrder) {
+    {
+        auto db = sink();
+        db.exec(R"(CREATE OR REPLACE FUNCTION apply_event(topic text, key text, payload jsonb, headers jsonb,
+                                                          event_id uuid)
+            RETURNS void LANGUAGE plpgsql AS $$
+            BEGIN
+                IF key = 'k5' THEN
+                    RAISE EXCEPTION 'handler refuses key %', key;
+                END IF;
+                INSERT INTO projection (event_id, key, n) VALUES (event_id, key, (payload->>'n')::int);
+            END $$)");
+    }
+    auto& w1 = start_worker("w1", {"--max-deliveries", "1"});
+    auto& w2 = start_worker("w2", {"--max-deliveries", "1"});
+    emit_keyed(480);
+    const long long refused = 480 / kKeys;
+    ASSERT_TRUE(eventually([&] { return sink_count("SELECT count(*) FROM projection") >= 480 - refused; }, 60s))
+        << w1.log() << w2.log();
+    ASSERT_TRUE(eventually([&] { return sink_count("SELECT count(*) FROM outbox.dead_letters") == refused; }, 30s))
+        << w1.log() << w2.log();
+    ASSERT_TRUE(eventually([&] { return pending() == 0; }, 20s));
+    EXPECT_EQ(sink_count("SELECT count(*) FROM projection"), 480 - refused);
+    EXPECT_EQ(sink_count("SELECT count(DISTINCT event_id) FROM projection"), 480 - refused);
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.dead_letters WHERE key <> 'k5'"), 0);
+    auto db = sink();
+    EXPECT_EQ(query_column(db, "SELECT coalesce(string_agg(key || ' n=' || n || ' at ' || rn, ', '), '') FROM ("
+                               "SELECT key, n, rn FROM (SELECT key, n, row_number() OVER (PARTITION BY key "
+                               "ORDER BY seq) - 1 AS rn FROM projection) x WHERE n <> rn ORDER BY key, rn "
+                               "LIMIT 20) y")[0],
+              "")
+        << "events of a key applied out of emit order";
+    EXPECT_NE((w1.log() + w2.log()).find("failed as one, applying it again entry by entry"), std::string::npos);
 }
 
 // A worker killed with SIGKILL mid-run: its streams are taken over once
