@@ -133,6 +133,12 @@ DECLARE
 	xid8_horizon xid8;
 	ticket_horizon bigint;
 	newest timestamptz;
+	-- Each step that may fail alone runs in a subtransaction; a run takes
+	-- at most this many in all (and the inbox's one), so that it never
+	-- overflows its backend's cache of 64, which would slow every snapshot
+	-- of the cluster. What is left waits for the next run.
+	max_subxacts constant integer := 60;
+	subxacts integer := 0;
 BEGIN
 	IF NOT outbox.try_maintenance_lock() THEN
 		action := 'skipped'; detail := 'another maintenance run is in progress';
@@ -185,6 +191,7 @@ BEGIN
 			  ORDER BY 1
 			  LIMIT 16
 	LOOP
+		subxacts := subxacts + 1;
 		BEGIN
 			n := outbox.attach_range(r.lower, r.upper);
 			RAISE WARNING 'pg_outbox: % rows of outbox.event were in the default partition (and their commit markers); moved to %',
@@ -205,6 +212,14 @@ BEGIN
 	FOR i IN 0 .. cfg.premake LOOP
 		SELECT * INTO r FROM outbox.free_range((x + i * cfg.partition_width)::text::xid8);
 		CONTINUE WHEN r.lower IS NULL;
+		IF subxacts >= max_subxacts THEN
+			action := 'deferred'; object := 'outbox.' || outbox.partition_name(r.lower);
+			detail := format('the partitions from transaction %s on are made by the next run (a run takes at most %s subtransactions)',
+							 r.lower, max_subxacts);
+			RETURN NEXT;
+			EXIT;
+		END IF;
+		subxacts := subxacts + 1;
 		BEGIN
 			n := outbox.attach_range(r.lower, r.upper);
 			action := 'created'; object := 'outbox.' || outbox.partition_name(r.lower);
@@ -220,6 +235,8 @@ BEGIN
 	-- The index of each shard count in use (gone after a restore, which
 	-- makes the extension's tables again without it).
 	FOR n IN SELECT DISTINCT gs.shards FROM outbox.groups gs WHERE gs.shards > 1 ORDER BY 1 LOOP
+		EXIT WHEN subxacts >= max_subxacts;
+		subxacts := subxacts + 1;
 		BEGIN
 			IF outbox.ensure_shard_index(n::integer) THEN
 				action := 'created'; object := 'outbox.' || outbox.shard_index_name(n::integer);
@@ -249,6 +266,13 @@ BEGIN
 								 AND gr.topics IS NULL AND gr.shards OPERATOR(pg_catalog.=) 1
 								 AND gr.cursor_txid OPERATOR(pg_catalog.<) b.lower);
 		CONTINUE WHEN outbox.retire_blocker(b.relid, b.lower, b.upper) IS NOT NULL;
+		IF subxacts >= max_subxacts THEN
+			action := 'deferred'; object := 'outbox.' || b.name;
+			detail := format('retired by the next run (a run takes at most %s subtransactions)', max_subxacts);
+			RETURN NEXT;
+			EXIT;
+		END IF;
+		subxacts := subxacts + 1;
 		BEGIN
 			-- Tickets of retired markers are never issued again (commit.c).
 			UPDATE outbox.maintenance m
