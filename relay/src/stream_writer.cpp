@@ -560,6 +560,12 @@ std::vector<std::size_t> StreamWriter::write_cluster_transactions(const Shares& 
         }
         nodes[it->second.first].slots[it->second.second].push_back(s);
     }
+    // A node connected to just now refused MULTI: the script only.
+    if (transactions_refused_) {
+        std::vector<std::size_t> all(shares.keys.size());
+        for (std::size_t s = 0; s < all.size(); ++s) all[s] = s;
+        return all;
+    }
     const auto covers = [&](const std::map<std::string, std::optional<Position>>& watched,
                             const std::vector<std::size_t>& slot) {
         return std::all_of(slot.begin(), slot.end(),

@@ -708,6 +708,23 @@ TEST_F(ClusterWriterTest, StreamBehindIsNotWrittenByTheTransaction) {
     EXPECT_EQ(servers_->read_stream("outbox:" + topics_[0]).size(), 20u);
 }
 
+// Masters that refuse MULTI (an ACL): found when each node is first
+// connected to, and every batch goes through the script.
+TEST_F(ClusterWriterTest, MultiRefusedByAnAclMeansTheScript) {
+    for (std::size_t i = 0; i < servers_->size(); ++i) {
+        auto c = servers_->node(i).connect();
+        c.command({"ACL", "SETUSER", "default", "-multi"});
+    }
+    std::vector<std::vector<Event>> batches;
+    for (std::uint64_t b = 1; b <= 2; ++b) {
+        batches.push_back(batch_at(b, 30, topics_));
+        writer_->write(batches.back());
+    }
+    expect_exactly(batches);
+    EXPECT_EQ(metrics_.transaction_batches.load(), 0u);
+    EXPECT_EQ(metrics_.script_batches.load(), 2u);
+}
+
 namespace {
 
 // consume --pool on a cluster: a sharded group's streams spread over the
