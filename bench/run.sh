@@ -23,6 +23,8 @@
 #                                          scaling: backlog drained per point; shard counts; one Redis
 #                                          and/or a 3-master Redis Cluster; events/s of the emitters
 #                                          running beside the drain; rounds; limit of one point (s)
+#   BENCH_SCALING_BASE_RELAY=path          scaling: target "cluster-base" drains into the cluster with
+#                                          this relay binary (another build, to compare in one run)
 #
 # With gnuplot (Debian's gnuplot-nox, installed here), the scaling and
 # latency workloads also draw PNG charts beside the table.
@@ -53,6 +55,7 @@ SCALE_TARGETS=${BENCH_SCALING_TARGETS:-redis cluster}
 SCALE_EMIT_RATE=${BENCH_SCALING_EMIT_RATE:-20000}
 SCALE_ROUNDS=${BENCH_SCALING_ROUNDS:-$ROUNDS}
 SCALE_TIMEOUT=${BENCH_SCALING_TIMEOUT:-300}
+SCALE_BASE_RELAY=${BENCH_SCALING_BASE_RELAY:-}
 
 ensure_packages postgresql-15-pgq3 gnuplot-nox
 build_extension
@@ -568,8 +571,11 @@ SELECT count(*) FROM outbox_emit_many('topic' || :t,
 	# of PostgreSQL (all its processes), of the relays and of the Redis
 	# server(s).
 	scaling_point() {
-		local target=$1 state=$2 n=$3 addr nodes redis_pids p x0 t0 t1 emitted backends
-		if [ "$target" = cluster ]; then
+		local target=$1 state=$2 n=$3 addr nodes redis_pids p x0 t0 t1 emitted backends RELAY=$RELAY
+		if [ "$target" = cluster-base ]; then
+			RELAY=${SCALE_BASE_RELAY:?the cluster-base target needs BENCH_SCALING_BASE_RELAY}
+		fi
+		if [ "$target" != redis ]; then
 			addr=$REDIS_CLUSTER_URL nodes=("${CLUSTER_NODES[@]}") redis_pids=("${REDIS_CLUSTER_PIDS[@]}")
 		else
 			addr=$REDIS nodes=("$REDIS") redis_pids=("$REDIS_PID")
@@ -631,6 +637,7 @@ SELECT count(*) FROM outbox_emit_many('topic' || :t,
 	for target in $SCALE_TARGETS; do
 		tname="one Redis"
 		[ "$target" = cluster ] && tname="Redis Cluster, 3 masters, no replicas"
+		[ "$target" = cluster-base ] && tname="Redis Cluster, 3 masters, no replicas, relay $SCALE_BASE_RELAY"
 		for state in stopped running; do
 			sname="emitters stopped"
 			[ "$state" = running ] && sname="emitters at $SCALE_EMIT_RATE events/s"

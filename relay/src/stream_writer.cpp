@@ -6,7 +6,9 @@
 // nothing is written to a stream that lost entries until the group
 // rewinds. The fast path keeps this by writing only when WATCH and a look
 // show each stream as this writer left it; anything else goes through the
-// append script (append.lua), which checks entry by entry.
+// append script (append.lua), which checks entry by entry. In a Redis
+// Cluster the same holds per hash slot: a transaction, its WATCH and its
+// look name the streams of one slot, on the connection to its master.
 #include "pg_outbox/stream_writer.hpp"
 
 #include <spdlog/spdlog.h>
@@ -63,6 +65,22 @@ constexpr int kMaxRedirectRounds = 5;
 // Redis refused a write for want of memory (maxmemory, noeviction).
 bool is_oom(const RedisError& e) { return e.kind() == RedisError::Kind::reply && e.code() == "OOM"; }
 
+// A cluster node refused a command because its slot is elsewhere (MOVED),
+// being migrated (ASK), or has its keys split by a migration (TRYAGAIN):
+// the command did not run.
+bool slot_elsewhere(std::string_view error) {
+    return parse_redirect(error).has_value() || error.rfind("TRYAGAIN", 0) == 0;
+}
+
+// The error of a transaction that did not run: the first command Redis
+// refused when queued, else EXEC's own, without EXECABORT's preamble.
+std::string transaction_error(const std::optional<std::string>& refused, const redisReply* exec) {
+    std::string why = refused ? *refused : std::string(reply_text(exec));
+    if (constexpr std::string_view prefix = "EXECABORT Transaction discarded because of: "; why.rfind(prefix, 0) == 0)
+        why.erase(0, prefix.size());
+    return why;
+}
+
 }  // namespace
 
 std::string expand_stream_key(const std::string& tmpl, const std::string& topic, const std::string& group,
@@ -106,11 +124,26 @@ void StreamWriter::reset(RedisCluster& cluster) {
     redis_ = nullptr;
     cluster_ = &cluster;
     watched_.clear();
+    node_watched_.clear();
+    transactions_refused_ = false;
     // Each node loads the script when first connected to (after a
-    // failover, a restart or a reshard the node may be new).
+    // failover, a restart or a reshard the node may be new), and is
+    // checked for MULTI as one server is. Nothing is watched on a new
+    // connection, and it may take the address of one dropped.
     cluster.on_connect([this](RedisConnection& node) {
+        node_watched_.clear();
         auto r = node.command({"SCRIPT", "LOAD", kAppendScript});
         script_sha_ = std::string(reply_text(r.get()));
+        if (config_.id_mode != IdMode::explicit_position || transactions_refused_) return;
+        node.append({"MULTI"});
+        node.append({"DISCARD"});
+        auto multi = node.get_reply_raw();
+        node.get_reply_raw();
+        if (multi->type == REDIS_REPLY_ERROR) {
+            transactions_refused_ = true;
+            spdlog::warn("Redis refused MULTI on {} ({}); every batch goes through the append script",
+                         node.server().to_string(), reply_text(multi.get()));
+        }
     });
 }
 
@@ -267,6 +300,22 @@ void StreamWriter::rethrow_deferred() {
 StreamWriter::Written StreamWriter::write_part(std::span<const Event> events) {
     const auto shares = split(events);
     Written last;
+    if (config_.id_mode == IdMode::explicit_position && !script_next_ && !transactions_refused_ && cluster_) {
+        // Per slot: what the transactions left goes through the script.
+        const auto to_script = write_cluster_transactions(shares, last);
+        if (to_script.empty()) {
+            metrics_.transaction_batches++;
+            return last;
+        }
+        Shares rest;
+        for (const auto s : to_script) {
+            rest.keys.push_back(shares.keys[s]);
+            rest.events.push_back(shares.events[s]);
+        }
+        for (auto& [stream, position] : write_with_script(rest)) last[stream] = std::move(position);
+        metrics_.script_batches++;
+        return last;
+    }
     if (config_.id_mode == IdMode::explicit_position && !script_next_ && !transactions_refused_ && !cluster_) {
         switch (write_transaction(shares, last)) {
             case Transaction::written:
@@ -317,20 +366,44 @@ void StreamWriter::read_look(const std::vector<std::string>& keys) {
 // replay after a rewind or a crash, a stream of another type) is for the
 // script to sort out.
 bool StreamWriter::streams_as_known(const Shares& shares) const {
-    for (std::size_t s = 0; s < shares.keys.size(); ++s) {
-        const auto w = watched_.find(shares.keys[s]);
-        const std::optional<Position> last = w == watched_.end() ? std::nullopt : w->second;
-        const auto known = known_.find(shares.keys[s]);
-        const Position expected = known == known_.end() ? Position{} : known->second;
-        const Position first = shares.events[s].front()->parsed;
-        if (!(last && *last == expected && expected < first)) {
-            spdlog::debug("stream \"{}\": last id {}, expected {}, batch from {}; appending with the script",
-                          shares.keys[s], last ? last->to_string() : std::string("unknown"), expected.to_string(),
-                          shares.events[s].front()->position);
-            return false;
+    for (std::size_t s = 0; s < shares.keys.size(); ++s)
+        if (!stream_as_known(watched_, shares.keys[s], shares.events[s])) return false;
+    return true;
+}
+
+bool StreamWriter::stream_as_known(const std::map<std::string, std::optional<Position>>& watched,
+                                   const std::string& key, const std::vector<const Event*>& events) const {
+    const auto w = watched.find(key);
+    const std::optional<Position> last = w == watched.end() ? std::nullopt : w->second;
+    const auto known = known_.find(key);
+    const Position expected = known == known_.end() ? Position{} : known->second;
+    const Position first = events.front()->parsed;
+    if (last && *last == expected && expected < first) return true;
+    spdlog::debug("stream \"{}\": last id {}, expected {}, batch from {}; appending with the script", key,
+                  last ? last->to_string() : std::string("unknown"), expected.to_string(), events.front()->position);
+    return false;
+}
+
+void StreamWriter::format_share(std::string& out, const std::string& key, const std::vector<const Event*>& events,
+                                RedisConnection* sent) {
+    const std::string_view maxlen = config_.maxlen > 0 ? std::string_view(maxlen_text_) : std::string_view();
+    // Each entry's prev: the stream's last id before it. The look must
+    // find the stream's last id at what this relay knows (known_), or
+    // nothing of this is sent.
+    const auto known = known_.find(key);
+    const std::string first_prev = (known == known_.end() ? Position{} : known->second).to_string();
+    std::string_view prev = first_prev;
+    std::vector<std::string_view> argv;
+    for (const Event* e : events) {
+        xadd_argv(argv, key, *e, prev, maxlen);
+        format_command(out, argv);
+        prev = e->position;
+        if (sent && out.size() >= kSendPieceBytes) {
+            sent->append_formatted(out);
+            sent->flush();
+            out.clear();
         }
     }
-    return true;
 }
 
 StreamWriter::Transaction StreamWriter::write_transaction(const Shares& shares, Written& last) {
@@ -355,28 +428,11 @@ StreamWriter::Transaction StreamWriter::write_transaction(const Shares& shares, 
     }
     transaction_.clear();
     format_command(transaction_, {"MULTI"});
-    const std::string_view maxlen = config_.maxlen > 0 ? std::string_view(maxlen_text_) : std::string_view();
-    std::vector<std::string_view> argv;
     std::size_t entries = 0;
     for (std::size_t s = 0; s < shares.keys.size(); ++s) {
-        // Each entry's prev: the stream's last id before it. The look
-        // must find the stream's last id at what this relay knows
-        // (known_), or nothing of this is sent.
-        const auto known = known_.find(shares.keys[s]);
-        const std::string first_prev = (known == known_.end() ? Position{} : known->second).to_string();
-        std::string_view prev = first_prev;
-        for (const Event* e : shares.events[s]) {
-            xadd_argv(argv, shares.keys[s], *e, prev, maxlen);
-            format_command(transaction_, argv);
-            prev = e->position;
-            // What is formatted so far goes out, unless a look is still
-            // to be read.
-            if (!looking && transaction_.size() >= kSendPieceBytes) {
-                redis_->append_formatted(transaction_);
-                redis_->flush();
-                transaction_.clear();
-            }
-        }
+        // What is formatted so far goes out, unless a look is still to be
+        // read.
+        format_share(transaction_, shares.keys[s], shares.events[s], looking ? nullptr : redis_);
         entries += shares.events[s].size();
     }
     format_command(transaction_, {"EXEC"});
@@ -418,11 +474,7 @@ StreamWriter::Transaction StreamWriter::write_transaction(const Shares& shares, 
         // ...), or the whole transaction at EXEC. The error of the first
         // refused command names the cause for the metrics.
         script_next_ = true;
-        std::string why = refused ? *refused : std::string(reply_text(exec.get()));
-        if (constexpr std::string_view prefix = "EXECABORT Transaction discarded because of: ";
-            why.rfind(prefix, 0) == 0)
-            why.erase(0, prefix.size());
-        throw RedisError(RedisError::Kind::reply, why);
+        throw RedisError(RedisError::Kind::reply, transaction_error(refused, exec.get()));
     }
     if (exec->type != REDIS_REPLY_ARRAY || exec->elements != entries) {
         script_next_ = true;
@@ -468,6 +520,227 @@ StreamWriter::Transaction StreamWriter::read_transaction_replies(const Shares& s
     return Transaction::written;
 }
 
+// Per slot on each node: [WATCH, XINFO STREAM of the slot's streams] when
+// they are not watched yet, read before anything is written; then MULTI,
+// the XADDs, EXEC, and the look at the node's next slot (or, after its
+// last, at its first, for the next batch) in the same round trip, since
+// EXEC ends every WATCH of the connection. Every node takes its steps at
+// once, so a batch takes as many round trips as the busiest node has
+// slots in it (plus one for a look), the first one overlapped with the
+// caller's "while_waiting". A transaction runs only under WATCH, after a
+// look found each of its streams as this relay left it, exactly as on one
+// server; a queued command or EXEC that meets MOVED, ASK or TRYAGAIN
+// discards the transaction (nothing ran), and that slot's shares go to the
+// script, which follows the redirection entry by entry as it checks.
+std::vector<std::size_t> StreamWriter::write_cluster_transactions(const Shares& shares, Written& last) {
+    struct Node {
+        RedisConnection* connection = nullptr;
+        std::vector<std::vector<std::size_t>> slots;  // each slot's shares
+        std::size_t current = 0;                      // the slot being written
+        bool looked = false;                          // the current slot's look was read
+        enum class Sent { nothing, look, transaction } sent = Sent::nothing;
+        std::size_t entries = 0;             // the XADDs of the transaction sent
+        std::vector<std::string> look_keys;  // the streams of the look sent
+    };
+    std::vector<Node> nodes;
+    std::map<int, std::pair<std::size_t, std::size_t>> where;  // slot: node, index in its slots
+    for (std::size_t s = 0; s < shares.keys.size(); ++s) {
+        const int slot = key_slot(shares.keys[s]);
+        auto it = where.find(slot);
+        if (it == where.end()) {
+            RedisConnection* c = &cluster_->node_for(shares.keys[s]);
+            auto n = std::find_if(nodes.begin(), nodes.end(), [&](const Node& x) { return x.connection == c; });
+            if (n == nodes.end()) {
+                n = nodes.insert(nodes.end(), Node{});
+                n->connection = c;
+            }
+            n->slots.emplace_back();
+            it = where.emplace(slot, std::pair(static_cast<std::size_t>(n - nodes.begin()), n->slots.size() - 1))
+                     .first;
+        }
+        nodes[it->second.first].slots[it->second.second].push_back(s);
+    }
+    // A node connected to just now refused MULTI: the script only.
+    if (transactions_refused_) {
+        std::vector<std::size_t> all(shares.keys.size());
+        for (std::size_t s = 0; s < all.size(); ++s) all[s] = s;
+        return all;
+    }
+    const auto covers = [&](const std::map<std::string, std::optional<Position>>& watched,
+                            const std::vector<std::size_t>& slot) {
+        return std::all_of(slot.begin(), slot.end(),
+                           [&](std::size_t s) { return watched.find(shares.keys[s]) != watched.end(); });
+    };
+    // The slot still watched on a node since the last batch goes first:
+    // it needs no look.
+    for (auto& n : nodes) {
+        const auto& watched = node_watched_[n.connection];
+        const auto first = std::find_if(n.slots.begin(), n.slots.end(),
+                                        [&](const std::vector<std::size_t>& slot) { return covers(watched, slot); });
+        if (first != n.slots.end()) std::rotate(n.slots.begin(), first, first + 1);
+    }
+    const auto format_look_at = [&](Node& n, const std::vector<std::size_t>& slot) {
+        n.look_keys.clear();
+        for (const auto s : slot) n.look_keys.push_back(shares.keys[s]);
+        format_look(transaction_, n.look_keys);
+    };
+    // Reads a look's replies; the streams are watched when WATCH was
+    // taken (a WATCH refused for MOVED asks for the slot map again).
+    bool moved = false;
+    const auto read_look_of = [&](Node& n) {
+        auto& watched = node_watched_[n.connection];
+        auto watch = n.connection->get_reply_raw();
+        const bool ok = watch->type != REDIS_REPLY_ERROR;
+        if (!ok) {
+            spdlog::debug("Redis refused WATCH ({}); appending with the script", reply_text(watch.get()));
+            const auto redirect = parse_redirect(reply_text(watch.get()));
+            if (redirect && redirect->kind == Redirect::Kind::moved) moved = true;
+        }
+        for (const auto& key : n.look_keys) {
+            auto info = n.connection->get_reply_raw();  // read every reply
+            if (ok) watched[key] = stream_last_id(info.get());
+        }
+    };
+
+    std::vector<std::size_t> to_script;
+    std::optional<RedisError> failure;
+    for (bool first_round = true;; first_round = false) {
+        std::vector<Node*> sent;
+        for (auto& n : nodes) {
+            n.sent = Node::Sent::nothing;
+            if (failure) continue;  // the batch fails: nothing more is written
+            const auto& watched = node_watched_[n.connection];
+            transaction_.clear();
+            while (n.current < n.slots.size()) {
+                const auto& slot = n.slots[n.current];
+                if (covers(watched, slot)) {
+                    if (std::all_of(slot.begin(), slot.end(), [&](std::size_t s) {
+                            return stream_as_known(watched, shares.keys[s], shares.events[s]);
+                        })) {
+                        format_command(transaction_, {"MULTI"});
+                        n.entries = 0;
+                        for (const auto s : slot) {
+                            format_share(transaction_, shares.keys[s], shares.events[s], n.connection);
+                            n.entries += shares.events[s].size();
+                        }
+                        format_command(transaction_, {"EXEC"});
+                        format_look_at(n, n.current + 1 < n.slots.size() ? n.slots[n.current + 1] : n.slots[0]);
+                        n.sent = Node::Sent::transaction;
+                        break;
+                    }
+                } else if (!n.looked) {
+                    format_look_at(n, slot);
+                    n.sent = Node::Sent::look;
+                    break;
+                }
+                // Not as this relay left it, or not watched (WATCH
+                // refused): for the script.
+                to_script.insert(to_script.end(), slot.begin(), slot.end());
+                ++n.current;
+                n.looked = false;
+            }
+            if (n.sent == Node::Sent::nothing) continue;
+            n.connection->append_formatted(transaction_);
+            n.connection->flush();
+            sent.push_back(&n);
+        }
+        if (sent.empty()) break;
+        // Redis works on the transactions; the caller meanwhile does its
+        // part.
+        if (first_round) run_while_waiting();
+        for (Node* n : sent) {
+            if (n->sent == Node::Sent::look) {
+                read_look_of(*n);
+                n->looked = true;
+                continue;
+            }
+            // Every reply is read before deciding, so that the connection
+            // is left outside the transaction whatever happened.
+            auto multi = n->connection->get_reply_raw();
+            std::optional<std::string> refused;
+            for (std::size_t i = 0; i < n->entries; ++i) {
+                auto r = n->connection->get_reply_raw();
+                if (r->type == REDIS_REPLY_ERROR && !refused) refused = std::string(reply_text(r.get()));
+            }
+            auto exec = n->connection->get_reply_raw();
+            node_watched_[n->connection].clear();
+            read_look_of(*n);
+            const auto& slot = n->slots[n->current];
+            ++n->current;
+            n->looked = n->current < n->slots.size();  // the look just read was at it
+            if (multi->type == REDIS_REPLY_ERROR) {
+                spdlog::warn("Redis refused MULTI on {} ({}); appending with the script only until the next "
+                             "connection",
+                             n->connection->server().to_string(), reply_text(multi.get()));
+                transactions_refused_ = true;
+                if (!failure)
+                    failure.emplace(RedisError::Kind::reply, "MULTI: " + std::string(reply_text(multi.get())));
+                continue;
+            }
+            if (exec->type == REDIS_REPLY_NIL) {
+                spdlog::debug("a stream of the batch changed before EXEC; appending with the script");
+                to_script.insert(to_script.end(), slot.begin(), slot.end());
+                continue;
+            }
+            if (exec->type == REDIS_REPLY_ERROR) {
+                const auto why = transaction_error(refused, exec.get());
+                if (slot_elsewhere(why)) {
+                    spdlog::debug("stream \"{}\": {}; appending with the script", shares.keys[slot.front()], why);
+                    const auto redirect = parse_redirect(why);
+                    if (redirect && redirect->kind == Redirect::Kind::moved) moved = true;
+                    to_script.insert(to_script.end(), slot.begin(), slot.end());
+                    continue;
+                }
+                script_next_ = true;
+                if (!failure) failure.emplace(RedisError::Kind::reply, why);
+                continue;
+            }
+            if (exec->type != REDIS_REPLY_ARRAY || exec->elements != n->entries) {
+                script_next_ = true;
+                if (!failure) failure.emplace(RedisError::Kind::reply, "unexpected reply to EXEC");
+                continue;
+            }
+            read_exec_replies(shares, slot, exec.get(), last, failure);
+        }
+        // A slot moved (a reshard finished, a failover): the map is read
+        // again before the script or the next batch routes a stream.
+        if (moved) {
+            cluster_->refresh();
+            moved = false;
+        }
+    }
+    if (failure) throw *failure;
+    return to_script;
+}
+
+// As read_transaction_replies(), for a slot's shares.
+void StreamWriter::read_exec_replies(const Shares& shares, const std::vector<std::size_t>& streams,
+                                     const redisReply* exec, Written& last, std::optional<RedisError>& failure) {
+    std::uint64_t written = 0;
+    std::size_t i = 0;
+    for (const auto s : streams) {
+        const Event* top = nullptr;
+        for (const Event* e : shares.events[s]) {
+            const redisReply* r = exec->element[i++];
+            if (r->type == REDIS_REPLY_ERROR) {
+                if (!failure)
+                    failure.emplace(RedisError::Kind::reply, std::string(reply_text(r)) + " (event " + e->event_id +
+                                                                 " at " + e->position + " to stream \"" +
+                                                                 shares.keys[s] + "\")");
+                script_next_ = true;
+                continue;
+            }
+            ++written;
+            top = e;
+        }
+        if (top) {
+            last[shares.keys[s]] = top->position;
+            known_[shares.keys[s]] = top->parsed;
+        }
+    }
+    metrics_.events_published += written;
+}
+
 // The script reports how many entries of a stream's share it found
 // already present: the first "n" (once one is written, the rest lie above
 // the stream's top). A batch that fails on another stream is retried
@@ -501,11 +774,23 @@ StreamWriter::Written StreamWriter::write_with_script(const Shares& shares) {
     std::vector<RedisReply> replies(keys.size());
     std::vector<RedisConnection*> to(keys.size(), redis_);
     std::vector<char> asking(keys.size(), 0);
+    // In a cluster, UNWATCH before the first script on a node connection
+    // that watches streams.
+    std::vector<char> unwatching(keys.size(), 0);
     std::vector<std::size_t> pending(keys.size());
     for (std::size_t s = 0; s < keys.size(); ++s) pending[s] = s;
     for (int round = 0; !pending.empty(); ++round) {
         for (const auto s : pending) {
             if (cluster_ && !asking[s]) to[s] = &cluster_->node_for(keys[s]);
+            if (cluster_ && round == 0) {
+                if (const auto w = node_watched_.find(to[s]); w != node_watched_.end()) {
+                    if (!w->second.empty()) {
+                        to[s]->append({"UNWATCH"});
+                        unwatching[s] = 1;
+                    }
+                    node_watched_.erase(w);
+                }
+            }
             if (asking[s]) to[s]->append({"ASKING"});
             std::string expected;
             if (explicit_ids) {
@@ -530,6 +815,8 @@ StreamWriter::Written StreamWriter::write_with_script(const Shares& shares) {
         std::vector<std::size_t> redirected;
         bool moved = false;
         for (const auto s : pending) {
+            if (unwatching[s]) to[s]->get_reply_raw();  // UNWATCH: OK
+            unwatching[s] = 0;
             if (asking[s]) to[s]->get_reply_raw();  // ASKING: OK
             asking[s] = 0;
             replies[s] = to[s]->get_reply_raw();  // read every reply, even after a failure

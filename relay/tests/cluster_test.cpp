@@ -497,6 +497,236 @@ TEST_F(ClusterWriterTest, StreamCheckAsksEachStreamsMaster) {
 
 namespace {
 
+// How many times a node ran a command, from INFO commandstats.
+long long calls(RedisClusterServers& servers, std::size_t node, const std::string& command) {
+    auto c = servers.node(node).connect();
+    auto info = c.command({"INFO", "commandstats"});
+    const std::string text(reply_text(info.get()));
+    const auto at = text.find("cmdstat_" + command + ":calls=");
+    if (at == std::string::npos) return 0;
+    return std::stoll(text.substr(at + 8 + command.size() + 7));
+}
+
+// Moves a slot, its stream (if any) with it, to another master: IMPORTING
+// and MIGRATING, MIGRATE, then SETSLOT ... NODE on every node.
+void move_slot(RedisClusterServers& servers, const std::string& key, std::size_t to) {
+    const int slot = key_slot(key);
+    const std::size_t from = servers.master_of(slot);
+    const auto slot_text = std::to_string(slot);
+    const auto from_id = servers.id(from), to_id = servers.id(to);
+    auto source = servers.node(from).connect();
+    auto target = servers.node(to).connect();
+    target.command({"CLUSTER", "SETSLOT", slot_text, "IMPORTING", from_id});
+    source.command({"CLUSTER", "SETSLOT", slot_text, "MIGRATING", to_id});
+    source.command({"MIGRATE", "127.0.0.1", std::to_string(servers.node(to).port()), "", "0", "5000", "KEYS", key});
+    for (std::size_t i = 0; i < servers.size(); ++i) {
+        auto c = servers.node(i).connect();
+        c.command({"CLUSTER", "SETSLOT", slot_text, "NODE", to_id});
+    }
+}
+
+// The number of EVALSHA (the append script) run by every node.
+long long script_calls(RedisClusterServers& servers) {
+    long long n = 0;
+    for (std::size_t i = 0; i < servers.size(); ++i) n += calls(servers, i, "evalsha");
+    return n;
+}
+
+}  // namespace
+
+// The fast path per slot: a batch over four streams in four slots, two of
+// them on one master, goes as XADDs in one MULTI/EXEC per slot, each under
+// WATCH; the look at a master's second slot rides with its first slot's
+// transaction, and the next batch needs no look. No script runs.
+TEST_F(ClusterWriterTest, EachSlotInATransactionOfItsOwn) {
+    topics_.push_back(topic_in_slots(0, 5460, "d"));
+    ASSERT_NE(stream_slot(topics_[0]), stream_slot(topics_[3]));
+    std::vector<std::vector<Event>> batches;
+    for (std::uint64_t b = 1; b <= 3; ++b) {
+        batches.push_back(batch_at(b, 40, topics_));
+        writer_->write(batches.back());
+    }
+    expect_exactly(batches);
+    EXPECT_EQ(metrics_.transaction_batches.load(), 3u);
+    EXPECT_EQ(metrics_.script_batches.load(), 0u);
+    EXPECT_EQ(metrics_.events_published.load(), 120u);
+    EXPECT_EQ(script_calls(*servers_), 0);
+    long long exec = 0;
+    for (std::size_t i = 0; i < servers_->size(); ++i) exec += calls(*servers_, i, "exec");
+    EXPECT_EQ(exec, 3 * 4);  // one per slot and batch
+}
+
+// A slot moves to another master: between two batches (the stream's old
+// master answers the queued XADD with MOVED, the transaction is
+// discarded, and the share goes through the script to the new master),
+// and while a batch is being written (whichever comes first, the
+// transaction or the move, the stream gets each entry once, in order).
+// The batch after goes as a transaction again, on the new master.
+TEST_F(ClusterWriterTest, SlotMovedBetweenAndDuringBatches) {
+    const std::string key = "outbox:" + topics_[0];
+    const int slot = key_slot(key);
+    const std::size_t home = servers_->master_of(slot), other = servers_->master_of(6000);
+    std::vector<std::vector<Event>> batches;
+    batches.push_back(batch_at(1, 30, topics_));
+    writer_->write(batches.back());
+    ASSERT_EQ(metrics_.transaction_batches.load(), 1u);
+
+    move_slot(*servers_, key, other);
+    batches.push_back(batch_at(2, 30, topics_));
+    writer_->write(batches.back());
+    EXPECT_EQ(metrics_.script_batches.load(), 1u);
+    EXPECT_EQ(script_calls(*servers_), 1);  // that stream's share only
+    batches.push_back(batch_at(3, 30, topics_));
+    writer_->write(batches.back());
+    EXPECT_EQ(metrics_.transaction_batches.load(), 2u);
+
+    // Back to its first master while the next batch is on its way.
+    batches.push_back(batch_at(4, 30, topics_));
+    writer_->write(batches.back(), [&] { move_slot(*servers_, key, home); });
+    for (std::uint64_t b = 5; b <= 6; ++b) {
+        batches.push_back(batch_at(b, 30, topics_));
+        writer_->write(batches.back());
+    }
+    const auto transactions = metrics_.transaction_batches.load();
+    batches.push_back(batch_at(7, 30, topics_));
+    writer_->write(batches.back());
+    EXPECT_EQ(metrics_.transaction_batches.load(), transactions + 1);
+    expect_exactly(batches);
+    EXPECT_EQ(servers_->master_of(slot), home);
+    EXPECT_EQ(metrics_.events_already_published.load(), 0u);
+}
+
+// A slot being migrated: while its stream is still on the old master, the
+// transaction runs there; once MIGRATE moved the stream, the old master
+// answers ASK, and the share goes through the script (ASKING) to the
+// importing node; when the migration ends, batches are transactions again.
+TEST_F(ClusterWriterTest, SlotMigratingStepByStep) {
+    const std::string key = "outbox:" + topics_[0];
+    const int slot = key_slot(key);
+    const std::size_t from = servers_->master_of(slot), to = servers_->master_of(6000);
+    const auto from_id = servers_->id(from), to_id = servers_->id(to);
+    const auto slot_text = std::to_string(slot);
+    std::vector<std::vector<Event>> batches;
+    batches.push_back(batch_at(1, 30, topics_));
+    writer_->write(batches.back());
+
+    auto source = servers_->node(from).connect();
+    auto target = servers_->node(to).connect();
+    target.command({"CLUSTER", "SETSLOT", slot_text, "IMPORTING", from_id});
+    source.command({"CLUSTER", "SETSLOT", slot_text, "MIGRATING", to_id});
+    batches.push_back(batch_at(2, 30, topics_));
+    writer_->write(batches.back());
+    EXPECT_EQ(metrics_.transaction_batches.load(), 2u);
+    EXPECT_EQ(script_calls(*servers_), 0);
+
+    source.command({"MIGRATE", "127.0.0.1", std::to_string(servers_->node(to).port()), "", "0", "5000", "KEYS", key});
+    batches.push_back(batch_at(3, 30, topics_));
+    writer_->write(batches.back());
+    EXPECT_EQ(metrics_.script_batches.load(), 1u);
+    EXPECT_EQ(calls(*servers_, to, "asking"), 1);
+
+    for (std::size_t i = 0; i < servers_->size(); ++i) {
+        auto c = servers_->node(i).connect();
+        c.command({"CLUSTER", "SETSLOT", slot_text, "NODE", to_id});
+    }
+    for (std::uint64_t b = 4; b <= 5; ++b) {
+        batches.push_back(batch_at(b, 30, topics_));
+        writer_->write(batches.back());
+    }
+    const auto transactions = metrics_.transaction_batches.load();
+    batches.push_back(batch_at(6, 30, topics_));
+    writer_->write(batches.back());
+    EXPECT_EQ(metrics_.transaction_batches.load(), transactions + 1);
+    expect_exactly(batches);
+    EXPECT_EQ(servers_->master_of(slot), to);
+}
+
+// Someone else writes to a stream: the check of its top id finds the
+// stream not as this writer left it (or WATCH sees the write before EXEC),
+// and that stream's share goes through the script, which names the
+// foreign entry as prev, or refuses to write below it, while the other
+// slots' transactions go on.
+TEST_F(ClusterWriterTest, TopIdCheckFindsForeignWrites) {
+    topics_.push_back(topic_in_slots(0, 5460, "d"));
+    const std::string key = "outbox:" + topics_[3];
+    auto foreign_add = [&](const std::string& id, const std::string& event_id) {
+        auto c = servers_->node(servers_->master_of(key_slot(key))).connect();
+        c.command({"XADD", key, id, "event_id", event_id, "topic", topics_[3], "payload", "{}"});
+    };
+    // While the first batch's look is on its way (the stream is found
+    // written, or its WATCH is): a plain XADD would name 0-0 as prev.
+    std::vector<std::vector<Event>> batches;
+    batches.push_back(batch_at(1, 40, topics_));
+    writer_->write(batches.back(), [&] { foreign_add("0-5", "foreign-1"); });
+    EXPECT_EQ(metrics_.script_batches.load(), 1u);
+    auto entries = servers_->read_stream(key);
+    ASSERT_EQ(entries.size(), 11u);
+    EXPECT_EQ(entries[0].id, "0-5");
+    EXPECT_EQ(entries[1].fields.at("prev"), "0-5");
+
+    // Between batches, an entry at the next batch's first id of that
+    // stream: nothing of the stream's share is written, the others are.
+    auto second = batch_at(2, 40, topics_);
+    const Event* first_d = nullptr;
+    for (const auto& e : second)
+        if (e.topic == topics_[3] && !first_d) first_d = &e;
+    ASSERT_NE(first_d, nullptr);
+    foreign_add(first_d->position, "foreign-2");
+    try {
+        writer_->write(second);
+        FAIL() << "a foreign entry at the batch's position was skipped";
+    } catch (const RedisError& e) {
+        EXPECT_NE(std::string(e.what()).find("PGOUTBOX_FOREIGN " + first_d->position), std::string::npos)
+            << e.what();
+    }
+    entries = servers_->read_stream(key);
+    ASSERT_EQ(entries.size(), 12u);
+    EXPECT_EQ(entries.back().fields.at("event_id"), "foreign-2");
+    for (std::size_t t = 0; t < 3; ++t) {
+        const auto other = servers_->read_stream("outbox:" + topics_[t]);
+        ASSERT_EQ(other.size(), 20u) << topics_[t];
+        EXPECT_EQ(other.back().id, "2-" + std::to_string(37 + t)) << topics_[t];
+    }
+}
+
+// A stream that lost entries on its master (a failover to a replica that
+// lagged) while watched: the transaction does not run, and the script
+// reports the stream behind without writing to it.
+TEST_F(ClusterWriterTest, StreamBehindIsNotWrittenByTheTransaction) {
+    std::vector<std::vector<Event>> batches;
+    batches.push_back(batch_at(1, 30, topics_));
+    writer_->write(batches.back());
+    const std::string key = "outbox:" + topics_[1];
+    auto c = servers_->node(servers_->master_of(key_slot(key))).connect();
+    const auto entries = servers_->read_stream(key);
+    ASSERT_EQ(entries.size(), 10u);
+    c.command({"XDEL", key, entries[9].id});
+    c.command({"XSETID", key, entries[8].id});
+    EXPECT_THROW(writer_->write(batch_at(2, 30, topics_)), RedisError);
+    EXPECT_TRUE(writer_->take_stream_behind());
+    EXPECT_EQ(servers_->read_stream(key).size(), 9u);
+    EXPECT_EQ(servers_->read_stream("outbox:" + topics_[0]).size(), 20u);
+}
+
+// Masters that refuse MULTI (an ACL): found when each node is first
+// connected to, and every batch goes through the script.
+TEST_F(ClusterWriterTest, MultiRefusedByAnAclMeansTheScript) {
+    for (std::size_t i = 0; i < servers_->size(); ++i) {
+        auto c = servers_->node(i).connect();
+        c.command({"ACL", "SETUSER", "default", "-multi"});
+    }
+    std::vector<std::vector<Event>> batches;
+    for (std::uint64_t b = 1; b <= 2; ++b) {
+        batches.push_back(batch_at(b, 30, topics_));
+        writer_->write(batches.back());
+    }
+    expect_exactly(batches);
+    EXPECT_EQ(metrics_.transaction_batches.load(), 0u);
+    EXPECT_EQ(metrics_.script_batches.load(), 2u);
+}
+
+namespace {
+
 // consume --pool on a cluster: a sharded group's streams spread over the
 // masters, their leases and the heartbeat set each on its own key's master.
 class ClusterPoolTest : public ClusterConsumeTest {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "pg_outbox/config.hpp"
+#include "pg_outbox/errors.hpp"
 #include "pg_outbox/event.hpp"
 #include "pg_outbox/metrics.hpp"
 #include "pg_outbox/position.hpp"
@@ -34,8 +35,9 @@ std::string expand_stream_key(const std::string& tmpl, const std::string& topic,
 // (--stream), splits a batch into per-stream shares, and appends them by
 // the fast path (plain XADDs in MULTI/EXEC under WATCH, when a look at the
 // streams shows the batch can be appended as is) or by the append script
-// (which tells entries already present from missing ones). Remembers what
-// it knows of each stream between batches.
+// (which tells entries already present from missing ones); in a Redis
+// Cluster, the fast path runs per hash slot on the slot's master.
+// Remembers what it knows of each stream between batches.
 class StreamWriter {
 public:
     // The last position written to each stream.
@@ -50,12 +52,17 @@ public:
     // outlive its use here, until the next reset().
     void reset(RedisConnection& redis);
     // The same for a Redis Cluster: each stream's commands go to the
-    // master of its slot, pipelined per node, and every batch goes
-    // through the append script (one key, so one slot, per call; WATCH
-    // and MULTI would need every stream of a node in one slot).
+    // master of its slot, pipelined per node, every node at once. The
+    // fast path runs per slot (WATCH and MULTI/EXEC take the keys of one
+    // slot): on each node one slot's transaction after another, the look
+    // at the next slot in the round trip of the one before; each node
+    // loads the script and is checked for MULTI when first connected to.
     void reset(RedisCluster& cluster);
-    // A command failed: what was watched on the connection is unknown.
-    void fault() { watched_.clear(); }
+    // A command failed: what was watched on the connections is unknown.
+    void fault() {
+        watched_.clear();
+        node_watched_.clear();
+    }
 
     // Writes a batch in feed order, in parts of at most --batch-bytes (at
     // least one event each); returns the last position per stream. A part
@@ -107,6 +114,26 @@ private:
     static void format_look(std::string& out, const std::vector<std::string>& keys);
     void read_look(const std::vector<std::string>& keys);
     bool streams_as_known(const Shares& shares) const;
+    // Whether one stream, watched as "watched" says, is as this relay left
+    // it, its share lying above its last id (see streams_as_known()).
+    bool stream_as_known(const std::map<std::string, std::optional<Position>>& watched, const std::string& key,
+                         const std::vector<const Event*>& events) const;
+    // Formats the XADDs of a stream's share, each naming the one before it
+    // as prev, the first the last position this relay published there.
+    // "sent", when given, receives the formatted commands in pieces of
+    // about kSendPieceBytes as they are formatted.
+    void format_share(std::string& out, const std::string& key, const std::vector<const Event*>& events,
+                      RedisConnection* sent);
+    // The fast path on a Redis Cluster: each slot's share in a
+    // transaction of its own on the slot's master, under WATCH as on one
+    // server. Returns the shares (indices) for the append script: those
+    // not as known, aborted, or redirected (MOVED, ASK, TRYAGAIN: nothing
+    // of the transaction ran). Throws RedisError, after reading every
+    // reply, when Redis refused a transaction or an entry of it.
+    std::vector<std::size_t> write_cluster_transactions(const Shares& shares, Written& last);
+    // The XADD replies of a transaction that ran, for the shares "streams".
+    void read_exec_replies(const Shares& shares, const std::vector<std::size_t>& streams, const redisReply* exec,
+                           Written& last, std::optional<RedisError>& failure);
     Transaction read_transaction_replies(const Shares& shares, const redisReply* exec, Written& last);
     // The append script, stream by stream (after UNWATCH, when streams are
     // watched).
@@ -134,6 +161,12 @@ private:
     // WATCH began (nullopt: not a stream, or unreadable). A stream that
     // changes after that aborts the next EXEC.
     std::map<std::string, std::optional<Position>> watched_;
+    // The same for each node connection of a cluster: the streams of the
+    // slot watched there (more than one slot's after a look on top of a
+    // watch, until EXEC or UNWATCH ends them all). Emptied whenever a node
+    // connection is made: a connection is known by its address, which a
+    // new one may reuse.
+    std::map<const RedisConnection*, std::map<std::string, std::optional<Position>>> node_watched_;
     // The next batch goes through the append script: the last transaction
     // failed, and the script tells entries already present from missing ones.
     bool script_next_ = false;
