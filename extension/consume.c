@@ -223,30 +223,34 @@ bad:
 /*
  * Checks that text is JSON, with the lexer and parser jsonb_in() uses,
  * which report their errors instead of raising them; on failure fills
- * *fault as json_ereport_error() would raise it. Escapes are decoded, so
- * that \u0000 (which text cannot hold) is found. What the lexer still
- * raises (a \u escape the server encoding cannot hold, nesting beyond the
- * stack) raises here.
+ * *fault as json_ereport_error() would raise it. Where the text has a \u
+ * escape, escapes are decoded, so that \u0000 (which text cannot hold) and
+ * lone surrogates are found. What the lexer still raises (a \u escape the
+ * server encoding cannot hold, nesting beyond the stack) raises here. The
+ * parser's memory is in "scratch", reset after each check.
  */
 static bool
-OutboxCheckJson(char *s, int len, FieldFault *fault)
+OutboxCheckJson(char *s, int len, MemoryContext scratch, FieldFault *fault)
 {
-	JsonLexContext *lex = makeJsonLexContextCstringLen(s, len, GetDatabaseEncoding(), true);
+	MemoryContext caller = MemoryContextSwitchTo(scratch);
+	bool		escapes = memchr(s, '\\', len) != NULL && strstr(s, "\\u") != NULL;
+	JsonLexContext *lex = makeJsonLexContextCstringLen(s, len, GetDatabaseEncoding(), escapes);
 	JsonParseErrorType error = pg_parse_json(lex, &nullSemAction);
+	char	   *detail = error == JSON_SUCCESS ? NULL : json_errdetail(error, lex);
 
-	if (error == JSON_SUCCESS)
-		return true;
+	MemoryContextSwitchTo(caller);
 	if (error == JSON_UNICODE_HIGH_ESCAPE || error == JSON_UNICODE_CODE_POINT_ZERO)
 	{
 		fault->sqlerrcode = ERRCODE_UNTRANSLATABLE_CHARACTER;
-		fault->message = OutboxErrorText("unsupported Unicode escape sequence", json_errdetail(error, lex));
+		fault->message = OutboxErrorText("unsupported Unicode escape sequence", detail);
 	}
-	else
+	else if (error != JSON_SUCCESS)
 	{
 		fault->sqlerrcode = ERRCODE_INVALID_TEXT_REPRESENTATION;
-		fault->message = OutboxErrorText("invalid input syntax for type json", json_errdetail(error, lex));
+		fault->message = OutboxErrorText("invalid input syntax for type json", detail);
 	}
-	return false;
+	MemoryContextReset(scratch);
+	return error == JSON_SUCCESS;
 }
 
 /* Marks an entry malformed by a fault of one of its fields. */
@@ -265,7 +269,7 @@ OutboxEntryMalformed(Entry *e, EntryField f, int sqlerrcode, const char *message
  * server's encoding at decoding (which may raise).
  */
 static void
-OutboxEntryCheck(Entry *e)
+OutboxEntryCheck(Entry *e, MemoryContext scratch)
 {
 	FieldFault fault;
 
@@ -295,7 +299,7 @@ OutboxEntryCheck(Entry *e)
 			return;
 		}
 		if ((f == FIELD_PAYLOAD || f == FIELD_HEADERS) && GetDatabaseEncoding() == PG_UTF8 &&
-			!OutboxCheckJson(e->text[f], len, &fault))
+			!OutboxCheckJson(e->text[f], len, scratch, &fault))
 		{
 			OutboxEntryMalformed(e, f, fault.sqlerrcode, fault.message);
 			return;
@@ -565,11 +569,12 @@ OutboxRunHandler(Handler *handler, Entry *e)
  * raises (a handler, a conversion) aborts the call.
  */
 static void
-OutboxConsumeBatch(FunctionCallInfo fcinfo, text *consumer, Handler *handler, Entry *entries, int n)
+OutboxConsumeBatch(FunctionCallInfo fcinfo, text *consumer, Handler *handler, Entry *entries, int n,
+				   MemoryContext scratch)
 {
 	for (int i = 0; i < n; i++)
 	{
-		OutboxEntryCheck(&entries[i]);
+		OutboxEntryCheck(&entries[i], scratch);
 		if (entries[i].well_formed)
 			OutboxEntryDecode(&entries[i]);
 	}
@@ -592,7 +597,8 @@ OutboxConsumeBatch(FunctionCallInfo fcinfo, text *consumer, Handler *handler, En
  * malformed by its check takes none.
  */
 static void
-OutboxConsumeIsolated(FunctionCallInfo fcinfo, text *consumer, Handler *handler, Entry *entries, int n)
+OutboxConsumeIsolated(FunctionCallInfo fcinfo, text *consumer, Handler *handler, Entry *entries, int n,
+					  MemoryContext scratch)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	ResourceOwner owner = CurrentResourceOwner;
@@ -601,7 +607,7 @@ OutboxConsumeIsolated(FunctionCallInfo fcinfo, text *consumer, Handler *handler,
 	{
 		Entry	   *e = &entries[i];
 
-		OutboxEntryCheck(e);
+		OutboxEntryCheck(e, scratch);
 		if (!e->well_formed)
 			continue;
 
@@ -665,6 +671,7 @@ outbox_inbox_consume(PG_FUNCTION_ARGS)
 	Entry	   *entries;
 	int			n;
 	MemoryContext caller;
+	MemoryContext scratch;
 
 	OutboxCheckConsumer(fcinfo, 0);
 	consumer = PG_GETARG_TEXT_PP(0);
@@ -693,10 +700,12 @@ outbox_inbox_consume(PG_FUNCTION_ARGS)
 		elog(ERROR, "SPI_connect failed");
 	/* What the entries hold outlives SPI's own context. */
 	MemoryContextSwitchTo(caller);
+	scratch = AllocSetContextCreate(caller, "inbox_consume checks", ALLOCSET_DEFAULT_SIZES);
 	if (isolate)
-		OutboxConsumeIsolated(fcinfo, consumer, &handler, entries, n);
+		OutboxConsumeIsolated(fcinfo, consumer, &handler, entries, n, scratch);
 	else
-		OutboxConsumeBatch(fcinfo, consumer, &handler, entries, n);
+		OutboxConsumeBatch(fcinfo, consumer, &handler, entries, n, scratch);
+	MemoryContextDelete(scratch);
 	SPI_finish();
 
 	for (int i = 0; i < n; i++)
@@ -711,6 +720,23 @@ outbox_inbox_consume(PG_FUNCTION_ARGS)
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;
+}
+
+/* The canonical text of a uuid, as uuid_out() writes it, into buf[37]. */
+static void
+OutboxUuidText(const pg_uuid_t *uuid, char *buf)
+{
+	static const char hex[] = "0123456789abcdef";
+	char	   *p = buf;
+
+	for (int i = 0; i < UUID_LEN; i++)
+	{
+		if (i == 4 || i == 6 || i == 8 || i == 10)
+			*p++ = '-';
+		*p++ = hex[uuid->data[i] >> 4];
+		*p++ = hex[uuid->data[i] & 0xF];
+	}
+	*p = '\0';
 }
 
 /* Orders inbox lock keys. */
@@ -820,7 +846,7 @@ OutboxInboxLookup(InboxDays days, Datum consumer, Datum idarray, Datum lo, Datum
 	if (plans[days] == NULL)
 	{
 		Oid			types[4] = {TEXTOID, UUIDARRAYOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
-		SPIPlanPtr	p = SPI_prepare(days == INBOX_TODAY ?
+		SPIPlanPtr	p = SPI_prepare_cursor(days == INBOX_TODAY ?
 									"SELECT i.event_id, i.payload FROM " OUTBOX_SCHEMA ".inbox i"
 									" WHERE i.consumer OPERATOR(pg_catalog.=) $1"
 									" AND i.event_id OPERATOR(pg_catalog.=) ANY ($2)"
@@ -831,7 +857,7 @@ OutboxInboxLookup(InboxDays days, Datum consumer, Datum idarray, Datum lo, Datum
 									" AND i.event_id OPERATOR(pg_catalog.=) ANY ($2)"
 									" AND (i.applied_at OPERATOR(pg_catalog.<) $3"
 									" OR i.applied_at OPERATOR(pg_catalog.>=) $4)",
-									4, types);
+									4, types, CURSOR_OPT_GENERIC_PLAN);
 
 		if (p == NULL || SPI_keepplan(p) != 0)
 			elog(ERROR, "could not prepare the inbox lookup: %s", SPI_result_code_string(SPI_result));
@@ -887,11 +913,11 @@ OutboxInboxInsert(Datum consumer, Datum *idvals, Datum *payloads, const pg_uuid_
 	if (plan == NULL)
 	{
 		Oid			types[3] = {TEXTOID, UUIDARRAYOID, JSONBARRAYOID};
-		SPIPlanPtr	p = SPI_prepare("INSERT INTO " OUTBOX_SCHEMA ".inbox AS i (consumer, event_id, payload)"
+		SPIPlanPtr	p = SPI_prepare_cursor("INSERT INTO " OUTBOX_SCHEMA ".inbox AS i (consumer, event_id, payload)"
 									" SELECT $1, u.event_id, u.payload"
 									" FROM ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3)) AS u (event_id, payload)"
 									" ON CONFLICT DO NOTHING RETURNING i.event_id",
-									3, types);
+									3, types, CURSOR_OPT_GENERIC_PLAN);
 
 		if (p == NULL || SPI_keepplan(p) != 0)
 			elog(ERROR, "could not prepare the inbox insert: %s", SPI_result_code_string(SPI_result));
@@ -954,6 +980,7 @@ outbox_inbox_record(PG_FUNCTION_ARGS)
 	TimestampTz lo,
 				hi;
 	char	   *name;
+	char	   *key_text;
 	int			name_len;
 
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2))
@@ -990,15 +1017,15 @@ outbox_inbox_record(PG_FUNCTION_ARGS)
 	 */
 	name = text_to_cstring(DatumGetTextPP(consumer));
 	name_len = strlen(name);
+	key_text = palloc(name_len + 1 + 37);
+	memcpy(key_text, name, name_len);
+	key_text[name_len] = '/';
 	for (int i = 0; i < n; i++)
 	{
-		char	   *s;
-
 		ids[i] = *DatumGetUUIDP(idvals[i]);
 		order[i] = i;
-		s = psprintf("%s/%s", name, DatumGetCString(DirectFunctionCall1(uuid_out, idvals[i])));
-		keys[i] = DatumGetUInt64(hash_any_extended((unsigned char *) s, name_len + 1 + 36, 0));
-		pfree(s);
+		OutboxUuidText(&ids[i], key_text + name_len + 1);
+		keys[i] = DatumGetUInt64(hash_any_extended((unsigned char *) key_text, name_len + 1 + 36, 0));
 	}
 	qsort(keys, n, sizeof(uint64), OutboxCompareKeys);
 	for (int i = 0; i < n; i++)
