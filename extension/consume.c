@@ -74,6 +74,7 @@
 #include "parser/parse_func.h"
 #include "partitioning/partbounds.h"
 #include "partitioning/partdesc.h"
+#include "storage/bufmgr.h"
 #include "storage/lock.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -789,41 +790,95 @@ typedef enum InboxDays
 } InboxDays;
 
 /*
- * The range of applied_at that the partition of outbox.inbox holds where
- * rows go now (applied_at defaults to now(), the start of the
- * transaction), found as the executor routes a row: [lo, hi), either
- * bound infinite when the partition has none. When rows go to the default
- * partition, which holds no range, both are +infinity: no partition is
- * the insert's alone, and the lookups read them all.
+ * Where a batch's lookups read: the partition of outbox.inbox rows go to
+ * now (applied_at defaults to now(), the start of the transaction), found
+ * as the executor routes a row, holds [lo, hi) (either bound infinite when
+ * the partition has none; both +infinity when rows go to the default
+ * partition, which holds no range: then no partition is the insert's
+ * alone). The other partitions that hold any row lie within [span_lo,
+ * span_hi), and "others" tells whether there is any: partitions premade
+ * for the days ahead hold none, and a lookup need not probe their indexes
+ * for every event. A partition without a block holds no row, committed or
+ * not; one that gets the row of an event of this batch meanwhile must wait
+ * for the event's inbox lock, held already.
  */
+typedef struct InboxRanges
+{
+	TimestampTz lo,
+				hi;
+	TimestampTz span_lo,
+				span_hi;
+	bool		others;
+} InboxRanges;
+
 static void
-OutboxInboxTargetRange(TimestampTz *lo, TimestampTz *hi)
+OutboxInboxRanges(InboxRanges *r)
 {
 	Relation	rel = table_open(OutboxRelid("inbox"), AccessShareLock);
 	PartitionKey key = RelationGetPartitionKey(rel);
-	PartitionBoundInfo bounds = RelationGetPartitionDesc(rel, true)->boundinfo;
-	Datum		now = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
-	bool		equal;
-	int			at;
+	PartitionDesc desc = RelationGetPartitionDesc(rel, true);
+	PartitionBoundInfo bounds = desc->boundinfo;
+	bool		ranged = bounds != NULL && key->strategy == PARTITION_STRATEGY_RANGE && key->partnatts == 1;
+	TimestampTz *lower = palloc(sizeof(TimestampTz) * Max(desc->nparts, 1));
+	TimestampTz *upper = palloc(sizeof(TimestampTz) * Max(desc->nparts, 1));
+	int			target = -1;
 
-	TIMESTAMP_NOEND(*lo);
-	TIMESTAMP_NOEND(*hi);
-	if (bounds != NULL && key->strategy == PARTITION_STRATEGY_RANGE && key->partnatts == 1 &&
-		bounds->ndatums > 0)
+	TIMESTAMP_NOEND(r->lo);
+	TIMESTAMP_NOEND(r->hi);
+	TIMESTAMP_NOEND(r->span_lo);
+	TIMESTAMP_NOBEGIN(r->span_hi);
+	r->others = false;
+
+	/* Each partition's range: infinite for the default one. */
+	for (int i = 0; i < desc->nparts; i++)
 	{
+		TIMESTAMP_NOBEGIN(lower[i]);
+		TIMESTAMP_NOEND(upper[i]);
+	}
+	for (int at = 0; ranged && at < bounds->ndatums; at++)
+	{
+		int			part = bounds->indexes[at + 1];
+
+		if (part < 0)
+			continue;
+		if (bounds->kind[at][0] == PARTITION_RANGE_DATUM_VALUE)
+			lower[part] = DatumGetTimestampTz(bounds->datums[at][0]);
+		if (at + 1 < bounds->ndatums && bounds->kind[at + 1][0] == PARTITION_RANGE_DATUM_VALUE)
+			upper[part] = DatumGetTimestampTz(bounds->datums[at + 1][0]);
+	}
+
+	if (ranged && bounds->ndatums > 0)
+	{
+		Datum		now = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+		bool		equal;
+
 		/* The greatest bound at or below now; the partition is above it. */
-		at = partition_range_datum_bsearch(key->partsupfunc, key->partcollation, bounds, 1, &now, &equal);
-		if (bounds->indexes[at + 1] >= 0)
+		target = bounds->indexes[partition_range_datum_bsearch(key->partsupfunc, key->partcollation, bounds, 1,
+															   &now, &equal) + 1];
+		if (target >= 0)
 		{
-			if (at >= 0 && bounds->kind[at][0] == PARTITION_RANGE_DATUM_VALUE)
-				*lo = DatumGetTimestampTz(bounds->datums[at][0]);
-			else
-				TIMESTAMP_NOBEGIN(*lo);
-			if (at + 1 < bounds->ndatums && bounds->kind[at + 1][0] == PARTITION_RANGE_DATUM_VALUE)
-				*hi = DatumGetTimestampTz(bounds->datums[at + 1][0]);
+			r->lo = lower[target];
+			r->hi = upper[target];
 		}
 	}
-	table_close(rel, AccessShareLock);
+
+	for (int i = 0; i < desc->nparts; i++)
+	{
+		Relation	part;
+		bool		empty;
+
+		if (i == target)
+			continue;
+		part = table_open(desc->oids[i], AccessShareLock);
+		empty = part->rd_rel->relkind == RELKIND_RELATION && RelationGetNumberOfBlocks(part) == 0;
+		table_close(part, NoLock);
+		if (empty)
+			continue;
+		r->others = true;
+		r->span_lo = Min(r->span_lo, lower[i]);
+		r->span_hi = Max(r->span_hi, upper[i]);
+	}
+	table_close(rel, NoLock);
 }
 
 /*
@@ -835,17 +890,32 @@ OutboxInboxTargetRange(TimestampTz *lo, TimestampTz *hi)
  * it found.
  */
 static int
-OutboxInboxLookup(InboxDays days, Datum consumer, Datum idarray, Datum lo, Datum hi, const pg_uuid_t *ids,
-				  const int *order, int n, Snapshot snapshot, const bool *skip, bool *found, Datum *applied)
+OutboxInboxLookup(InboxDays days, Datum consumer, Datum idarray, const InboxRanges *ranges, bool all,
+				  const pg_uuid_t *ids, const int *order, int n, Snapshot snapshot, const bool *skip, bool *found,
+				  Datum *applied)
 {
 	static SPIPlanPtr plans[2] = {NULL, NULL};
-	Datum		args[4] = {consumer, idarray, lo, hi};
+	TimestampTz span_lo = ranges->span_lo,
+				span_hi = ranges->span_hi;
+	Datum		args[6];
 	int			rc;
 	int			hits = 0;
 
+	if (all)
+	{
+		TIMESTAMP_NOBEGIN(span_lo);
+		TIMESTAMP_NOEND(span_hi);
+	}
+	args[0] = consumer;
+	args[1] = idarray;
+	args[2] = TimestampTzGetDatum(ranges->lo);
+	args[3] = TimestampTzGetDatum(ranges->hi);
+	args[4] = TimestampTzGetDatum(span_lo);
+	args[5] = TimestampTzGetDatum(span_hi);
 	if (plans[days] == NULL)
 	{
-		Oid			types[4] = {TEXTOID, UUIDARRAYOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
+		Oid			types[6] = {TEXTOID, UUIDARRAYOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+		TIMESTAMPTZOID};
 		SPIPlanPtr	p = SPI_prepare_cursor(days == INBOX_TODAY ?
 									"SELECT i.event_id, i.payload FROM " OUTBOX_SCHEMA ".inbox i"
 									" WHERE i.consumer OPERATOR(pg_catalog.=) $1"
@@ -856,8 +926,10 @@ OutboxInboxLookup(InboxDays days, Datum consumer, Datum idarray, Datum lo, Datum
 									" WHERE i.consumer OPERATOR(pg_catalog.=) $1"
 									" AND i.event_id OPERATOR(pg_catalog.=) ANY ($2)"
 									" AND (i.applied_at OPERATOR(pg_catalog.<) $3"
-									" OR i.applied_at OPERATOR(pg_catalog.>=) $4)",
-									4, types, CURSOR_OPT_GENERIC_PLAN);
+									" OR i.applied_at OPERATOR(pg_catalog.>=) $4)"
+									" AND i.applied_at OPERATOR(pg_catalog.>=) $5"
+									" AND i.applied_at OPERATOR(pg_catalog.<) $6",
+									days == INBOX_TODAY ? 4 : 6, types, CURSOR_OPT_GENERIC_PLAN);
 
 		if (p == NULL || SPI_keepplan(p) != 0)
 			elog(ERROR, "could not prepare the inbox lookup: %s", SPI_result_code_string(SPI_result));
@@ -977,8 +1049,7 @@ outbox_inbox_record(PG_FUNCTION_ARGS)
 	int		   *fresh;
 	int			nfresh = 0;
 	int			nkeys = 0;
-	TimestampTz lo,
-				hi;
+	InboxRanges ranges;
 	char	   *name;
 	char	   *key_text;
 	int			name_len;
@@ -1042,20 +1113,21 @@ outbox_inbox_record(PG_FUNCTION_ARGS)
 	qsort(order, n, sizeof(int), OutboxCompareIds);
 	sort_ids = NULL;
 
-	OutboxInboxTargetRange(&lo, &hi);
+	OutboxInboxRanges(&ranges);
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 
 	/*
-	 * The other partitions first: what the transaction sees (at READ
-	 * COMMITTED, a new snapshot), then at REPEATABLE READ and SERIALIZABLE
-	 * what is committed now in any partition, which this snapshot must see
-	 * too.
+	 * The other partitions that hold rows first: what the transaction sees
+	 * (at READ COMMITTED, a new snapshot), then at REPEATABLE READ and
+	 * SERIALIZABLE what is committed now in any partition, which this
+	 * snapshot must see too.
 	 */
 	if (n > 0 &&
-		OutboxInboxLookup(INBOX_OTHER_DAYS, consumer, PointerGetDatum(idarray), TimestampTzGetDatum(lo),
-						  TimestampTzGetDatum(hi), ids, order, n, InvalidSnapshot, NULL, found, applied) < n &&
+		(ranges.others ?
+		 OutboxInboxLookup(INBOX_OTHER_DAYS, consumer, PointerGetDatum(idarray), &ranges, false, ids, order, n,
+						   InvalidSnapshot, NULL, found, applied) : 0) < n &&
 		IsolationUsesXactSnapshot())
 	{
 		bool	   *latest = palloc0(sizeof(bool) * n);
@@ -1063,10 +1135,10 @@ outbox_inbox_record(PG_FUNCTION_ARGS)
 
 		Snapshot	snapshot = GetLatestSnapshot();
 
-		OutboxInboxLookup(INBOX_OTHER_DAYS, consumer, PointerGetDatum(idarray), TimestampTzGetDatum(lo),
-						  TimestampTzGetDatum(hi), ids, order, n, snapshot, NULL, latest, unused);
-		OutboxInboxLookup(INBOX_TODAY, consumer, PointerGetDatum(idarray), TimestampTzGetDatum(lo),
-						  TimestampTzGetDatum(hi), ids, order, n, snapshot, NULL, latest, unused);
+		OutboxInboxLookup(INBOX_OTHER_DAYS, consumer, PointerGetDatum(idarray), &ranges, true, ids, order, n,
+						  snapshot, NULL, latest, unused);
+		OutboxInboxLookup(INBOX_TODAY, consumer, PointerGetDatum(idarray), &ranges, true, ids, order, n,
+						  snapshot, NULL, latest, unused);
 		for (int i = 0; i < n; i++)
 			if (latest[i] && !found[i])
 				ereport(ERROR,
@@ -1103,7 +1175,7 @@ outbox_inbox_record(PG_FUNCTION_ARGS)
 		if (nmissing > 0)
 			OutboxInboxLookup(INBOX_TODAY, consumer,
 							  PointerGetDatum(construct_array(missing, nmissing, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR)),
-							  TimestampTzGetDatum(lo), TimestampTzGetDatum(hi), ids, order, n, InvalidSnapshot,
+							  &ranges, false, ids, order, n, InvalidSnapshot,
 							  inserted, found, applied);
 	}
 
