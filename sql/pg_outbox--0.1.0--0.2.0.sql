@@ -384,6 +384,10 @@ SELECT DISTINCT c, 'outbox_consumer'::regrole
  WHERE c <> '' AND octet_length(c) <= 255 AND c !~ '[\x01-\x1f\x7f]'
 ON CONFLICT DO NOTHING;
 
+-- Consumer names compare byte by byte in the inbox too, as in
+-- outbox.consumers: its unique indexes are probed for every event applied.
+ALTER TABLE outbox.inbox ALTER COLUMN consumer TYPE text COLLATE pg_catalog."C";
+
 -- Functions whose result or arguments changed.
 -- The decision of outbox_fetch() where a batch lies moved into C.
 DROP FUNCTION outbox.fetch_args(text, integer, text);

@@ -29,6 +29,7 @@ constexpr const char* kDeadLetterSql =
 constexpr const char* kConsumerCheckSql = "SELECT @extschema@.inbox_consumer_check($1::pg_catalog.text)";
 constexpr const char* kTextCheckSql = "SELECT $1::pg_catalog.text";
 constexpr const char* kHandlerCheck = "pg_outbox_handler_check";
+constexpr const char* kConsumeStatement = "pg_outbox_consume";
 
 // The OIDs of the handler's parameters: topic text, key text, payload
 // jsonb, headers jsonb, event id uuid (as inbox_consume() passes them).
@@ -406,9 +407,12 @@ RedisReply Consumer::command_raw(std::string_view stream, const std::vector<std:
 
 void Consumer::on_pg_connected() {
     // Only at start-up: a fault that appears later is held and retried.
-    if (validated_) return;
-    validate_settings();
-    validated_ = true;
+    if (!validated_) {
+        validate_settings();
+        validated_ = true;
+    }
+    // Made once a session: its planning is the same for every batch.
+    pg_->prepare(kConsumeStatement, extension_.sql(kConsumeSql));
 }
 
 void Consumer::validate_settings() {
@@ -894,11 +898,11 @@ void Consumer::apply_call(const std::vector<const StreamEntry*>& call, std::vect
     std::optional<PgResult> result;
     try {
         const auto t0 = std::chrono::steady_clock::now();
-        result.emplace(pg_->exec(extension_.sql(kConsumeSql),
-                                 {config_.consumer, config_.handler, pg_bytea_array(ids), pg_bytea_array(topics),
-                                  pg_bytea_array(keys), pg_bytea_array(payloads), pg_bytea_array(headers),
-                                  isolate ? "true" : "false"},
-                                 {0, 0, 1, 1, 1, 1, 1, 0}));
+        result.emplace(pg_->exec_prepared(kConsumeStatement,
+                                          {config_.consumer, config_.handler, pg_bytea_array(ids),
+                                           pg_bytea_array(topics), pg_bytea_array(keys), pg_bytea_array(payloads),
+                                           pg_bytea_array(headers), isolate ? "true" : "false"},
+                                          {0, 0, 1, 1, 1, 1, 1, 0}));
         metrics_.pg_rtt_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     } catch (const PgError& e) {
         // The whole call failed. A lost connection or a transient error is

@@ -441,6 +441,28 @@ PgResult PgConnection::exec(const std::string& sql, const std::vector<Param>& pa
     return result;
 }
 
+PgResult PgConnection::exec_prepared(const std::string& name, const std::vector<Param>& params,
+                                     const std::vector<int>& formats) {
+    std::vector<const char*> values;
+    std::vector<int> lengths;
+    values.reserve(params.size());
+    lengths.reserve(params.size());
+    for (const auto& p : params) {
+        values.push_back(p ? p->data() : nullptr);
+        lengths.push_back(p ? static_cast<int>(p->size()) : 0);
+    }
+    std::vector<int> all_formats(formats);
+    all_formats.resize(params.size(), 0);
+    if (PQsendQueryPrepared(conn_.get(), name.c_str(), static_cast<int>(values.size()), values.data(), lengths.data(),
+                            all_formats.data(), 0) == 0)
+        throw_error(nullptr, "could not send a query", name, true);
+    PgResult result = last_result(name, true);
+    const PGresult* raw = result.raw();
+    const auto status = raw ? PQresultStatus(raw) : PGRES_FATAL_ERROR;
+    if (status != PGRES_TUPLES_OK && status != PGRES_COMMAND_OK) throw_error(raw, "query failed", name, true);
+    return result;
+}
+
 void PgConnection::prepare(const std::string& name, const std::string& sql, const std::vector<Oid>& types) {
     if (PQsendPrepare(conn_.get(), name.c_str(), sql.c_str(), static_cast<int>(types.size()),
                       types.empty() ? nullptr : types.data()) == 0)

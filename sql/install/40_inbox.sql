@@ -5,12 +5,14 @@
 -- The inbox: what each consumer applied, to apply every event once.
 --
 
+-- Consumer names compare byte by byte, as in outbox.consumers: the unique
+-- indexes are probed for every event applied.
 -- outbox.inbox is range-partitioned by day of application, so retention
 -- drops whole partitions. Uniqueness of (consumer, event_id) holds within a
 -- partition by a unique index, and across partitions because inbox_apply()
 -- serializes applies of one event and looks in every partition first.
 CREATE TABLE outbox.inbox (
-	consumer text NOT NULL,
+	consumer text COLLATE pg_catalog."C" NOT NULL,
 	event_id uuid NOT NULL,
 	payload jsonb NOT NULL,
 	applied_at timestamptz NOT NULL DEFAULT pg_catalog.now()

@@ -100,6 +100,10 @@ public:
     // With types, the parameters get those types (OIDs) instead of the ones
     // inferred from the statement.
     void prepare(const std::string& name, const std::string& sql, const std::vector<Oid>& types = {});
+    // Runs a statement prepare() made, with a format per parameter as
+    // exec() takes them.
+    PgResult exec_prepared(const std::string& name, const std::vector<Param>& params,
+                           const std::vector<int>& formats);
 
     // The same in two steps, so that the caller can work while the server
     // runs the statements: send() queues a statement (libpq pipeline mode,
