@@ -17,12 +17,12 @@
  *	   is a uuid, JSON that parses (PostgreSQL's own lexer, which reports
  *	   its errors instead of raising them). An entry that fails is
  *	   "malformed", with the SQLSTATE and message the cast would give.
- *	2. The inbox records the events of the well-formed entries with one
+ *	2. The inbox records the events of the well-formed entries with a
  *	   lookup and one insert (outbox.inbox_record(), below): each comes
  *	   back new, a duplicate (same payload applied before) or a conflict
  *	   (another payload under its id, OB001). Nothing raises.
  *	3. The handler runs for each new event, in the order of the entries,
- *	   as one prepared statement.
+ *	   as one prepared statement (kept for the calls that follow).
  *
  * What can still raise (a failing handler; a number beyond numeric's range
  * or JSON nested beyond the stack, which only the conversion to jsonb
@@ -46,15 +46,19 @@
  * per partition). It serializes the applies of one event with the inbox
  * lock (locks.h), taken for the events of a batch in the order of their
  * keys, so that two batches sharing events wait for each other instead of
- * deadlocking, and then looks in every partition at once. At READ
- * COMMITTED the look takes a new snapshot and sees the other's commit. At
+ * deadlocking, and then looks: in the partitions that hold rows, but for
+ * the one where rows go now, which the insert itself checks (ON CONFLICT
+ * DO NOTHING), so that each event costs one probe of the partition that
+ * grows. At READ COMMITTED the look takes a new snapshot and sees the
+ * other's commit. At
  * REPEATABLE READ and SERIALIZABLE the transaction's snapshot may predate
  * that commit: the look then also reads with the latest snapshot, as the RI
  * triggers do, and a row found only there is a serialization failure, so
  * that the client retries and then sees the event as applied, instead of a
  * unique violation on the same day or a second apply on another day.
  *
- * Layering: consume.c calls inbox.c (the consumer check) and tables.c.
+ * Layering: consume.c calls inbox.c (the consumer check) and tables.c, and
+ * takes the inbox lock of locks.h.
  *
  *-------------------------------------------------------------------------
  */
