@@ -1081,7 +1081,14 @@ void Consumer::ack(const std::vector<const StreamEntry*>& entries) {
     for (auto& [stream, ids] : by_stream) {
         std::vector<std::string_view> argv{"XACK", stream, config_.consumer_group};
         argv.insert(argv.end(), ids.begin(), ids.end());
-        command(stream, argv, "XACK " + stream);
+        // On one Redis, the reply is read with the next command's: the
+        // entries are committed, and an acknowledgement that fails (the
+        // group was deleted) leaves them pending for a reclaim that finds
+        // them applied.
+        if (cluster_)
+            command(stream, argv, "XACK " + stream);
+        else
+            redis_->send_unawaited(argv, "XACK " + stream);
     }
 }
 

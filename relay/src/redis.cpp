@@ -309,6 +309,27 @@ void RedisConnection::flush(std::chrono::steady_clock::time_point deadline, std:
 }
 
 RedisReply RedisConnection::get_reply_raw() {
+    read_unawaited();
+    return read_reply();
+}
+
+void RedisConnection::send_unawaited(const std::vector<std::string_view>& argv, std::string context) {
+    append(argv);
+    unawaited_.push_back(std::move(context));
+    // On the wire now, not when the next command is: the reply is read then.
+    flush();
+}
+
+void RedisConnection::read_unawaited() {
+    while (!unawaited_.empty()) {
+        const std::string context = std::move(unawaited_.front());
+        unawaited_.erase(unawaited_.begin());
+        auto r = read_reply();
+        if (r->type == REDIS_REPLY_ERROR) spdlog::warn("{}: {}", context, reply_text(r.get()));
+    }
+}
+
+RedisReply RedisConnection::read_reply() {
     void* raw = nullptr;
     if (redisGetReplyFromReader(ctx_.get(), &raw) != REDIS_OK) throw_io("Redis connection failed");
     if (raw == nullptr) {

@@ -35,6 +35,29 @@ TEST(RedisConnectionTest, ErrorRepliesThrowUnlessRaw) {
     EXPECT_EQ(reply_text(redis.command({"PING"}).get()), "PONG");  // the connection goes on
 }
 
+// A command sent unawaited is on the wire at once; its reply, an error
+// one included, is read before the next command's, never in its place.
+TEST(RedisConnectionTest, UnawaitedRepliesAreReadFirst) {
+    RedisServer server;
+    auto redis = server.connect();
+    auto other = server.connect();
+    redis.command({"XADD", "s", "1-1", "f", "v"});
+    redis.command({"XGROUP", "CREATE", "s", "g", "0"});
+    redis.command({"XREADGROUP", "GROUP", "g", "w", "STREAMS", "s", ">"});
+    redis.send_unawaited({"XACK", "s", "g", "1-1"}, "XACK s");
+    // Sent already: another connection sees the entry acknowledged.
+    auto pending = other.command({"XPENDING", "s", "g"});
+    EXPECT_EQ(pending->element[0]->integer, 0);
+    redis.send_unawaited({"XACK", "s", "no-such-group", "1-1"}, "XACK s");
+    redis.send_unawaited({"XACK", "s", "g", "1-1"}, "XACK s");
+    EXPECT_EQ(reply_text(redis.command({"ECHO", "mine"}).get()), "mine");
+    redis.send_unawaited({"XACK", "s", "g", "1-1"}, "XACK s");
+    redis.append({"ECHO", "a"});
+    redis.append({"ECHO", "b"});
+    EXPECT_EQ(reply_text(redis.get_reply_raw().get()), "a");
+    EXPECT_EQ(reply_text(redis.get_reply_raw().get()), "b");
+}
+
 // A failed exec() carries its SQL text; a failed prepared statement its
 // name, which the message shows too, whether run at once or pipelined.
 TEST(PgConnectionTest, ErrorsNameTheirStatement) {

@@ -61,6 +61,13 @@ public:
     void flush();
     RedisReply get_reply_raw();
 
+    // Sends a command whose reply is read before the reply of the next
+    // command, instead of being waited for: its round trip rides with the
+    // next one's. For an acknowledgement nothing waits on: an error reply
+    // is logged with "context", never thrown. Read before anything else
+    // this connection reads.
+    void send_unawaited(const std::vector<std::string_view>& argv, std::string context);
+
     // The server this connection reached (for a Sentinel address, the
     // master it named).
     const RedisAddress& server() const { return server_; }
@@ -78,6 +85,10 @@ private:
     // lets this user see neither ROLE nor INFO replication.
     std::string role();
     [[noreturn]] void throw_io(const std::string& what) const;
+    // Reads the next reply on the wire.
+    RedisReply read_reply();
+    // Reads the replies of the commands send_unawaited() sent.
+    void read_unawaited();
     // Waits for the socket until the deadline, "span" after the wait's
     // start (for the message); past it, or once the stop request's grace
     // is over, shuts the connection down and throws RedisError(io).
@@ -91,6 +102,9 @@ private:
     std::chrono::milliseconds timeout_{0};
     // The longest BLOCK of the commands appended since the last reply.
     std::chrono::milliseconds block_allowance_{0};
+    // The contexts of the commands send_unawaited() sent, whose replies are
+    // still to be read, in order.
+    std::vector<std::string> unawaited_;
 };
 
 // Appends a command to "out" in the Redis protocol (RESP). hiredis formats
