@@ -419,48 +419,53 @@ PgResult PgConnection::exec(const std::string& sql, const std::vector<Param>& pa
     return exec(sql, params, {});
 }
 
-PgResult PgConnection::exec(const std::string& sql, const std::vector<Param>& params,
-                            const std::vector<int>& formats) {
+namespace {
+
+// The parameters of a statement as libpq takes them: each value's bytes
+// and length (NULL: none), and a format each (text unless given).
+struct ParamArrays {
     std::vector<const char*> values;
     std::vector<int> lengths;
-    values.reserve(params.size());
-    lengths.reserve(params.size());
-    for (const auto& p : params) {
-        values.push_back(p ? p->data() : nullptr);
-        lengths.push_back(p ? static_cast<int>(p->size()) : 0);
+    std::vector<int> formats;
+
+    ParamArrays(const std::vector<Param>& params, const std::vector<int>& given) : formats(given) {
+        values.reserve(params.size());
+        lengths.reserve(params.size());
+        for (const auto& p : params) {
+            values.push_back(p ? p->data() : nullptr);
+            lengths.push_back(p ? static_cast<int>(p->size()) : 0);
+        }
+        formats.resize(params.size(), 0);
     }
-    std::vector<int> all_formats(formats);
-    all_formats.resize(params.size(), 0);
-    if (PQsendQueryParams(conn_.get(), sql.c_str(), static_cast<int>(values.size()), nullptr, values.data(),
-                          lengths.data(), all_formats.data(), 0) == 0)
+    int size() const { return static_cast<int>(values.size()); }
+};
+
+}  // namespace
+
+PgResult PgConnection::exec(const std::string& sql, const std::vector<Param>& params,
+                            const std::vector<int>& formats) {
+    const ParamArrays p(params, formats);
+    if (PQsendQueryParams(conn_.get(), sql.c_str(), p.size(), nullptr, p.values.data(), p.lengths.data(),
+                          p.formats.data(), 0) == 0)
         throw_error(nullptr, "could not send a query", sql);
-    PgResult result = last_result(sql, false);
+    return checked_result(sql, false);
+}
+
+PgResult PgConnection::checked_result(const std::string& statement, bool prepared) {
+    PgResult result = last_result(statement, prepared);
     const PGresult* raw = result.raw();
     const auto status = raw ? PQresultStatus(raw) : PGRES_FATAL_ERROR;
-    if (status != PGRES_TUPLES_OK && status != PGRES_COMMAND_OK) throw_error(raw, "query failed", sql);
+    if (status != PGRES_TUPLES_OK && status != PGRES_COMMAND_OK) throw_error(raw, "query failed", statement, prepared);
     return result;
 }
 
 PgResult PgConnection::exec_prepared(const std::string& name, const std::vector<Param>& params,
                                      const std::vector<int>& formats) {
-    std::vector<const char*> values;
-    std::vector<int> lengths;
-    values.reserve(params.size());
-    lengths.reserve(params.size());
-    for (const auto& p : params) {
-        values.push_back(p ? p->data() : nullptr);
-        lengths.push_back(p ? static_cast<int>(p->size()) : 0);
-    }
-    std::vector<int> all_formats(formats);
-    all_formats.resize(params.size(), 0);
-    if (PQsendQueryPrepared(conn_.get(), name.c_str(), static_cast<int>(values.size()), values.data(), lengths.data(),
-                            all_formats.data(), 0) == 0)
+    const ParamArrays p(params, formats);
+    if (PQsendQueryPrepared(conn_.get(), name.c_str(), p.size(), p.values.data(), p.lengths.data(), p.formats.data(),
+                            0) == 0)
         throw_error(nullptr, "could not send a query", name, true);
-    PgResult result = last_result(name, true);
-    const PGresult* raw = result.raw();
-    const auto status = raw ? PQresultStatus(raw) : PGRES_FATAL_ERROR;
-    if (status != PGRES_TUPLES_OK && status != PGRES_COMMAND_OK) throw_error(raw, "query failed", name, true);
-    return result;
+    return checked_result(name, true);
 }
 
 void PgConnection::prepare(const std::string& name, const std::string& sql, const std::vector<Oid>& types) {

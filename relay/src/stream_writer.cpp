@@ -14,6 +14,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <numeric>
 #include <unordered_map>
 
 #include "pg_outbox/backoff.hpp"
@@ -490,33 +491,11 @@ StreamWriter::Transaction StreamWriter::write_transaction(const Shares& shares, 
 // next time, refusing loudly a later entry that got in before a failed one.
 StreamWriter::Transaction StreamWriter::read_transaction_replies(const Shares& shares, const redisReply* exec,
                                                            Written& last) {
+    std::vector<std::size_t> streams(shares.keys.size());
+    std::iota(streams.begin(), streams.end(), std::size_t{0});
     std::optional<RedisError> failure;
-    std::uint64_t written = 0;
-    std::size_t i = 0;
-    for (std::size_t s = 0; s < shares.keys.size(); ++s) {
-        const Event* top = nullptr;
-        for (const Event* e : shares.events[s]) {
-            const redisReply* r = exec->element[i++];
-            if (r->type == REDIS_REPLY_ERROR) {
-                if (!failure)
-                    failure.emplace(RedisError::Kind::reply, std::string(reply_text(r)) + " (event " + e->event_id +
-                                                                 " at " + e->position + " to stream \"" +
-                                                                 shares.keys[s] + "\")");
-                continue;
-            }
-            ++written;
-            top = e;
-        }
-        if (top) {
-            last[shares.keys[s]] = top->position;
-            known_[shares.keys[s]] = top->parsed;
-        }
-    }
-    metrics_.events_published += written;
-    if (failure) {
-        script_next_ = true;
-        throw *failure;
-    }
+    read_exec_replies(shares, streams, exec, last, failure);
+    if (failure) throw *failure;  // and the script looks next time
     return Transaction::written;
 }
 
@@ -713,7 +692,9 @@ std::vector<std::size_t> StreamWriter::write_cluster_transactions(const Shares& 
     return to_script;
 }
 
-// As read_transaction_replies(), for a slot's shares.
+// The replies of the XADDs of a transaction, for the shares of some
+// streams (a slot's in a cluster); a failure sends the next batch through
+// the script.
 void StreamWriter::read_exec_replies(const Shares& shares, const std::vector<std::size_t>& streams,
                                      const redisReply* exec, Written& last, std::optional<RedisError>& failure) {
     std::uint64_t written = 0;

@@ -154,6 +154,8 @@ private:
                           bool prepared);
     // The last result of a statement sent outside pipeline mode.
     PgResult last_result(const std::string& statement, bool prepared);
+    // The same, throwing PgError unless the statement succeeded.
+    PgResult checked_result(const std::string& statement, bool prepared);
     // Queues a statement, unnamed (sql) or prepared (name), and its sync point.
     void queue(const char* name, const char* sql, const std::vector<Param>& params, bool binary_result = false);
 
