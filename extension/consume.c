@@ -57,8 +57,8 @@
  * that the client retries and then sees the event as applied, instead of a
  * unique violation on the same day or a second apply on another day.
  *
- * Layering: consume.c calls inbox.c (the consumer check) and tables.c, and
- * takes the inbox lock of locks.h.
+ * Layering: consume.c calls inbox.c (the consumer check), locks.c (the
+ * inbox lock) and tables.c.
  *
  *-------------------------------------------------------------------------
  */
@@ -79,7 +79,6 @@
 #include "partitioning/partbounds.h"
 #include "partitioning/partdesc.h"
 #include "storage/bufmgr.h"
-#include "storage/lock.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
@@ -787,11 +786,11 @@ OutboxFindId(const pg_uuid_t *ids, const int *order, int n, const pg_uuid_t *id)
 }
 
 /* Which partitions of outbox.inbox a lookup reads. */
-typedef enum InboxDays
+typedef enum InboxPartitions
 {
-	INBOX_OTHER_DAYS,			/* all but the one rows go to now */
-	INBOX_TODAY,				/* that one */
-} InboxDays;
+	INBOX_OTHER_PARTITIONS,		/* all but the one rows go to now */
+	INBOX_TARGET_PARTITION,		/* that one */
+} InboxPartitions;
 
 /*
  * Where a batch's lookups read: the partition of outbox.inbox rows go to
@@ -887,14 +886,14 @@ OutboxInboxRanges(InboxRanges *r)
 
 /*
  * Looks up which events of a batch the consumer applied before, with a
- * snapshot (InvalidSnapshot: the statement's), in some partitions (those
- * of [lo, hi), where rows go now, or all the others); sets
- * found[k] and applied[k] of each event found (every occurrence of its
- * id), but for those skip[k] names (NULL: none). Returns how many events
- * it found.
+ * snapshot (InvalidSnapshot: the statement's), in some partitions: the one
+ * rows go to now, or the others that hold rows (with "all", every other
+ * one); sets found[k] and applied[k] of each event found (every occurrence
+ * of its id), but for those skip[k] names (NULL: none). Returns how many
+ * events it found.
  */
 static int
-OutboxInboxLookup(InboxDays days, Datum consumer, Datum idarray, const InboxRanges *ranges, bool all,
+OutboxInboxLookup(InboxPartitions which, Datum consumer, Datum idarray, const InboxRanges *ranges, bool all,
 				  const pg_uuid_t *ids, const int *order, int n, Snapshot snapshot, const bool *skip, bool *found,
 				  Datum *applied)
 {
@@ -916,11 +915,11 @@ OutboxInboxLookup(InboxDays days, Datum consumer, Datum idarray, const InboxRang
 	args[3] = TimestampTzGetDatum(ranges->hi);
 	args[4] = TimestampTzGetDatum(span_lo);
 	args[5] = TimestampTzGetDatum(span_hi);
-	if (plans[days] == NULL)
+	if (plans[which] == NULL)
 	{
 		Oid			types[6] = {TEXTOID, UUIDARRAYOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
 		TIMESTAMPTZOID};
-		SPIPlanPtr	p = SPI_prepare_cursor(days == INBOX_TODAY ?
+		SPIPlanPtr	p = SPI_prepare_cursor(which == INBOX_TARGET_PARTITION ?
 									"SELECT i.event_id, i.payload FROM " OUTBOX_SCHEMA ".inbox i"
 									" WHERE i.consumer OPERATOR(pg_catalog.=) $1"
 									" AND i.event_id OPERATOR(pg_catalog.=) ANY ($2)"
@@ -933,16 +932,16 @@ OutboxInboxLookup(InboxDays days, Datum consumer, Datum idarray, const InboxRang
 									" OR i.applied_at OPERATOR(pg_catalog.>=) $4)"
 									" AND i.applied_at OPERATOR(pg_catalog.>=) $5"
 									" AND i.applied_at OPERATOR(pg_catalog.<) $6",
-									days == INBOX_TODAY ? 4 : 6, types, CURSOR_OPT_GENERIC_PLAN);
+									which == INBOX_TARGET_PARTITION ? 4 : 6, types, CURSOR_OPT_GENERIC_PLAN);
 
 		if (p == NULL || SPI_keepplan(p) != 0)
 			elog(ERROR, "could not prepare the inbox lookup: %s", SPI_result_code_string(SPI_result));
-		plans[days] = p;
+		plans[which] = p;
 	}
 	if (snapshot == InvalidSnapshot)
-		rc = SPI_execute_plan(plans[days], args, NULL, false, 0);
+		rc = SPI_execute_plan(plans[which], args, NULL, false, 0);
 	else
-		rc = SPI_execute_snapshot(plans[days], args, NULL, snapshot, InvalidSnapshot, false, false, 0);
+		rc = SPI_execute_snapshot(plans[which], args, NULL, snapshot, InvalidSnapshot, false, false, 0);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "inbox lookup failed: %s", SPI_result_code_string(rc));
 	for (uint64 r = 0; r < SPI_processed; r++)
@@ -971,7 +970,7 @@ OutboxInboxLookup(InboxDays days, Datum consumer, Datum idarray, const InboxRang
 /*
  * Adds the first occurrence of each new event to the inbox; returns, in
  * inserted[k], which went in. One that did not is in the inbox already, in
- * the partition of the day rows are added to now: added by a transaction
+ * the partition rows go to now: added by a transaction
  * that committed meanwhile (the inbox lock waited for it) or, at
  * REPEATABLE READ and SERIALIZABLE, a serialization failure raised by
  * ON CONFLICT itself when this snapshot cannot see that row.
@@ -1052,7 +1051,6 @@ outbox_inbox_record(PG_FUNCTION_ARGS)
 	bool	   *inserted;
 	int		   *fresh;
 	int			nfresh = 0;
-	int			nkeys = 0;
 	InboxRanges ranges;
 	char	   *name;
 	char	   *key_text;
@@ -1104,15 +1102,8 @@ outbox_inbox_record(PG_FUNCTION_ARGS)
 	}
 	qsort(keys, n, sizeof(uint64), OutboxCompareKeys);
 	for (int i = 0; i < n; i++)
-	{
-		LOCKTAG		tag;
-
-		if (i > 0 && keys[i] == keys[i - 1])
-			continue;
-		SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (keys[i] >> 32), (uint32) keys[i], OUTBOX_LOCK_INBOX);
-		(void) LockAcquire(&tag, ExclusiveLock, false, false);
-		nkeys++;
-	}
+		if (i == 0 || keys[i] != keys[i - 1])
+			OutboxInboxLock(keys[i]);
 	sort_ids = ids;
 	qsort(order, n, sizeof(int), OutboxCompareIds);
 	sort_ids = NULL;
@@ -1130,18 +1121,17 @@ outbox_inbox_record(PG_FUNCTION_ARGS)
 	 */
 	if (n > 0 &&
 		(ranges.others ?
-		 OutboxInboxLookup(INBOX_OTHER_DAYS, consumer, PointerGetDatum(idarray), &ranges, false, ids, order, n,
+		 OutboxInboxLookup(INBOX_OTHER_PARTITIONS, consumer, PointerGetDatum(idarray), &ranges, false, ids, order, n,
 						   InvalidSnapshot, NULL, found, applied) : 0) < n &&
 		IsolationUsesXactSnapshot())
 	{
 		bool	   *latest = palloc0(sizeof(bool) * n);
 		Datum	   *unused = palloc0(sizeof(Datum) * n);
-
 		Snapshot	snapshot = GetLatestSnapshot();
 
-		OutboxInboxLookup(INBOX_OTHER_DAYS, consumer, PointerGetDatum(idarray), &ranges, true, ids, order, n,
+		OutboxInboxLookup(INBOX_OTHER_PARTITIONS, consumer, PointerGetDatum(idarray), &ranges, true, ids, order, n,
 						  snapshot, NULL, latest, unused);
-		OutboxInboxLookup(INBOX_TODAY, consumer, PointerGetDatum(idarray), &ranges, true, ids, order, n,
+		OutboxInboxLookup(INBOX_TARGET_PARTITION, consumer, PointerGetDatum(idarray), &ranges, true, ids, order, n,
 						  snapshot, NULL, latest, unused);
 		for (int i = 0; i < n; i++)
 			if (latest[i] && !found[i])
@@ -1156,8 +1146,9 @@ outbox_inbox_record(PG_FUNCTION_ARGS)
 	/*
 	 * The partition rows go to now is looked at by the insert itself: the
 	 * first occurrence of each event not found goes in unless that
-	 * partition has it, and only then is its payload read. order[] is by id, then by
-	 * position, so the first of a run of equal ids came first in the batch.
+	 * partition has it, and only then is its payload read. order[] is by
+	 * id, then by position, so the first of a run of equal ids came first
+	 * in the batch.
 	 */
 	for (int at = 0; at < n; at++)
 	{
@@ -1177,7 +1168,7 @@ outbox_inbox_record(PG_FUNCTION_ARGS)
 				missing[nmissing++] = idvals[fresh[k]];
 		/* The rows inserted now are not what was applied before. */
 		if (nmissing > 0)
-			OutboxInboxLookup(INBOX_TODAY, consumer,
+			OutboxInboxLookup(INBOX_TARGET_PARTITION, consumer,
 							  PointerGetDatum(construct_array(missing, nmissing, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR)),
 							  &ranges, false, ids, order, n, InvalidSnapshot,
 							  inserted, found, applied);

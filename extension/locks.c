@@ -1,18 +1,21 @@
 /*-------------------------------------------------------------------------
  *
  * locks.c
- *	  Transaction-level advisory locks of pg_outbox taken from SQL.
+ *	  Transaction-level advisory locks of pg_outbox taken from SQL, and the
+ *	  inbox lock.
  *
  * Their tags come from the table in locks.h, which every user of a
  * pg_outbox lock includes; this file includes no other part of pg_outbox.
  *
- * The inbox lock serializes applies of one event by one consumer.
- * inbox_apply() must see an event applied by a concurrent transaction,
- * whichever partition of outbox.inbox holds it. It takes a
- * transaction-level advisory lock keyed by a hash of (consumer, event id)
- * before looking: a second apply of the same event waits until the first
+ * The inbox lock serializes applies of one event by one consumer. An apply
+ * must see an event applied by a concurrent transaction, whichever
+ * partition of outbox.inbox holds it. It takes a transaction-level
+ * advisory lock keyed by a hash of (consumer, event id) before looking
+ * (OutboxInboxLock(), which outbox.inbox_record() calls for the events of
+ * a batch): a second apply of the same event waits until the first
  * commits (and then finds it) or rolls back (and then applies it). A hash
- * collision only makes two applies wait for each other.
+ * collision only makes two applies wait for each other. Version 0.1.0's
+ * inbox_apply() takes it through outbox.inbox_lock(), until the update.
  *
  *-------------------------------------------------------------------------
  */
@@ -27,16 +30,25 @@
 PG_FUNCTION_INFO_V1(outbox_inbox_lock);
 PG_FUNCTION_INFO_V1(outbox_try_maintenance_lock);
 
-/* outbox.inbox_lock(key bigint): waits for the event's apply lock. */
-Datum
-outbox_inbox_lock(PG_FUNCTION_ARGS)
+/* Waits for the inbox lock of a (consumer, event id) key. */
+void
+OutboxInboxLock(uint64 key)
 {
-	uint64		key = (uint64) PG_GETARG_INT64(0);
 	LOCKTAG		tag;
 
 	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (key >> 32), (uint32) key,
 						 OUTBOX_LOCK_INBOX);
 	(void) LockAcquire(&tag, ExclusiveLock, false, false);
+}
+
+/*
+ * outbox.inbox_lock(key bigint), of version 0.1.0 (its inbox_apply() calls
+ * it until ALTER EXTENSION UPDATE): waits for the event's apply lock.
+ */
+Datum
+outbox_inbox_lock(PG_FUNCTION_ARGS)
+{
+	OutboxInboxLock((uint64) PG_GETARG_INT64(0));
 	PG_RETURN_VOID();
 }
 

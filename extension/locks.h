@@ -37,7 +37,7 @@ typedef enum OutboxLockSubid
 	/*
 	 * Applies of one event by one consumer: a transaction lock, classid and
 	 * objid the halves of a hash of (consumer, event id) (locks.c,
-	 * outbox.inbox_lock()).
+	 * OutboxInboxLock()).
 	 */
 	OUTBOX_LOCK_INBOX = 4,
 
@@ -54,5 +54,8 @@ typedef enum OutboxLockSubid
 	 */
 	OUTBOX_LOCK_COMMIT_ORDER = 6,
 } OutboxLockSubid;
+
+/* Waits for the inbox lock of a (consumer, event id) key (locks.c). */
+extern void OutboxInboxLock(uint64 key);
 
 #endif							/* OUTBOX_LOCKS_H */

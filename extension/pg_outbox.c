@@ -15,7 +15,7 @@
  *	 commit.c -> writer.c, tables.c, locks.h
  *	 fetch.c  -> feed.c, position.c, lead.c, commit.c, wakeup.c, tables.c
  *	 feed.c   -> writer.c, position.c, tables.c
- *	 consume.c -> inbox.c, tables.c, locks.h
+ *	 consume.c -> inbox.c, locks.c, tables.c
  *	 inbox.c  -> tables.c
  *	 worker.c -> wakeup.c
  *	 locks.c  -> locks.h
