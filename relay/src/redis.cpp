@@ -321,12 +321,16 @@ void RedisConnection::send_unawaited(const std::vector<std::string_view>& argv, 
 }
 
 void RedisConnection::read_unawaited() {
+    // Reading a reply ends the allowance of the BLOCK appended since; the
+    // commands appended after these keep theirs.
+    const auto allowance = block_allowance_;
     while (!unawaited_.empty()) {
         const std::string context = std::move(unawaited_.front());
         unawaited_.erase(unawaited_.begin());
         auto r = read_reply();
         if (r->type == REDIS_REPLY_ERROR) spdlog::warn("{}: {}", context, reply_text(r.get()));
     }
+    block_allowance_ = allowance;
 }
 
 RedisReply RedisConnection::read_reply() {

@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "pg_outbox/config.hpp"
 #include "pg_outbox/errors.hpp"
 #include "servers.hpp"
 
@@ -56,6 +57,13 @@ TEST(RedisConnectionTest, UnawaitedRepliesAreReadFirst) {
     redis.append({"ECHO", "b"});
     EXPECT_EQ(reply_text(redis.get_reply_raw().get()), "a");
     EXPECT_EQ(reply_text(redis.get_reply_raw().get()), "b");
+    // A BLOCK sent after it keeps its allowance: on a connection whose
+    // timeout is shorter than the BLOCK, its (empty) reply is still waited
+    // for, not taken for a dead link.
+    RedisConnection short_wait(RedisAddress::parse(server.address()), "", 0, std::chrono::milliseconds(300));
+    short_wait.send_unawaited({"XACK", "s", "g", "1-1"}, "XACK s");
+    auto r = short_wait.command({"XREAD", "BLOCK", "1000", "STREAMS", "s", "$"});
+    EXPECT_EQ(r->type, REDIS_REPLY_NIL);
 }
 
 // A failed exec() carries its SQL text; a failed prepared statement its

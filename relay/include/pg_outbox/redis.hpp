@@ -65,7 +65,8 @@ public:
     // command, instead of being waited for: its round trip rides with the
     // next one's. For an acknowledgement nothing waits on: an error reply
     // is logged with "context", never thrown. Read before anything else
-    // this connection reads.
+    // this connection reads, so send it with no reply outstanding (not in
+    // the middle of a pipeline).
     void send_unawaited(const std::vector<std::string_view>& argv, std::string context);
 
     // The server this connection reached (for a Sentinel address, the
