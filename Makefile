@@ -24,10 +24,15 @@ OBJS = \
 	extension/xact.o \
 	extension/worker.o
 
-DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql
-# Upgrade scripts, and the install scripts of released versions (kept so
-# that an older version can be installed and updated, as the upgrade test does).
-DATA = $(wildcard sql/$(EXTENSION)--*--*.sql) $(wildcard sql/released/$(EXTENSION)--*.sql)
+# The install script and the upgrade scripts to this version are built
+# from sql/install/ and sql/upgrade/ (below).
+UPGRADE_PARTS = $(sort $(wildcard sql/upgrade/*--*.sql))
+UPGRADE_SCRIPTS = $(patsubst sql/upgrade/%,sql/$(EXTENSION)--%,$(UPGRADE_PARTS))
+DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql $(UPGRADE_SCRIPTS)
+# The scripts of released versions, frozen: their install scripts (kept so
+# that an older version can be installed and updated, as the upgrade test
+# does) and the upgrade scripts between them.
+DATA = $(wildcard sql/released/$(EXTENSION)--*.sql)
 
 REGRESS = install emit emit_errors emit_drivers groups feed group_ops packed skip privileges explain inbox inbox_entries inbox_consumers maintain drop
 REGRESS_OPTS = --inputdir=test --outputdir=test --load-extension=$(EXTENSION)
@@ -64,6 +69,27 @@ SQL_PARTS = $(sort $(wildcard sql/install/*.sql))
 
 sql/$(EXTENSION)--$(EXTVERSION).sql: $(SQL_PARTS) sql/install
 	cat $(SQL_PARTS) > $@.tmp
+	mv $@.tmp $@
+
+# An upgrade script, as PgQ builds its own: the schema changes are written
+# by hand in sql/upgrade/A--B.sql, the functions come from the install
+# parts. sql/upgrade.awk puts every function of sql/install/*.sql (with its
+# comment and privileges) where the hand part has its line
+# "-- @functions@", as CREATE OR REPLACE when version A (its install
+# script in sql/released/) has it, and fails when the hand part defines a
+# function itself. So a function changed in sql/install/ needs nothing in
+# sql/upgrade/; a table, column or signature changed does (test/ops/upgrade.sh
+# compares an updated database with a fresh install). The hand parts are
+# those of updates to this version: on release, the built script is
+# frozen in sql/released/ and its hand part removed (README, "Releasing").
+AWK ?= awk
+
+ifneq ($(filter-out %--$(EXTVERSION).sql,$(UPGRADE_PARTS)),)
+$(error $(filter-out %--$(EXTVERSION).sql,$(UPGRADE_PARTS)): a hand part of an update to another version than $(EXTVERSION); freeze its built script in sql/released/ and remove it)
+endif
+
+sql/$(EXTENSION)--%--$(EXTVERSION).sql: sql/upgrade/%--$(EXTVERSION).sql sql/released/$(EXTENSION)--%.sql sql/upgrade.awk $(SQL_PARTS) sql/install
+	$(AWK) -f sql/upgrade.awk sql/released/$(EXTENSION)--$*.sql $< $(SQL_PARTS) > $@.tmp
 	mv $@.tmp $@
 
 .PHONY: test demo bench soak checkver installcheck-preload deb

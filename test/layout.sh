@@ -3,8 +3,9 @@
 # checks: the extension's files include each other without a cycle (each
 # part calls only the parts below it), and the relay reads PostgreSQL only
 # through the extension's functions, never its tables (outbox.<table> in a
-# query of relay/src). Prints an "ok"/"not ok" line per check, then
-# "N passed, N failed".
+# query of relay/src), and each upgrade script is built with every function
+# of the install parts, none of them written by hand. Prints an
+# "ok"/"not ok" line per check, then "N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . test/ops/tap.bash
@@ -92,6 +93,68 @@ relay_sql_qualified() {
 }
 check "the relay's statements qualify every function, operator and type and type every parameter" relay_sql_qualified
 
+# The upgrade scripts are built (sql/upgrade.awk, as make runs it) from a
+# hand part with the schema changes (sql/upgrade/A--B.sql) and the
+# functions of the install parts. Read with a parser of its own (not the
+# generator's): each statement of the install parts that makes or
+# describes a function (CREATE FUNCTION, COMMENT ON, GRANT or REVOKE ON,
+# ALTER FUNCTION) is in the built script as written (CREATE OR REPLACE for
+# CREATE), and the hand part creates or comments none of their functions.
+# Prints "fault: what" for each fault: upgrade_faults HAND_PART BUILT_SCRIPT.
+upgrade_faults() {
+	perl - "$1" "$2" sql/install/*.sql <<'PERL'
+use strict;
+use warnings;
+my ($hand, $built, @parts) = @ARGV;
+sub slurp { open(my $fh, "<", $_[0]) or die "$_[0]: $!"; local $/; return <$fh>; }
+# A statement's text up to its ";": dollar-quoted bodies, strings and line
+# comments may hold a ";".
+my $body = qr{(?:\$(?<tag>\w*)\$.*?\$\k<tag>\$|\$|'(?:[^']|'')*'|--[^\n]*|[^;'\$-]|-)*?;}s;
+my $function_stmt = qr{^((?:CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION|COMMENT\s+ON\s+FUNCTION|ALTER\s+FUNCTION
+	|(?:GRANT|REVOKE)\s[^;]*?\sON\s+FUNCTION)\s$body)}mix;
+sub norm { my $t = shift; $t =~ s/^CREATE\s+OR\s+REPLACE\s+FUNCTION/CREATE FUNCTION/mgi; return $t; }
+my $script = norm(slurp($built));
+my (%defined, $n);
+for my $part (@parts) {
+	my $text = slurp($part);
+	while ($text =~ /$function_stmt/g) {
+		my $stmt = $1;
+		$n++;
+		$defined{lc $1} = 1 if $stmt =~ /^CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\s+([^\s(]+)/i;
+		next if index($script, norm($stmt)) >= 0;
+		(my $first = $stmt) =~ s/\n.*//s;
+		print "not in $built: $first ($part)\n";
+	}
+}
+print "no function statement found in the install parts\n" unless $n;
+my $text = slurp($hand);
+while ($text =~ /^\s*(CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION|COMMENT\s+ON\s+FUNCTION)\s+([^\s(]+)/mgi) {
+	print "$hand: $1 $2, a function of the install parts\n" if $defined{lc $2};
+}
+PERL
+}
+# Builds the upgrade script of a hand part into a file: build_upgrade HAND_PART OUT.
+build_upgrade() {
+	local from
+	from=$(basename "$1" .sql)
+	from=${from%%--*}
+	awk -f sql/upgrade.awk "sql/released/pg_outbox--$from.sql" "$1" sql/install/*.sql >"$2"
+}
+upgrades_built_from_the_install_parts() {
+	local hand out faults all=""
+	for hand in sql/upgrade/*--*.sql; do
+		out=$(mktemp)
+		build_upgrade "$hand" "$out" || { rm -f "$out"; echo "# $hand: the build fails" >&2; return 1; }
+		faults=$(upgrade_faults "$hand" "$out")
+		rm -f "$out"
+		all+=$faults
+	done
+	[ -n "$(ls sql/upgrade/*--*.sql 2>/dev/null)" ] || { echo "# no hand part in sql/upgrade/" >&2; return 1; }
+	[ -z "$all" ] || { echo "$all" | sed 's/^/# /' >&2; return 1; }
+}
+check "each upgrade script has every function of the install parts, and its hand part writes none" \
+	upgrades_built_from_the_install_parts
+
 # The checks find what they look for.
 finds_sql_faults() {
 	local dir out
@@ -111,6 +174,34 @@ finds_sql_faults() {
 		" unqualified call of outbox_lead, untyped parameter \$1, unqualified operator =, cast to an unqualified type, unqualified operator -,"
 }
 check "the statement check finds unqualified calls, operators, casts and untyped parameters" finds_sql_faults
+
+# A hand part that writes a function of the install parts is refused by
+# the build and by the check; a built script without one of the functions
+# (or with its text changed) fails the check.
+finds_upgrade_faults() {
+	local dir hand out
+	dir=$(mktemp -d)
+	hand=$(ls sql/upgrade/*--*.sql | head -n 1)
+	{
+		cat "$hand"
+		printf 'CREATE OR REPLACE FUNCTION outbox.lock_class() RETURNS oid LANGUAGE sql AS $$ SELECT 1::oid $$;\n'
+	} >"$dir/$(basename "$hand")"
+	if build_upgrade "$dir/$(basename "$hand")" "$dir/built" 2>"$dir/err"; then
+		echo "# the build took a hand part that creates outbox.lock_class()" >&2
+		rm -r "$dir"
+		return 1
+	fi
+	out=$(grep -c 'creates function outbox.lock_class' "$dir/err")
+	build_upgrade "$hand" "$dir/built"
+	out+=,$(upgrade_faults "$dir/$(basename "$hand")" "$dir/built" | grep -c 'CREATE OR REPLACE FUNCTION outbox.lock_class, a function of the install parts')
+	# The built script without outbox.horizon()'s definition, and with
+	# outbox.partition_name()'s body changed.
+	perl -0pi -e 's/^CREATE (OR REPLACE )?FUNCTION outbox\.horizon\(\).*?\$\$;\n//ms; s/'"'"'event_%s'"'"', lower/'"'"'event%s'"'"', lower/' "$dir/built"
+	out+=,$(upgrade_faults "$hand" "$dir/built" | grep -c '^not in .*: CREATE FUNCTION outbox\.\(horizon()\|partition_name(lower xid8)\)')
+	rm -r "$dir"
+	eq "$out" "1,1,2"
+}
+check "the upgrade checks find a hand-written function and a function missing from the built script" finds_upgrade_faults
 
 check "the table-read pattern matches a query that reads outbox.groups" \
 	grep -qiE "$TABLE_READ" <<<'    "SELECT streams FROM outbox.groups WHERE name = $1";'

@@ -56,7 +56,9 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 current=$(sed -n "s/^default_version[[:space:]]*=[[:space:]]*'\([^']*\)'.*/\1/p" "$root/pg_outbox.control")
-scripts=("$root"/sql/install/*.sql "$root"/sql/pg_outbox--*--*.sql)
+# The sources of the install and upgrade scripts (an upgrade script is its
+# hand part and the install parts' functions).
+scripts=("$root"/sql/install/*.sql "$root"/sql/upgrade/*.sql)
 
 # The names, one per line. Operators: every run of operator characters, as
 # PostgreSQL's lexer splits it (a multi-character operator ends in + or -
@@ -487,6 +489,7 @@ grep -m5 'TRAP FIRED\|ERROR' "$work/inschema" | sed 's/^/#   /'
 for script in "$root"/sql/released/pg_outbox--*.sql; do
 	from=$(basename "$script" .sql)
 	from=${from#pg_outbox--}
+	[[ $from != *--* ]] || continue	# a released update's script, not a version
 	db="up_${from//./_}"
 	createdb -O trapper "$db"
 	q "$db" >/dev/null <<SQL
@@ -527,6 +530,7 @@ as_role trapper refused -c "CREATE SCHEMA trapbox" >/dev/null
 for script in "$root"/sql/released/pg_outbox--*.sql; do
 	from=$(basename "$script" .sql)
 	from=${from#pg_outbox--}
+	[[ $from != *--* ]] || continue	# a released update's script, not a version
 	q refused -c "CREATE EXTENSION pg_outbox SCHEMA theirs VERSION '$from'" >/dev/null
 	check "refused: traps planted in the schema of $from" plant refused theirs
 	psql -X -q -At -d refused -c "\\set VERBOSITY verbose" -c "ALTER EXTENSION pg_outbox UPDATE" >>"$work/refused" 2>&1

@@ -74,6 +74,7 @@ SQL
 for script in "$(dirname "$0")"/../../sql/released/pg_outbox--*.sql; do
 	from=$(basename "$script" .sql)
 	from=${from#pg_outbox--}
+	[[ $from != *--* ]] || continue	# a released update's script, not a version
 	db="from_${from//./_}"
 	createdb "$db"
 	q "$db" >/dev/null <<SQL

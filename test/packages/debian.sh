@@ -147,10 +147,15 @@ packaged_files() {
 		/usr/share/doc/$EXT_PKG/copyright; do
 		grep -qxF "$f" "$WORK/ext.list" || { echo "$EXT_PKG lacks $f"; missing=1; }
 	done
-	for f in sql/pg_outbox--*--*.sql; do
+	# The scripts of the updates and of the released versions, named from
+	# their sources (the upgrade scripts to this version are built from
+	# sql/upgrade/, the others frozen in sql/released/).
+	for f in sql/upgrade/*--*.sql sql/released/pg_outbox--*.sql; do
 		[ -e "$f" ] || continue
-		grep -qxF "/usr/share/postgresql/15/extension/${f#sql/}" "$WORK/ext.list" ||
-			{ echo "$EXT_PKG lacks the upgrade script ${f#sql/}"; missing=1; }
+		f=$(basename "$f")
+		f=pg_outbox--${f#pg_outbox--}
+		grep -qxF "/usr/share/postgresql/15/extension/$f" "$WORK/ext.list" ||
+			{ echo "$EXT_PKG lacks the script $f"; missing=1; }
 	done
 	for f in /usr/bin/pg_outbox_relay /usr/bin/pg_outbox_check \
 		/lib/systemd/system/pg_outbox_relay@.service \
