@@ -80,8 +80,8 @@ sql/$(EXTENSION)--$(EXTVERSION).sql: $(SQL_PARTS) sql/install
 # function itself. So a function changed in sql/install/ needs nothing in
 # sql/upgrade/; a table, column or signature changed does (test/ops/upgrade.sh
 # compares an updated database with a fresh install). The hand parts are
-# those of updates to this version: on release, the built script is
-# frozen in sql/released/ and its hand part removed (README, "Releasing").
+# those of updates to this version: on release, the built script is frozen
+# in sql/released/ and its hand part removed (README: "Releasing version B").
 AWK ?= awk
 
 ifneq ($(filter-out %--$(EXTVERSION).sql,$(UPGRADE_PARTS)),)

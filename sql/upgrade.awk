@@ -27,12 +27,15 @@
 # names the signature as PostgreSQL identifies the function.
 #
 # The generator fails (and make with it) when the hand part has no line
-# "-- @functions@" or more than one, when it creates or comments a
-# function that the install parts define (the generator provides it), when
-# a function has no COMMENT ON FUNCTION, or when a statement does not end
-# at a line's end (the statements are split by a small lexer that knows
-# SQL's strings, quoted identifiers, dollar quotes and comments; it keeps
-# the text as written). POSIX awk: mawk and gawk run it.
+# "-- @functions@" or more than one; when it creates or comments a
+# function that the install parts define (the generator provides it); when
+# it drops (without IF EXISTS) a function that A does not have under that
+# signature; when a function of A is neither in the install parts nor
+# dropped (it would stay behind); when a function has no COMMENT ON
+# FUNCTION; or when a statement does not end at a line's end (statements
+# are split by a small lexer that knows SQL's strings, quoted identifiers,
+# dollar quotes and comments, and keep their text as written). POSIX awk:
+# mawk and gawk run it.
 
 BEGIN {
 	nfile = 0
@@ -280,13 +283,13 @@ function install_statement(lines, code, lead,    k, sig, name, verb, n, i, arr, 
 		held_name = created_name(code)
 		if (held_name in hand_created)
 			fail("the hand part " hand_file " creates function " held_name ": the generator takes it from here")
-		created_count[held_name]++
 		held = "\n" lead lines
 		return
 	}
 	if (k == "comment") {
 		sig = comment_sig(code)
 		name = sig_name(sig)
+		install_sig[sig] = 1
 		if (name in hand_commented)
 			fail("the hand part " hand_file " comments function " name ": the generator takes the comment from here")
 		if (held != "" && name == held_name) {
@@ -313,19 +316,26 @@ function install_statement(lines, code, lead,    k, sig, name, verb, n, i, arr, 
 	emit(lead lines)
 }
 
-# A statement of the hand part: what it drops and whether it creates or
-# comments a function.
-function hand_statement(code,    rest, sig) {
+# A statement of the hand part: what it drops (before the functions, or
+# at all) and whether it creates or comments a function. A function it
+# drops without IF EXISTS must be one the old version has, as its COMMENT
+# ON FUNCTION names it.
+function hand_statement(code,    rest, sig, sure) {
 	if (code ~ /^CREATE (OR REPLACE )?(FUNCTION|PROCEDURE) /)
-		hand_created[created_name(code)] = FNR
+		hand_created[created_name(code)] = 1
 	else if (code ~ /^COMMENT ON (FUNCTION|PROCEDURE) /)
-		hand_commented[sig_name(comment_sig(code))] = FNR
-	else if (!after_marker && code ~ /^DROP (FUNCTION|PROCEDURE|ROUTINE) /) {
+		hand_commented[sig_name(comment_sig(code))] = 1
+	else if (code ~ /^DROP (FUNCTION|PROCEDURE|ROUTINE) /) {
 		rest = code
+		sure = (rest !~ /^DROP [A-Z]+ IF EXISTS /)
 		sub(/^DROP [A-Z]+ (IF EXISTS )?/, "", rest)
 		while (rest != "") {
 			sig = signature(rest)
-			dropped[sig] = 1
+			if (sure && !(sig in old_sig) && !(sig in old_name))
+				fail("drops function " sig ", which the old version (" old_file ") does not have under that signature")
+			if (!after_marker)
+				dropped[sig] = 1
+			dropped_any[sig] = 1
 			rest = substr(rest, sigend + 1)
 			sub(/^[ ,]+/, "", rest)
 			if (rest ~ /^(CASCADE|RESTRICT|;)/)
@@ -338,6 +348,8 @@ FNR == 1 {
 	if (nfile > 0 && (st != "" || instmt))
 		fail_prev()
 	nfile++
+	if (nfile == 1)
+		old_file = FILENAME
 	st = ""
 	instmt = 0
 	lines = ""
@@ -347,16 +359,13 @@ FNR == 1 {
 		hand_file = FILENAME
 		after_marker = 0
 		markers = 0
-		printf "-- Built by make from %s (the schema changes, by hand) and the\n", FILENAME
-		printf "-- functions of the install parts (sql/install/*.sql): edit those.\n"
+		printf "-- Built by make (sql/upgrade.awk) from %s and the functions\n", FILENAME
+		printf "-- of sql/install/*.sql: edit those, not this file.\n"
 	}
 	if (nfile == 3)
 		print_functions_head()
-	if (nfile >= 3) {
-		part = FILENAME
-		sub(/^.*\//, "", part)
+	if (nfile >= 3)
 		part_started = 0
-	}
 }
 
 function fail_prev() {
@@ -405,13 +414,16 @@ function print_functions_head() {
 	if (lend) {
 		code = squash(code)
 		if (nfile == 1) {
-			if (kind(code) == "comment")
-				old_sig[comment_sig(code)] = 1
+			if (kind(code) == "comment") {
+				sig = comment_sig(code)
+				old_sig[sig] = 1
+				old_name[sig_name(sig)] = 1
+			}
 		} else if (nfile == 2) {
 			hand_statement(code)
 		} else {
 			if (kind(code) != "" && !part_started) {
-				printf "\n-- %s\n", part
+				printf "\n-- %s\n", FILENAME
 				part_started = 1
 			}
 			install_statement(lines, code, lead)
@@ -438,5 +450,15 @@ END {
 		printf "%s: function %s has no COMMENT ON FUNCTION\n", FILENAME, held_name > "/dev/stderr"
 		exit 1
 	}
-	printf "\n%s", post
+	# A function of the old version that the new one no longer has (under
+	# that signature) would stay behind: the hand part drops it.
+	for (sig in old_sig) {
+		if (!(sig in install_sig) && !(sig in dropped_any) && !(sig_name(sig) in dropped_any)) {
+			printf "%s: function %s of %s is not in the install parts: drop it\n", hand_file, sig, old_file > "/dev/stderr"
+			failed = 1
+		}
+	}
+	if (failed)
+		exit 1
+	printf "\n--\n-- The rest of %s: what needs the functions.\n--\n%s", hand_file, post
 }

@@ -1,6 +1,6 @@
 -- pg_outbox 0.1.0 -> 0.2.0 (ALTER EXTENSION pg_outbox UPDATE): the schema
--- changes, by hand. make builds the upgrade script sql/pg_outbox--0.1.0--0.2.0.sql
--- from this file and the install parts (sql/upgrade.awk):
+-- changes, by hand. make builds the upgrade script from this file and the
+-- install parts (sql/upgrade.awk), into sql/pg_outbox--0.1.0--0.2.0.sql:
 --
 -- - everything above the line "-- @functions@" runs first: new tables,
 --   columns and constraints, data moved, and the DROP FUNCTION of each
@@ -17,8 +17,8 @@
 -- test/ops/upgrade.sh compares an updated database with a fresh install of
 -- 0.2.0 (every function, table, column, constraint, index, privilege and
 -- comment), so a schema change made in sql/install/ and not here fails it.
--- On release, the built script is frozen as sql/released/pg_outbox--0.1.0--0.2.0.sql
--- and this file goes (README, "Releasing").
+-- On release, the built script is frozen in sql/released/ and this file
+-- goes (README: "Releasing version B").
 
 \echo Use "ALTER EXTENSION pg_outbox UPDATE TO '0.2.0'" to load this file. \quit
 
