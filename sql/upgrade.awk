@@ -406,6 +406,11 @@ function print_functions_head() {
 			lead = lead raw "\n"
 			next
 		}
+		# A psql command (the \echo guard) is a line of its own.
+		if (raw ~ /^\\/) {
+			lead = ""
+			next
+		}
 	}
 	instmt = 1
 	lex(raw)
