@@ -100,16 +100,16 @@ check "the relay's statements qualify every function, operator and type and type
 # describes a function (CREATE FUNCTION, COMMENT ON, GRANT or REVOKE ON,
 # ALTER FUNCTION) is in the built script as written (CREATE OR REPLACE for
 # CREATE), and the hand part creates or comments none of their functions.
-# Prints "fault: what" for each fault: upgrade_faults HAND_PART BUILT_SCRIPT.
+# Prints a line for each fault: upgrade_faults HAND_PART BUILT_SCRIPT.
 upgrade_faults() {
 	perl - "$1" "$2" sql/install/*.sql <<'PERL'
 use strict;
 use warnings;
 my ($hand, $built, @parts) = @ARGV;
 sub slurp { open(my $fh, "<", $_[0]) or die "$_[0]: $!"; local $/; return <$fh>; }
-# A statement's text up to its ";": dollar-quoted bodies, strings and line
-# comments may hold a ";".
-my $body = qr{(?:\$(?<tag>\w*)\$.*?\$\k<tag>\$|\$|'(?:[^']|'')*'|--[^\n]*|[^;'\$-]|-)*?;}s;
+# A statement's text up to its ";": dollar-quoted bodies, strings (E''
+# strings with backslash escapes) and line comments may hold a ";".
+my $body = qr{(?:\$(?<tag>\w*)\$.*?\$\k<tag>\$|\$|(?<![\w\$])[Ee]'(?:[^'\\]|\\.|'')*'|'(?:[^']|'')*'|--[^\n]*|[^;'\$-]|-)*?;}s;
 my $function_stmt = qr{^((?:CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION|COMMENT\s+ON\s+FUNCTION|ALTER\s+FUNCTION
 	|(?:GRANT|REVOKE)\s[^;]*?\sON\s+FUNCTION)\s$body)}mix;
 sub norm { my $t = shift; $t =~ s/^CREATE\s+OR\s+REPLACE\s+FUNCTION/CREATE FUNCTION/mgi; return $t; }
@@ -142,15 +142,15 @@ build_upgrade() {
 }
 upgrades_built_from_the_install_parts() {
 	local hand out faults all=""
+	[ -n "$(ls sql/upgrade/*--*.sql 2>/dev/null)" ] || { echo "# no hand part in sql/upgrade/" >&2; return 1; }
 	for hand in sql/upgrade/*--*.sql; do
 		out=$(mktemp)
 		build_upgrade "$hand" "$out" || { rm -f "$out"; echo "# $hand: the build fails" >&2; return 1; }
 		faults=$(upgrade_faults "$hand" "$out")
 		rm -f "$out"
-		all+=$faults
+		[ -z "$faults" ] || all+="$faults"$'\n'
 	done
-	[ -n "$(ls sql/upgrade/*--*.sql 2>/dev/null)" ] || { echo "# no hand part in sql/upgrade/" >&2; return 1; }
-	[ -z "$all" ] || { echo "$all" | sed 's/^/# /' >&2; return 1; }
+	[ -z "$all" ] || { printf '%s' "$all" | sed 's/^/# /' >&2; return 1; }
 }
 check "each upgrade script has every function of the install parts, and its hand part writes none" \
 	upgrades_built_from_the_install_parts
