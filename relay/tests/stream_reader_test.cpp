@@ -274,3 +274,37 @@ TEST_F(StreamReaderTest, ReadWithoutXinfoChecksNoGaps) {
     EXPECT_EQ(got.ids, (std::vector<std::string>{"in:a 1-1", "in:a 1-5"}));
     EXPECT_TRUE(got.gaps.empty());
 }
+
+// Redis refusing MULTI (an ACL, a proxy): the group's position and the
+// read go as two commands, and gaps are still found.
+TEST_F(StreamReaderTest, ReadWithoutMultiStillFindsGaps) {
+    auto r = reader("w1");
+    r->reader.ensure_groups();
+    admin_->command({"ACL", "SETUSER", "default", "-multi", "-exec"});
+    add("in:a", "1-1", "0-0");
+    EXPECT_EQ(read(*r).ids, std::vector<std::string>{"in:a 1-1"});
+    add("in:a", "1-5", "1-4");
+    const auto got = read(*r);
+    EXPECT_EQ(got.ids, std::vector<std::string>{"in:a 1-5"});
+    ASSERT_EQ(got.gaps.size(), 1u);
+    EXPECT_EQ(got.gaps[0].range(), "(1-1 1-4]");
+}
+
+// A read of a stream whose group is gone (deleted behind the relay's
+// back) is a Redis error naming XREADGROUP; the groups are made again
+// after the next reset().
+TEST_F(StreamReaderTest, ReadOfAMissingGroupThrowsUntilTheGroupsAreMadeAgain) {
+    auto r = reader("w1");
+    r->reader.ensure_groups();
+    admin_->command({"XGROUP", "DESTROY", "in:b", "accounting"});
+    try {
+        read(*r);
+        FAIL() << "no error";
+    } catch (const RedisError& e) {
+        EXPECT_NE(std::string(e.what()).find("XREADGROUP: NOGROUP"), std::string::npos) << e.what();
+    }
+    r->reader.reset(&r->connection);
+    r->reader.ensure_groups();
+    add("in:b", "1-1");
+    EXPECT_EQ(read(*r).ids, std::vector<std::string>{"in:b 1-1"});
+}
