@@ -101,8 +101,8 @@ void Consumer::record_deleted(const std::string& stream, const std::string& id) 
     gone.stream = stream;
     gone.id = id;
     spdlog::error("entry {} of stream \"{}\" was deleted from the stream before it was applied", gone.id, stream);
-    if (auto fault =
-            session_.dead_letter(gone, "entry was deleted from the stream (trimmed) before it was applied", std::nullopt))
+    const std::string reason = "entry was deleted from the stream (trimmed) before it was applied";
+    if (auto fault = session_.dead_letter(gone, reason, std::nullopt))
         spdlog::error("entry {} of stream \"{}\" could not be dead-lettered: {} (SQLSTATE {})", gone.id, stream,
                       fault->second, fault->first);
 }
