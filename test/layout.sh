@@ -154,6 +154,25 @@ upgrades_built_from_the_install_parts() {
 }
 check "each upgrade script has every function of the install parts, and its hand part writes none" \
 	upgrades_built_from_the_install_parts
+# Consume mode is split by the state each part owns: the StreamReader
+# talks to Redis only, the InboxSession to PostgreSQL only, and the
+# Consumer, which orchestrates them, sends nothing to either itself.
+REDIS_USE='#include "pg_outbox/(redis|redis_cluster|stream_reader)\.hpp"|\bRedis(Connection|Cluster|Reply)\b|"X[A-Z]+"'
+PG_USE='#include "pg_outbox/(pg|inbox_session)\.hpp"|\bPg(Connection|Result)\b|(->|\.)exec(_prepared)?\('
+ORCHESTRATOR_SENDS='\b(pg_|redis_)->|"X[A-Z]+"|(->|\.)exec(_prepared)?\('
+consume_sides_apart() {
+	local hits
+	hits=$(grep -nHE "$PG_USE" relay/src/stream_reader.cpp relay/include/pg_outbox/stream_reader.hpp
+		grep -nHE "$REDIS_USE" relay/src/inbox_session.cpp relay/include/pg_outbox/inbox_session.hpp
+		grep -nHE "$ORCHESTRATOR_SENDS" relay/src/consumer.cpp relay/include/pg_outbox/consumer.hpp)
+	[ -z "$hits" ] || { echo "# $hits" >&2; return 1; }
+}
+check "consume mode's Redis side sends no SQL, its PostgreSQL side no Redis command, its orchestrator neither" \
+	consume_sides_apart
+check "the consume-side patterns match a Redis command, a query and a connection" \
+	eval 'grep -qE "$REDIS_USE" <<<"    command(s, {\"XACK\", s, g});" &&
+		grep -qE "$PG_USE" <<<"    pg_->exec(sql, {a});" &&
+		grep -qE "$ORCHESTRATOR_SENDS" <<<"    redis_->command(argv);"'
 
 # The checks find what they look for.
 finds_sql_faults() {
