@@ -71,6 +71,12 @@ int to_int(const std::string& option, const std::string& value) {
     throw UsageError(option + " takes a number, not \"" + value + "\"");
 }
 
+int to_port(const std::string& option, const std::string& value) {
+    const int port = to_int(option, value);
+    if (port < 1 || port > 65535) throw UsageError(option + " takes a TCP port (1 to 65535), not " + value);
+    return port;
+}
+
 // The options of "start" and "stop": --NAME VALUE pairs, then the rest
 // (after "--", or from the first word that is no option).
 struct Options {
@@ -100,9 +106,9 @@ Options parse(const std::vector<std::string>& args) {
         if (a == "--dir")
             o.dir = v;
         else if (a == "--port")
-            o.port = to_int(a, v);
+            o.port = to_port(a, v);
         else if (a == "--master-port")
-            o.master_port = to_int(a, v);
+            o.master_port = to_port(a, v);
         else if (a == "--master-name")
             o.master_name = v;
         else if (a == "--quorum")
