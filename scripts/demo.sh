@@ -16,6 +16,8 @@
 #   PG_OUTBOX_SKIP_BUILD=1 PG_OUTBOX_RELAY=/usr/bin/pg_outbox_relay scripts/demo.sh
 # PG_OUTBOX_SKIP_BUILD=1 uses the installed extension; PG_OUTBOX_RELAY names
 # the relay binary to run (default: build/relay/pg_outbox_relay, built).
+# The servers are started by the test kit's program (test/kit), a test tool
+# that is not packaged: it is built into build/ when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh

@@ -73,38 +73,38 @@ pg_run() {
 	fi
 }
 
+# The test kit's program (test/kit/cli.cpp), which starts and stops every
+# throwaway server of the scripts as the relay's tests do: PG_OUTBOX_TESTKIT,
+# else build/test/kit/pg_outbox_testkit, built first when missing (the
+# packages of ensure_packages are all it needs).
+testkit() {
+	"$(testkit_path)" "$@"
+}
+
+# The path of the kit's program, built when missing.
+testkit_path() {
+	local kit=${PG_OUTBOX_TESTKIT:-$PWD/build/test/kit/pg_outbox_testkit}
+	[ -x "$kit" ] || build_relay >&2
+	echo "$kit"
+}
+
 # Prints a TCP port on 127.0.0.1 that nothing listens on, below the
 # kernel's ephemeral range: a port in that range may be the local end of
 # any outgoing connection, and a server could then not bind it.
 free_port() {
-	local p low=32768
-	read -r low _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || true
-	[ "$low" -gt 11000 ] || low=32768
-	while :; do
-		p=$((10000 + RANDOM % (low - 10000)))
-		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-			echo "$p"
-			return
-		fi
-	done
+	testkit free-port
 }
 
-# Starts a throwaway PostgreSQL cluster: pg_start DIR PORT [setting ...].
-# Sets PG_PID; the caller stops it with pg_stop.
+# Starts a throwaway PostgreSQL cluster (initdb, pg_ctl start; as the
+# "postgres" user when root; in the network namespace PG_NETNS when set):
+# pg_start DIR PORT [setting ...]. Sets PG_PID; the caller stops it with
+# pg_stop (or stop_servers).
 pg_start() {
-	local dir=$1 port=$2
+	local dir=$1 port=$2 out netns=()
 	shift 2
-	mkdir -p "$dir"
-	[ "$(id -u)" -eq 0 ] && chown postgres "$dir"
-	pg_run initdb -D "$dir/data" -A trust -U postgres >"$dir/initdb.log" 2>&1
-	{
-		echo "listen_addresses = '127.0.0.1'"
-		echo "port = $port"
-		echo "unix_socket_directories = '$dir'"
-		for setting in "$@"; do echo "$setting"; done
-	} >>"$dir/data/postgresql.conf"
-	pg_run pg_ctl -D "$dir/data" -l "$dir/server.log" -w -t 60 start >/dev/null
-	PG_PID=$(head -n 1 "$dir/data/postmaster.pid")
+	[ -z "${PG_NETNS:-}" ] || netns=(ip netns exec "$PG_NETNS")
+	out=$("${netns[@]}" "$(testkit_path)" start pg --dir "$dir" --port "$port" -- "$@") || return 1
+	PG_PID=$(sed -n 's/^PG_PID=//p' <<<"$out")
 }
 
 # Stops a process by PID and waits until it is gone: stop_pid PID [SIGNAL].
@@ -114,6 +114,8 @@ stop_pid() {
 	kill "-$sig" "$pid" 2>/dev/null || return 0
 	for i in $(seq 1 600); do
 		kill -0 "$pid" 2>/dev/null || return 0
+		# A zombie has ended: a server the kit started is no child of ours.
+		[ "$(awk '{ print $3 }' "/proc/$pid/stat" 2>/dev/null)" != Z ] || return 0
 		sleep 0.1
 	done
 	kill -KILL "$pid" 2>/dev/null || true
@@ -124,21 +126,14 @@ pg_stop() {
 	stop_pid "$1" INT
 }
 
-# Starts a throwaway Redis: redis_start DIR PORT [option ...]. Sets REDIS_PID.
+# Starts a throwaway Redis (no persistence unless the options say so; a
+# later option overrides): redis_start DIR PORT [option ...]. Sets
+# REDIS_PID.
 redis_start() {
-	local dir=$1 port=$2 i
+	local dir=$1 port=$2 out
 	shift 2
-	mkdir -p "$dir"
-	redis-server --port "$port" --bind 127.0.0.1 --dir "$dir" --save '' --appendonly no \
-		--daemonize no "$@" >"$dir/redis.log" 2>&1 &
-	REDIS_PID=$!
-	for i in $(seq 1 200); do
-		redis-cli -p "$port" ping >/dev/null 2>&1 && return 0
-		sleep 0.05
-	done
-	echo "redis-server did not start on port $port:" >&2
-	tail -n 5 "$dir/redis.log" >&2
-	return 1
+	out=$(testkit start redis --dir "$dir" --port "$port" -- "$@") || return 1
+	REDIS_PID=$(sed -n 's/^REDIS_PID=//p' <<<"$out")
 }
 
 # Makes a script's throwaway workspace: WORK (/tmp/pg_outbox_NAME.*), and
@@ -151,24 +146,19 @@ throwaway_workspace() {
 	REDIS_PID=
 }
 
-# Stops the workspace's Redis (continued first, in case it was stopped) and
-# PostgreSQL, by PID: PostgreSQL's from its postmaster.pid, so that it is
-# found after a restart too.
+# Stops every server the kit started in the workspace, by PID: Redis
+# (continued first, in case it was stopped) and PostgreSQL's from its
+# postmaster.pid, so that it is found after a restart too.
 stop_servers() {
-	if [ -n "${REDIS_PID:-}" ]; then
-		kill -CONT "$REDIS_PID" 2>/dev/null || true
-		stop_pid "$REDIS_PID"
-	fi
-	if [ -f "$WORK/pg/data/postmaster.pid" ]; then
-		pg_stop "$(head -n 1 "$WORK/pg/data/postmaster.pid")"
-	fi
+	[ -z "${WORK:-}" ] || testkit stop --dir "$WORK"
 }
 
-# Builds the relay (and the benchmark helpers) into build/.
+# Builds the relay (and the benchmark helpers), and the test kit's program
+# that starts the scripts' servers, into build/: build_relay [TARGET ...].
 build_relay() {
 	say "building the relay"
 	cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-	cmake --build build -j"$(nproc)" --target "$@" >/dev/null
+	cmake --build build -j"$(nproc)" --target pg_outbox_testkit "$@" >/dev/null
 }
 
 # Runs a command while holding the lock on system-wide installs of
@@ -216,55 +206,22 @@ wait_for() {
 }
 
 # Starts a throwaway Redis Cluster of MASTERS masters, each with REPLICAS
-# replicas, on free loopback ports: redis_cluster_start DIR MASTERS REPLICAS
-# [option ...]. Sets REDIS_CLUSTER_PIDS (every node's PID),
-# REDIS_CLUSTER_PORTS (their ports, masters first as created) and
-# REDIS_CLUSTER_URL (redis+cluster://127.0.0.1:PORT,... for the relay).
-# The caller stops them with redis_cluster_stop.
+# replicas, on free loopback ports (node i in DIR/node<i>, node timeout
+# 2 s): redis_cluster_start DIR MASTERS REPLICAS [option ...]. Sets
+# REDIS_CLUSTER_PIDS (every node's PID), REDIS_CLUSTER_PORTS (their ports,
+# masters first as created) and REDIS_CLUSTER_URL
+# (redis+cluster://127.0.0.1:PORT,... for the relay). The caller stops
+# them with redis_cluster_stop.
 redis_cluster_start() {
-	local dir=$1 masters=$2 replicas=$3 n port i
+	local dir=$1 masters=$2 replicas=$3 out
 	shift 3
-	REDIS_CLUSTER_PIDS=()
-	REDIS_CLUSTER_PORTS=()
-	local addresses=()
-	for n in $(seq 1 $((masters * (1 + replicas)))); do
-		port=$(free_port)
-		# The bus port must be free too: the default (port + 10000) may not.
-		redis_start "$dir/node$n" "$port" --cluster-enabled yes --cluster-config-file nodes.conf \
-			--cluster-node-timeout 2000 --cluster-port "$(free_port)" "$@" || return 1
-		REDIS_CLUSTER_PIDS+=("$REDIS_PID")
-		REDIS_CLUSTER_PORTS+=("$port")
-		addresses+=("127.0.0.1:$port")
-	done
-	REDIS_PID=
-	redis-cli --cluster create "${addresses[@]}" --cluster-replicas "$replicas" --cluster-yes \
-		>"$dir/create.log" 2>&1 || { cat "$dir/create.log" >&2; return 1; }
-	for i in $(seq 1 600); do
-		if [ "$(redis_cluster_nodes_ok)" = "${#REDIS_CLUSTER_PORTS[@]}" ]; then
-			REDIS_CLUSTER_URL="redis+cluster://$(IFS=,; echo "${addresses[*]}")"
-			return 0
-		fi
-		sleep 0.1
-	done
-	echo "the Redis Cluster did not reach cluster_state:ok" >&2
-	return 1
-}
-
-# How many of the cluster's nodes report cluster_state:ok.
-redis_cluster_nodes_ok() {
-	local port ok=0
-	for port in "${REDIS_CLUSTER_PORTS[@]}"; do
-		redis-cli -p "$port" cluster info 2>/dev/null | grep -q '^cluster_state:ok' && ok=$((ok + 1))
-	done
-	echo "$ok"
+	out=$(testkit start cluster --dir "$dir" --masters "$masters" --replicas "$replicas" -- "$@") || return 1
+	eval "$out"
+	REDIS_CLUSTER_DIR=$dir
 }
 
 # Stops every node started by redis_cluster_start, by PID.
 redis_cluster_stop() {
-	local pid
-	for pid in "${REDIS_CLUSTER_PIDS[@]}"; do
-		kill -CONT "$pid" 2>/dev/null || true
-		stop_pid "$pid"
-	done
+	[ -z "${REDIS_CLUSTER_DIR:-}" ] || testkit stop --dir "$REDIS_CLUSTER_DIR"
 	REDIS_CLUSTER_PIDS=()
 }

@@ -3,9 +3,10 @@
 # checks: the extension's files include each other without a cycle (each
 # part calls only the parts below it), and the relay reads PostgreSQL only
 # through the extension's functions, never its tables (outbox.<table> in a
-# query of relay/src), and each upgrade script is built with every function
-# of the install parts, none of them written by hand. Prints an
-# "ok"/"not ok" line per check, then "N passed, N failed".
+# query of relay/src), each upgrade script is built with every function
+# of the install parts, none of them written by hand, and only the test
+# kit starts throwaway servers. Prints an "ok"/"not ok" line per check,
+# then "N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . test/ops/tap.bash
@@ -224,6 +225,32 @@ check "the upgrade checks find a hand-written function and a function missing fr
 
 check "the table-read pattern matches a query that reads outbox.groups" \
 	grep -qiE "$TABLE_READ" <<<'    "SELECT streams FROM outbox.groups WHERE name = $1";'
+# Throwaway servers are started by the test kit only (test/kit: the
+# relay's tests link it, the scripts run pg_outbox_testkit through
+# scripts/lib.sh): no script, test or benchmark starts a PostgreSQL, a
+# Redis, a Sentinel or a Redis Cluster of its own.
+SERVER_START='redis-server[[:space:]]+(--port|--sentinel|[^[:space:]]+\.conf)|\binitdb[[:space:]]+-|pg_basebackup[[:space:]]+-|pg_ctl\b.*[[:space:]]start\b|--cluster[[:space:]]+create|"redis-server"|"initdb|"create"'
+only_the_kit_starts_servers() {
+	local hits
+	hits=$(grep -nE "$SERVER_START" scripts/*.sh test/*.sh test/*/*.sh bench/*.sh examples/*.sh \
+		relay/tests/*.cpp relay/tests/*.hpp bench/*.cpp test/soak/*.cpp 2>/dev/null |
+		grep -vE '^test/layout\.sh:|^[^:]+:[0-9]+:[[:space:]]*(#|//)' || true)
+	[ -z "$hits" ] || { echo "# $hits" >&2; return 1; }
+}
+check "only the test kit starts throwaway servers" only_the_kit_starts_servers
+finds_server_starts() {
+	local line
+	for line in 'redis-server --port "$port" --bind 127.0.0.1 --dir "$dir"' \
+		'pg_run initdb -D "$dir/data" -A trust -U postgres' \
+		'pg_run pg_ctl -D "$dir/data" -l "$dir/server.log" -w -t 60 start >/dev/null' \
+		'redis-cli --cluster create "${addresses[@]}" --cluster-replicas 1' \
+		'::execvp("redis-server", argv.data());'; do
+		grep -qE "$SERVER_START" <<<"$line" || { echo "# not found: $line" >&2; return 1; }
+	done
+	! grep -qE "$SERVER_START" <<<'echo "Redis $(redis-server --version)"'
+}
+check "the server-start pattern finds redis-server, initdb, pg_ctl start and cluster create" finds_server_starts
+
 finds_a_cycle() { [ -n "$(printf 'emit writer\nwriter emit\n' | tsort 2>&1 >/dev/null)" ]; }
 check "tsort reports an include cycle" finds_a_cycle
 

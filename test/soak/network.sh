@@ -160,22 +160,16 @@ net_pg_start() {
 }
 
 # Redis in the db namespace, listening on the db end of each host's Redis
-# link and on a Unix socket. Sets REDIS_PID.
+# link and on a Unix socket (where the kit sees it answer). Sets REDIS_PID.
 net_redis_start() {
-	local h addrs=() i
+	local h addrs=() out
 	for h in "${NET_HOSTS[@]}"; do addrs+=("$(net_db_addr "$h" redis)"); done
-	mkdir -p "$WORK/redis"
-	net_exec db redis-server --port "$REDIS_PORT" --bind "${addrs[@]}" --protected-mode no \
-		--unixsocket "$WORK/redis/redis.sock" --unixsocketperm 700 --dir "$WORK/redis" --save '' \
-		--appendonly no --daemonize no >"$WORK/redis/redis.log" 2>&1 &
-	REDIS_PID=$!
-	for i in $(seq 1 200); do
-		redis-cli -s "$WORK/redis/redis.sock" ping >/dev/null 2>&1 && return 0
-		sleep 0.05
-	done
-	echo "redis-server did not start in namespace ${NETP}db:" >&2
-	tail -n 5 "$WORK/redis/redis.log" >&2
-	return 1
+	out=$(net_exec db "$(testkit_path)" start redis --dir "$WORK/redis" --port "$REDIS_PORT" -- \
+		--bind "${addrs[@]}" --protected-mode no --unixsocket "$WORK/redis/redis.sock" --unixsocketperm 700) || {
+		echo "redis-server did not start in namespace ${NETP}db" >&2
+		return 1
+	}
+	REDIS_PID=$(sed -n 's/^REDIS_PID=//p' <<<"$out")
 }
 
 # The iptables rules of a fault in the db namespace: net_rules -I|-D KIND DEV.

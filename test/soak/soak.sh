@@ -292,7 +292,7 @@ fault() {
 	0) local n="relay$((1 + RANDOM % 2))"; echo "kill -9 $n"; kill -KILL "${PIDS[$n]}" 2>/dev/null || true; sleep 0.3; start "$n" ;;
 	1) local n="worker$((1 + RANDOM % 2))"; echo "kill -9 $n"; kill -KILL "${PIDS[$n]}" 2>/dev/null || true; sleep 0.3; start "$n" ;;
 	2) local n="relay$((1 + RANDOM % 2))"; echo "stop and continue $n"; kill -STOP "${PIDS[$n]}"; sleep 2; kill -CONT "${PIDS[$n]}" ;;
-	3) echo "kill -9 redis, restart from its AOF"; kill -KILL "$REDIS_PID"; wait "$REDIS_PID" 2>/dev/null || true; sleep 0.5
+	3) echo "kill -9 redis, restart from its AOF"; stop_pid "$REDIS_PID" KILL; sleep 0.5
 	   redis_start "$WORK/redis" "$REDIS_PORT" "${REDIS_OPTS[@]}" ;;
 	4) echo "redis unreachable for 3s"; kill -STOP "$REDIS_PID"; sleep 3; kill -CONT "$REDIS_PID" ;;
 	5) echo "postgresql fast restart"; pg_run pg_ctl -D "$WORK/pg/data" -m fast -w restart >/dev/null 2>&1 || true ;;
@@ -398,8 +398,7 @@ kill_master() {
 			sleep 0.7
 		fi
 	fi
-	kill -KILL "${REDIS_CLUSTER_PIDS[$idx]}"
-	wait "${REDIS_CLUSTER_PIDS[$idx]}" 2>/dev/null || true
+	stop_pid "${REDIS_CLUSTER_PIDS[$idx]}" KILL
 	wait_for 30 failed_over "$port" || echo "  the cluster did not fail over within 30 s" >&2
 	[ -z "$replica" ] || redis-cli -p "$replica" config set masterauth "" >/dev/null || true
 	mv "$WORK/cluster/node$((idx + 1))/redis.log" "$WORK/cluster/node$((idx + 1))/redis.log.$(date +%s%N)"

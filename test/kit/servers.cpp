@@ -1,4 +1,6 @@
-#include "servers.hpp"
+// pg_outbox's test kit: the servers of the relay's tests, the soak test and
+// the benchmarks, started one way. See the header for who owns what.
+#include "pg_outbox/testkit/servers.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -7,6 +9,7 @@
 #include <pwd.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -27,14 +30,6 @@ namespace pg_outbox::testing {
 namespace fs = std::filesystem;
 
 namespace {
-
-// PostgreSQL's programs; PG_OUTBOX_PG_BIN names another installation's
-// (a copy of the tree with this checkout's extension installed into it by
-// "make install DESTDIR=...", so that tests need not use the system's).
-const std::string kPgBin = [] {
-    const char* bin = std::getenv("PG_OUTBOX_PG_BIN");
-    return std::string(bin && *bin ? bin : "/usr/lib/postgresql/15/bin");
-}();
 
 // Runs a command, as the "postgres" user when we are root; throws on failure.
 void run_as_postgres(const std::string& command) {
@@ -69,9 +64,148 @@ pid_t read_pid_file(const std::string& path) {
     return pid;
 }
 
-bool alive(pid_t pid) { return pid > 0 && ::kill(pid, 0) == 0; }
+void write_pid_file(const std::string& path, pid_t pid) {
+    std::ofstream out(path);
+    out << pid << '\n';
+    if (!out) throw std::runtime_error("cannot write " + path);
+}
+
+// Whether a process runs: a zombie (killed, not yet reaped by a parent
+// that is not us) has ended.
+bool alive(pid_t pid) {
+    if (pid <= 0 || ::kill(pid, 0) != 0) return false;
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    std::getline(stat, line);
+    const auto paren = line.rfind(')');
+    return paren == std::string::npos || paren + 2 >= line.size() || line[paren + 2] != 'Z';
+}
+
+// Starts a program with its output appended to a log file. An attached
+// child dies with this process; a detached one is a new session's leader
+// whose parent (a short-lived intermediate) is gone, so that it outlives
+// us and is reaped by the system. Returns its PID.
+pid_t spawn(const std::vector<std::string>& args, const std::string& log_path, bool detached) {
+    const pid_t self = ::getpid();
+    int pipe_fds[2];
+    if (detached && ::pipe2(pipe_fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
+    const pid_t child = ::fork();
+    if (child < 0) throw std::runtime_error("fork failed");
+    if (child == 0) {
+        if (detached) {
+            ::setsid();
+            const pid_t server = ::fork();
+            if (server != 0) {
+                // The intermediate: tell the maker the server's PID, go.
+                (void)!::write(pipe_fds[1], &server, sizeof server);
+                ::_exit(server > 0 ? 0 : 127);
+            }
+            const int null = ::open("/dev/null", O_RDONLY);
+            ::dup2(null, 0);
+        } else {
+            die_with_parent(self);
+        }
+        int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+        ::dup2(fd, 1);
+        ::dup2(fd, 2);
+        std::vector<std::string> copy = args;
+        std::vector<char*> argv;
+        for (auto& a : copy) argv.push_back(a.data());
+        argv.push_back(nullptr);
+        if (copy[0].find('/') == std::string::npos)
+            ::execvp(argv[0], argv.data());
+        else
+            ::execv(argv[0], argv.data());
+        ::_exit(127);
+    }
+    if (!detached) return child;
+    ::close(pipe_fds[1]);
+    pid_t server = -1;
+    const bool got = ::read(pipe_fds[0], &server, sizeof server) == static_cast<ssize_t>(sizeof server);
+    ::close(pipe_fds[0]);
+    ::waitpid(child, nullptr, 0);
+    if (!got || server <= 0) throw std::runtime_error("could not start " + args[0]);
+    return server;
+}
+
+// Stops a server the kit spawned: reaps it when it is our child.
+void stop_spawned(pid_t pid, int sig, bool detached) {
+    if (pid <= 0) return;
+    if (detached) {
+        stop_pid(pid, sig);
+        return;
+    }
+    ::kill(pid, sig);
+    ::waitpid(pid, nullptr, 0);
+}
+
+std::string read_file(const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+// A placement's directory: the one given (made if missing), else a new
+// temporary one.
+std::string place_dir(const Placement& placement, const std::string& prefix) {
+    if (placement.dir.empty()) return make_temp_dir(prefix);
+    fs::create_directories(placement.dir);
+    ::chmod(placement.dir.c_str(), 0755);
+    return fs::absolute(placement.dir).lexically_normal().string();
+}
 
 }  // namespace
+
+// PostgreSQL's programs; PG_OUTBOX_PG_BIN names another installation's
+// (a copy of the tree with this checkout's extension installed into it by
+// "make install DESTDIR=...", so that tests need not use the system's).
+const std::string& pg_bin() {
+    static const std::string bin = [] {
+        const char* b = std::getenv("PG_OUTBOX_PG_BIN");
+        return std::string(b && *b ? b : "/usr/lib/postgresql/15/bin");
+    }();
+    return bin;
+}
+
+bool stop_pid(pid_t pid, int sig, std::chrono::milliseconds timeout) {
+    if (!alive(pid)) return false;
+    ::kill(pid, sig);
+    // Our own child (a server started attached) is reaped here.
+    auto gone = [pid] {
+        ::waitpid(pid, nullptr, WNOHANG);
+        return !alive(pid);
+    };
+    if (!eventually(gone, timeout, std::chrono::milliseconds(50))) {
+        ::kill(pid, SIGKILL);
+        eventually(gone, std::chrono::seconds(10), std::chrono::milliseconds(50));
+    }
+    return true;
+}
+
+int stop_servers_in(const std::string& dir) {
+    int stopped = 0;
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec)) return 0;
+    std::vector<std::pair<pid_t, int>> redis;
+    std::vector<pid_t> postgres;
+    for (auto it = fs::recursive_directory_iterator(dir, fs::directory_options::skip_permission_denied, ec);
+         it != fs::recursive_directory_iterator(); it.increment(ec)) {
+        if (ec) break;
+        const auto name = it->path().filename().string();
+        if (name == "postmaster.pid")
+            postgres.push_back(read_pid_file(it->path().string()));
+        else if (name == "redis.pid" || name == "sentinel.pid")
+            redis.emplace_back(read_pid_file(it->path().string()), SIGTERM);
+    }
+    // Redis first, continued in case a fault left it stopped.
+    for (const auto& [pid, sig] : redis) {
+        if (pid > 0) ::kill(pid, SIGCONT);
+        stopped += stop_pid(pid, sig) ? 1 : 0;
+    }
+    for (pid_t pid : postgres) stopped += stop_pid(pid, SIGINT) ? 1 : 0;
+    return stopped;
+}
 
 // A TCP port on 127.0.0.1 that nothing listens on, below the kernel's
 // ephemeral range (as scripts/lib.sh picks them): a port of that range (what
@@ -117,10 +251,25 @@ bool eventually(const std::function<bool()>& condition, std::chrono::millisecond
 
 // ---- PostgreSQL
 
-PgServer::PgServer(const std::vector<std::string>& settings)
-    : dir_(make_temp_dir("pg_outbox_pg_")), port_(free_port()) {
+namespace {
+
+// The settings of a test's server before its own.
+std::vector<std::string> with_test_defaults(const std::vector<std::string>& settings) {
+    std::vector<std::string> all{"max_prepared_transactions = 20", "fsync = off", "max_connections = 100"};
+    all.insert(all.end(), settings.begin(), settings.end());
+    return all;
+}
+
+}  // namespace
+
+PgServer::PgServer(const std::vector<std::string>& settings) : PgServer(with_test_defaults(settings), Placement{}) {}
+
+PgServer::PgServer(const std::vector<std::string>& settings, Placement placement)
+    : dir_(place_dir(placement, "pg_outbox_pg_")),
+      port_(placement.port ? placement.port : free_port()),
+      detached_(placement.detached) {
     prepare_dir();
-    run_as_postgres(std::string(kPgBin) + "/initdb -D " + dir_ + "/data -A trust -U postgres --no-sync >" + dir_ +
+    run_as_postgres(pg_bin() + "/initdb -D " + dir_ + "/data -A trust -U postgres --no-sync >" + dir_ +
                     "/initdb.log 2>&1");
     configure(settings);
     start();
@@ -130,9 +279,9 @@ PgServer::PgServer(const PgServer& primary, Standby) : dir_(make_temp_dir("pg_ou
     prepare_dir();
     // -R: standby.signal and primary_conninfo; the copied configuration
     // gets this server's port and socket directory appended.
-    run_as_postgres(std::string(kPgBin) + "/pg_basebackup -h 127.0.0.1 -p " + std::to_string(primary.port()) +
+    run_as_postgres(pg_bin() + "/pg_basebackup -h 127.0.0.1 -p " + std::to_string(primary.port()) +
                     " -U postgres -D " + dir_ + "/data -R -X stream -c fast --no-sync >" + dir_ + "/basebackup.log 2>&1");
-    configure({"hot_standby = on"});
+    configure(with_test_defaults({"hot_standby = on"}));
     start();
 }
 
@@ -150,16 +299,16 @@ void PgServer::prepare_dir() {
 
 void PgServer::configure(const std::vector<std::string>& settings) {
     std::ofstream conf(dir_ + "/data/postgresql.conf", std::ios::app);
-    conf << "listen_addresses = '127.0.0.1'\nport = " << port_ << "\nunix_socket_directories = '" << dir_
-         << "'\nmax_prepared_transactions = 20\nfsync = off\nmax_connections = 100\n";
+    conf << "listen_addresses = '127.0.0.1'\nport = " << port_ << "\nunix_socket_directories = '" << dir_ << "'\n";
     for (const auto& line : settings) conf << line << '\n';
 }
 
 void PgServer::promote() {
-    run_as_postgres(std::string(kPgBin) + "/pg_ctl -D " + dir_ + "/data -w -t 60 promote >/dev/null");
+    run_as_postgres(pg_bin() + "/pg_ctl -D " + dir_ + "/data -w -t 60 promote >/dev/null");
 }
 
 PgServer::~PgServer() {
+    if (detached_) return;
     try {
         stop();
     } catch (...) {
@@ -169,9 +318,9 @@ PgServer::~PgServer() {
 }
 
 void PgServer::start() {
-    run_as_postgres(std::string(kPgBin) + "/pg_ctl -D " + dir_ + "/data -l " + dir_ + "/server.log -w -t 60 start >/dev/null");
+    run_as_postgres(pg_bin() + "/pg_ctl -D " + dir_ + "/data -l " + dir_ + "/server.log -w -t 60 start >/dev/null");
     pid_ = read_pid_file(dir_ + "/data/postmaster.pid");
-    watchdog_ = watch_over(pid_);
+    if (!detached_) watchdog_ = watch_over(pid_);
 }
 
 void PgServer::stop() {
@@ -180,9 +329,7 @@ void PgServer::stop() {
         ::waitpid(watchdog_, nullptr, 0);
         watchdog_ = -1;
     }
-    if (!alive(pid_)) return;
-    ::kill(pid_, SIGINT);  // fast shutdown
-    eventually([this] { return !alive(pid_); }, std::chrono::seconds(60), std::chrono::milliseconds(50));
+    stop_pid(pid_, SIGINT);  // fast shutdown
     pid_ = -1;
 }
 
@@ -190,12 +337,7 @@ std::string PgServer::conninfo(const std::string& db, const std::string& user) c
     return "host=127.0.0.1 port=" + std::to_string(port_) + " dbname=" + db + " user=" + user;
 }
 
-std::string PgServer::log() const {
-    std::ifstream in(dir_ + "/server.log");
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
+std::string PgServer::log() const { return read_file(dir_ + "/server.log"); }
 
 std::string PgServer::create_database(const std::string& db) {
     {
@@ -209,40 +351,31 @@ std::string PgServer::create_database(const std::string& db) {
 
 // ---- Redis
 
-RedisServer::RedisServer(bool aof, std::vector<std::string> extra)
-    : dir_(make_temp_dir("pg_outbox_redis_")), port_(free_port()), aof_(aof), extra_(std::move(extra)) {
+RedisServer::RedisServer(bool aof, std::vector<std::string> extra, Placement placement)
+    : dir_(place_dir(placement, "pg_outbox_redis_")),
+      port_(placement.port ? placement.port : free_port()),
+      detached_(placement.detached),
+      aof_(aof),
+      extra_(std::move(extra)) {
     for (std::size_t i = 0; i + 1 < extra_.size(); ++i)
         if (extra_[i] == "--requirepass") password_ = extra_[i + 1];
     start();
 }
 
 RedisServer::~RedisServer() {
+    if (detached_) return;
     stop();
     std::error_code ec;
     fs::remove_all(dir_, ec);
 }
 
 void RedisServer::start() {
-    const pid_t test = ::getpid();
-    pid_ = ::fork();
-    if (pid_ == 0) {
-        die_with_parent(test);
-        int fd = ::open((dir_ + "/redis.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-        ::dup2(fd, 1);
-        ::dup2(fd, 2);
-        const std::string port = std::to_string(port_);
-        std::vector<std::string> args{"redis-server", "--port", port, "--bind", "127.0.0.1", "--dir", dir_,
-                                      "--save", "", "--daemonize", "no", "--appendonly", aof_ ? "yes" : "no"};
-        if (aof_) {
-            args.insert(args.end(), {"--appendfsync", "always"});
-        }
-        args.insert(args.end(), extra_.begin(), extra_.end());
-        std::vector<char*> argv;
-        for (auto& a : args) argv.push_back(a.data());
-        argv.push_back(nullptr);
-        ::execvp("redis-server", argv.data());
-        ::_exit(127);
-    }
+    std::vector<std::string> args{"redis-server", "--port", std::to_string(port_), "--bind", "127.0.0.1", "--dir",
+                                  dir_, "--save", "", "--daemonize", "no", "--appendonly", aof_ ? "yes" : "no"};
+    if (aof_) args.insert(args.end(), {"--appendfsync", "always"});
+    args.insert(args.end(), extra_.begin(), extra_.end());
+    pid_ = spawn(args, dir_ + "/redis.log", detached_);
+    if (detached_) write_pid_file(dir_ + "/redis.pid", pid_);
     const bool up = eventually(
         [this] {
             try {
@@ -253,22 +386,22 @@ void RedisServer::start() {
             }
         },
         std::chrono::seconds(20), std::chrono::milliseconds(20));
-    if (!up) throw std::runtime_error("redis-server did not start");
+    if (!up) {
+        const std::string tail = log();
+        stop_spawned(pid_, SIGKILL, detached_);
+        pid_ = -1;
+        throw std::runtime_error("redis-server did not start on port " + std::to_string(port_) + ": " +
+                                 tail.substr(tail.size() > 2000 ? tail.size() - 2000 : 0));
+    }
 }
 
 void RedisServer::stop() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGTERM);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
+    stop_spawned(pid_, SIGTERM, detached_);
     pid_ = -1;
 }
 
 void RedisServer::kill() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
+    stop_spawned(pid_, SIGKILL, detached_);
     pid_ = -1;
 }
 
@@ -279,6 +412,15 @@ std::unique_ptr<RedisServer> RedisServer::replica_of(const RedisServer& master) 
 }
 
 RedisConnection RedisServer::connect() const {
+    // A server bound elsewhere (in a network namespace) that listens on a
+    // Unix socket is reached there.
+    for (std::size_t i = 0; i + 1 < extra_.size(); ++i) {
+        if (extra_[i] == "--unixsocket") {
+            RedisAddress unix_socket;
+            unix_socket.unix_path = extra_[i + 1];
+            return RedisConnection(unix_socket, password_, 0, std::chrono::seconds(5));
+        }
+    }
     return RedisConnection(RedisAddress::parse(address()), password_, 0, std::chrono::seconds(5));
 }
 
@@ -286,8 +428,11 @@ RedisConnection RedisServer::connect() const {
 
 SentinelServer::SentinelServer(const std::string& master_name, int master_port, int quorum,
                                std::chrono::milliseconds down_after, std::chrono::milliseconds failover_timeout,
-                               const std::vector<std::string>& extra)
-    : dir_(make_temp_dir("pg_outbox_sentinel_")), master_name_(master_name), port_(free_port()) {
+                               const std::vector<std::string>& extra, Placement placement)
+    : dir_(place_dir(placement, "pg_outbox_sentinel_")),
+      master_name_(master_name),
+      port_(placement.port ? placement.port : free_port()),
+      detached_(placement.detached) {
     for (const auto& line : extra)
         if (line.rfind("requirepass ", 0) == 0) password_ = line.substr(12);
     std::ofstream conf(dir_ + "/sentinel.conf");
@@ -302,26 +447,15 @@ SentinelServer::SentinelServer(const std::string& master_name, int master_port, 
 }
 
 SentinelServer::~SentinelServer() {
+    if (detached_) return;
     stop();
     std::error_code ec;
     fs::remove_all(dir_, ec);
 }
 
 void SentinelServer::start() {
-    const pid_t test = ::getpid();
-    pid_ = ::fork();
-    if (pid_ == 0) {
-        die_with_parent(test);
-        int fd = ::open((dir_ + "/sentinel.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-        ::dup2(fd, 1);
-        ::dup2(fd, 2);
-        std::vector<std::string> args{"redis-server", dir_ + "/sentinel.conf", "--sentinel"};
-        std::vector<char*> argv;
-        for (auto& a : args) argv.push_back(a.data());
-        argv.push_back(nullptr);
-        ::execvp("redis-server", argv.data());
-        ::_exit(127);
-    }
+    pid_ = spawn({"redis-server", dir_ + "/sentinel.conf", "--sentinel"}, dir_ + "/sentinel.log", detached_);
+    if (detached_) write_pid_file(dir_ + "/sentinel.pid", pid_);
     const bool up = eventually(
         [this] {
             try {
@@ -331,14 +465,16 @@ void SentinelServer::start() {
             }
         },
         std::chrono::seconds(20), std::chrono::milliseconds(20));
-    if (!up) throw std::runtime_error("redis-server --sentinel did not start: " + log());
+    if (!up) {
+        const std::string text = log();
+        stop_spawned(pid_, SIGKILL, detached_);
+        pid_ = -1;
+        throw std::runtime_error("redis-server --sentinel did not start: " + text);
+    }
 }
 
 void SentinelServer::stop() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGTERM);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
+    stop_spawned(pid_, SIGTERM, detached_);
     pid_ = -1;
 }
 
@@ -357,31 +493,12 @@ int SentinelServer::master_port() const {
     }
 }
 
-std::string SentinelServer::log() const {
-    std::ifstream in(dir_ + "/sentinel.log");
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
+std::string SentinelServer::log() const { return read_file(dir_ + "/sentinel.log"); }
 
 // ---- Processes
 
-Process::Process(const std::vector<std::string>& args, const std::string& log_path) : log_path_(log_path) {
-    const pid_t test = ::getpid();
-    pid_ = ::fork();
-    if (pid_ == 0) {
-        die_with_parent(test);
-        int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-        ::dup2(fd, 1);
-        ::dup2(fd, 2);
-        std::vector<std::string> copy = args;
-        std::vector<char*> argv;
-        for (auto& a : copy) argv.push_back(a.data());
-        argv.push_back(nullptr);
-        ::execv(argv[0], argv.data());
-        ::_exit(127);
-    }
-}
+Process::Process(const std::vector<std::string>& args, const std::string& log_path)
+    : pid_(spawn(args, log_path, false)), log_path_(log_path) {}
 
 Process::~Process() {
     if (running()) {
@@ -406,12 +523,7 @@ int Process::wait(std::chrono::milliseconds timeout) {
     return status_;
 }
 
-std::string Process::log() const {
-    std::ifstream in(log_path_);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
+std::string Process::log() const { return read_file(log_path_); }
 
 // ---- Reading back
 
@@ -450,34 +562,30 @@ namespace pg_outbox::testing {
 
 void RedisServer::signal(int sig) {
     if (pid_ <= 0) return;
-    ::kill(pid_, sig);
     if (sig == SIGKILL) {
-        int status = 0;
-        ::waitpid(pid_, &status, 0);
-        pid_ = -1;
+        kill();
+        return;
     }
+    ::kill(pid_, sig);
 }
 
-std::string RedisServer::log() const {
-    std::ifstream in(dir_ + "/redis.log");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
+std::string RedisServer::log() const { return read_file(dir_ + "/redis.log"); }
 
-RedisClusterServers::RedisClusterServers(int masters, int replicas, std::chrono::milliseconds node_timeout) {
+RedisClusterServers::RedisClusterServers(int masters, int replicas, std::chrono::milliseconds node_timeout,
+                                         const std::vector<std::string>& extra, const Placement& placement) {
     const int n = masters * (1 + replicas);
     for (int i = 0; i < n; ++i) {
         // The cluster bus listens on a port of its own: port + 10000 may
         // be taken, or above 65535.
-        nodes_.push_back(std::make_unique<RedisServer>(
-            false, std::vector<std::string>{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                                            "--cluster-node-timeout", std::to_string(node_timeout.count()),
-                                            "--cluster-port", std::to_string(free_port()),
-                                            // Replicas sync at once: by default a master waits 5 s
-                                            // for more replicas, and a replica that never synced
-                                            // refuses to fail over.
-                                            "--repl-diskless-sync-delay", "0"}));
+        std::vector<std::string> args{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                                      "--cluster-node-timeout", std::to_string(node_timeout.count()),
+                                      "--cluster-port", std::to_string(free_port()),
+                                      "--repl-diskless-sync-delay", "0"};
+        args.insert(args.end(), extra.begin(), extra.end());
+        Placement node;
+        if (!placement.dir.empty()) node.dir = placement.dir + "/node" + std::to_string(i + 1);
+        node.detached = placement.detached;
+        nodes_.push_back(std::make_unique<RedisServer>(false, std::move(args), node));
     }
     std::vector<std::string> args{"--cluster", "create"};
     for (auto& node : nodes_) args.push_back(node->address());

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Runs a make target of pg_regress tests and isolation specs on a
+# throwaway cluster with the given pg_virtualenv options (which creates a
+# cluster on a free port, runs the command with PG* set, then stops and
+# removes it), and prints the diffs of failures:
+# test/installcheck.sh TARGET [pg_virtualenv option ...]. A ctest test of
+# the suite (test/CMakeLists.txt); exits non-zero when a test failed or
+# the run did not finish.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+target=$1
+shift
+rm -rf test/results test/isolation
+if pg_virtualenv -v 15 -o max_prepared_transactions=10 "$@" \
+		make -s PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config "$target"; then
+	exit 0
+fi
+for d in test/regression.diffs test/isolation/regression.diffs; do
+	[ -f "$d" ] && cat "$d"
+done
+exit 1
