@@ -341,8 +341,6 @@ Consumer::Consumer(const Config& config, Metrics& metrics, const std::atomic<boo
     : Service(config, metrics, stop, "pg_outbox_relay consume " + config.consumer),
       hold_backoff_(config.retry_min, config.retry_max) {
     for (const auto& stream : config_.streams) metrics_.add_gap_stream(stream);
-    if (config.redis.is_cluster())
-        cluster_.emplace(config.redis.cluster_seeds, config.redis_password, config.redis_timeout);
     spdlog::info("consumer \"{}\" (worker \"{}\", group \"{}\") reading {} stream(s) from {}", config_.consumer,
                  config_.worker, config_.consumer_group, config_.streams.size(), config_.redis.to_string());
     if (config_.pool) {
@@ -380,29 +378,27 @@ void Consumer::wait(std::chrono::milliseconds d) {
 
 void Consumer::on_stop() {
     // Without a connection the holds run out after --pool-lease.
-    if (pool_ && (cluster_ || redis_)) pool_->leave();
+    if (pool_ && redis_) pool_->leave();
 }
 
 void Consumer::on_redis_connected() {
     groups_ready_ = false;
-    if (cluster_) cluster_->fault();  // the slot map is read again at first use
 }
 
 void Consumer::on_redis_fault() {
     groups_ready_ = false;
-    if (cluster_) cluster_->fault();
-    // A failover under a Sentinel address: the next connection is to the
-    // new master.
-    drop_demoted_master();
+    // A cluster's nodes are connected to again; a failover under a
+    // Sentinel address: the next connection is to the new master.
+    reset_redis_after_fault();
 }
 
 RedisReply Consumer::command(std::string_view stream, const std::vector<std::string_view>& argv,
                              std::string_view context) {
-    return cluster_ ? cluster_->command(stream, argv, context) : redis_->command(argv, context);
+    return redis_->command(stream, argv, context);
 }
 
 RedisReply Consumer::command_raw(std::string_view stream, const std::vector<std::string_view>& argv) {
-    return cluster_ ? cluster_->command_raw(stream, argv) : redis_->command_raw(argv);
+    return redis_->command_raw(stream, argv);
 }
 
 void Consumer::on_pg_connected() {
@@ -536,7 +532,7 @@ Consumer::GroupRead Consumer::read_group(RedisConnection& redis, const std::vect
                 why = std::string(reply_text(r.get()));
                 break;
             }
-        if (cluster_)
+        if (cluster())
             if (auto redirect = parse_redirect(why)) {
                 out.outcome = GroupRead::Outcome::redirected;
                 out.redirect = redirect;
@@ -554,7 +550,7 @@ Consumer::GroupRead Consumer::read_group(RedisConnection& redis, const std::vect
     }
     const redisReply* read = replies.back();
     if (read->type == REDIS_REPLY_ERROR) {
-        if (cluster_)
+        if (cluster())
             if (auto redirect = parse_redirect(reply_text(read))) {  // MULTI refused, the commands ran alone
                 out.outcome = GroupRead::Outcome::redirected;
                 out.redirect = redirect;
@@ -598,16 +594,16 @@ std::vector<StreamEntry> Consumer::read_new() {
         pause(config_.block);
         return {};
     }
-    if (cluster_) return read_new_cluster();
+    if (cluster()) return read_new_cluster();
     const std::vector<std::string_view> streams(names.begin(), names.end());
     std::map<std::string, Position> delivered;
-    auto read = read_group(*redis_, streams, delivered);
+    auto read = read_group(redis_->node_for(streams.front()), streams, delivered);
     if (read.outcome != GroupRead::Outcome::read) return {};
     if (read.entries.empty()) {
         // Nothing new: wait for an entry after the group's position (or
         // --block); the next turn reads it.
         const auto wait = wait_argv(streams, delivered, config_.block);
-        redis_->command(std::vector<std::string_view>(wait.begin(), wait.end()), "XREAD");
+        redis_->command(streams.front(), std::vector<std::string_view>(wait.begin(), wait.end()), "XREAD");
         return {};
     }
     for (const auto& gap : find_gaps(std::move(delivered), read.entries)) report_gap(gap);
@@ -634,7 +630,7 @@ std::vector<StreamEntry> Consumer::read_new_cluster() {
     try {
         for (const auto& [slot, streams] : by_slot) {
             for (int attempt = 0;; ++attempt) {
-                auto read = read_group(cluster_->node_for(streams.front()), streams, delivered);
+                auto read = read_group(cluster()->node_for(streams.front()), streams, delivered);
                 // XINFO refused: nothing ran; read again without the positions.
                 if (read.outcome == GroupRead::Outcome::refused) continue;
                 if (read.outcome == GroupRead::Outcome::read) {
@@ -649,7 +645,7 @@ std::vector<StreamEntry> Consumer::read_new_cluster() {
                 if (read.redirect->kind == Redirect::Kind::moved) {
                     spdlog::debug("slot {} moved to {}:{}; reading the slot map again", slot, read.redirect->host,
                                   read.redirect->port);
-                    cluster_->refresh();
+                    cluster()->refresh();
                     continue;
                 }
                 const auto count = std::to_string(config_.consume_batch_size);
@@ -659,7 +655,7 @@ std::vector<StreamEntry> Consumer::read_new_cluster() {
                 for (std::size_t i = 0; i < streams.size(); ++i) argv.emplace_back(">");
                 spdlog::debug("slot {} is being migrated to {}:{}; its streams read there without gap checks", slot,
                               read.redirect->host, read.redirect->port);
-                auto r = cluster_->command(streams.front(), argv, "XREADGROUP");
+                auto r = cluster()->command(streams.front(), argv, "XREADGROUP");
                 for (const auto s : streams) delivered.erase(std::string(s));
                 if (r->type == REDIS_REPLY_ARRAY)
                     for (std::size_t i = 0; i < r->elements; ++i) {
@@ -690,7 +686,7 @@ std::vector<StreamEntry> Consumer::read_new_cluster() {
                                 config_.block / static_cast<std::chrono::milliseconds::rep>(by_slot.size()));
     for (const auto& [slot, streams] : by_slot) {
         const auto wait = wait_argv(streams, delivered, share);
-        auto r = cluster_->command(streams.front(), std::vector<std::string_view>(wait.begin(), wait.end()), "XREAD");
+        auto r = cluster()->command(streams.front(), std::vector<std::string_view>(wait.begin(), wait.end()), "XREAD");
         if (r->type == REDIS_REPLY_ARRAY || stop_) break;  // an entry came: the next turn reads it
     }
     return entries;
@@ -1085,10 +1081,7 @@ void Consumer::ack(const std::vector<const StreamEntry*>& entries) {
         // entries are committed, and an acknowledgement that fails (the
         // group was deleted) leaves them pending for a reclaim that finds
         // them applied.
-        if (cluster_)
-            command(stream, argv, "XACK " + stream);
-        else
-            redis_->send_unawaited(argv, "XACK " + stream);
+        redis_->send_unawaited(stream, argv, "XACK " + stream);
     }
 }
 

@@ -9,9 +9,11 @@
 #include <charconv>
 #include <cstring>
 #include <optional>
+#include <stdexcept>
 
 #include "pg_outbox/errors.hpp"
 #include "pg_outbox/io_wait.hpp"
+#include "pg_outbox/redis_error.hpp"
 
 namespace pg_outbox {
 
@@ -111,23 +113,10 @@ const redisReply* map_field(const redisReply* map, std::string_view name) {
 // retries with backoff.
 RedisConnection::RedisConnection(const RedisAddress& address, const std::string& password, int db,
                                  std::chrono::milliseconds timeout) {
-    if (!address.cluster_seeds.empty()) {
-        // A Redis Cluster: the first seed node that answers, which tells
-        // that the cluster is reachable and the credentials work (the
-        // relay's RedisCluster keeps a connection per node beside it).
-        std::string errors;
-        for (const auto& seed : address.cluster_seeds) {
-            try {
-                open(seed, password, 0, timeout);
-                return;
-            } catch (const RedisSetupError&) {
-                throw;
-            } catch (const RedisError& e) {
-                errors += (errors.empty() ? "" : "; ") + std::string(e.what());
-            }
-        }
-        throw RedisError(RedisError::Kind::io, "could not connect to any seed node of the Redis cluster (" + errors + ")");
-    }
+    // A cluster is a RedisTarget of its own (RedisCluster), one
+    // connection per node: none of its addresses is one server's.
+    if (address.is_cluster())
+        throw std::logic_error("a redis+cluster:// address is connected to through RedisTarget::connect()");
     if (!address.is_sentinel()) {
         open(address, password, db, timeout);
         return;
@@ -359,11 +348,34 @@ RedisReply RedisConnection::command_raw(const std::vector<std::string_view>& arg
 
 RedisReply RedisConnection::command(const std::vector<std::string_view>& argv, std::string_view context) {
     auto r = command_raw(argv);
-    if (r->type == REDIS_REPLY_ERROR)
-        throw RedisError(RedisError::Kind::reply, context.empty() ? std::string(reply_text(r.get()))
-                                                                  : std::string(context) + ": " +
-                                                                        std::string(reply_text(r.get())));
+    if (is_error(r.get())) throw_error(*r, context);
     return r;
+}
+
+Replies RedisConnection::read_replies(std::size_t n) {
+    std::vector<RedisReply> replies;
+    replies.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) replies.push_back(get_reply_raw());
+    return Replies(std::move(replies));
+}
+
+const redisReply& Replies::get(std::size_t i, std::string_view context) const {
+    const redisReply& r = raw(i);
+    if (is_error(&r)) throw_error(r, context);
+    return r;
+}
+
+const redisReply& Replies::raw(std::size_t i) const {
+    if (i >= replies_.size())
+        throw std::out_of_range("reply " + std::to_string(i) + " of a pipeline of " +
+                                std::to_string(replies_.size()));
+    if (!replies_[i]) throw std::logic_error("reply " + std::to_string(i) + " of a pipeline was taken");
+    return *replies_[i];
+}
+
+RedisReply Replies::take(std::size_t i) {
+    raw(i);
+    return std::move(replies_[i]);
 }
 
 }  // namespace pg_outbox

@@ -7,6 +7,7 @@
 
 #include "pg_outbox/config.hpp"
 #include "pg_outbox/errors.hpp"
+#include "pg_outbox/redis_error.hpp"
 #include "servers.hpp"
 
 using namespace pg_outbox;
@@ -34,6 +35,31 @@ TEST(RedisConnectionTest, ErrorRepliesThrowUnlessRaw) {
     auto raw = redis.command_raw({"XADD", "text", "*", "f", "v"});
     EXPECT_EQ(raw->type, REDIS_REPLY_ERROR);
     EXPECT_EQ(reply_text(redis.command({"PING"}).get()), "PONG");  // the connection goes on
+}
+
+// The pipeline reader reads every reply of a pipeline, error replies
+// included, so that the connection stays in step; get() throws an error
+// reply's typed error, raw() hands it over.
+TEST(RedisConnectionTest, PipelineReaderReadsEveryReply) {
+    RedisServer server;
+    auto redis = server.connect();
+    redis.append({"SET", "text", "not a stream"});
+    redis.append({"XADD", "text", "*", "f", "v"});
+    redis.append({"XREADGROUP", "GROUP", "nogroup", "c", "STREAMS", "nostream", ">"});
+    redis.append({"GET", "text"});
+    const auto replies = redis.read_replies(4);
+    ASSERT_EQ(replies.size(), 4u);
+    EXPECT_EQ(reply_text(&replies.get(0)), "OK");
+    EXPECT_THROW(replies.get(1, "XADD text"), WrongTypeError);
+    EXPECT_THROW(replies.get(2), NoGroupError);
+    EXPECT_TRUE(is_error(&replies.raw(1)));
+    EXPECT_EQ(reply_text(&replies.get(3)), "not a stream");
+    EXPECT_EQ(reply_text(redis.command({"PING"}).get()), "PONG");  // the connection goes on
+    // command() throws the same classes.
+    EXPECT_THROW(redis.command({"XADD", "text", "*", "f", "v"}), WrongTypeError);
+    EXPECT_THROW(redis.command({"EVALSHA", std::string(40, 'a'), "0"}), NoScriptError);
+    redis.command({"XGROUP", "CREATE", "s", "g", "$", "MKSTREAM"});
+    EXPECT_THROW(redis.command({"XGROUP", "CREATE", "s", "g", "$", "MKSTREAM"}), BusyGroupError);
 }
 
 // A command sent unawaited is on the wire at once; its reply, an error

@@ -250,8 +250,10 @@ private:
     // previous owner's pending entries are still to be applied.
     std::optional<StreamPool> pool_;
     std::set<std::string> unsettled_;
-    // With a redis+cluster:// address: the nodes, one connection each.
-    std::optional<RedisCluster> cluster_;
+    // The Redis target when it is a cluster, else nullptr: what consume
+    // still does per kind of target (reading slot by slot) until it reads
+    // through RedisTarget alone.
+    RedisCluster* cluster() const { return dynamic_cast<RedisCluster*>(redis_.get()); }
     // How many times a slot's read follows MOVED before the turn fails.
     static constexpr int kMaxClusterRedirects = 5;
 };
