@@ -50,11 +50,11 @@ RedisAddress ask_sentinel(const SentinelAddress& sentinel, const RedisAddress& a
         throw RedisSetupError("--sentinel-password", who + ": " + e.what());
     }
     auto r = connection->command_raw({"SENTINEL", "get-master-addr-by-name", address.master_name});
-    if (r->type == REDIS_REPLY_ERROR) {
+    if (is_error(r.get())) {
         const std::string text(reply_text(r.get()));
         if (text.find("unknown command") != std::string::npos || text.find("unknown subcommand") != std::string::npos)
             throw RedisSetupError("--redis", who + " is not a Redis Sentinel (" + text + ")");
-        throw RedisError(RedisError::Kind::reply, who + ": " + text);
+        throw_error(*r, who);
     }
     if (r->type == REDIS_REPLY_NIL)
         throw RedisSetupError("--redis", who + " monitors no master named \"" + address.master_name + "\"");
@@ -167,14 +167,15 @@ RedisConnection::RedisConnection(const RedisAddress& address, const std::string&
 // scripts may be refused it, and then INFO replication. Neither allowed,
 // the server cannot tell, and Sentinel's word is taken ("").
 std::string RedisConnection::role() {
-    auto r = command_raw({"ROLE"});
-    if (r->type == REDIS_REPLY_ERROR) {
-        if (reply_text(r.get()).rfind("NOPERM", 0) != 0)
-            throw RedisError(RedisError::Kind::reply, "ROLE: " + std::string(reply_text(r.get())));
-        auto info = command_raw({"INFO", "replication"});
-        if (info->type == REDIS_REPLY_ERROR) {
-            if (reply_text(info.get()).rfind("NOPERM", 0) == 0) return {};
-            throw RedisError(RedisError::Kind::reply, "INFO replication: " + std::string(reply_text(info.get())));
+    RedisReply r;
+    try {
+        r = command({"ROLE"}, "ROLE");
+    } catch (const NoPermError&) {
+        RedisReply info;
+        try {
+            info = command({"INFO", "replication"}, "INFO replication");
+        } catch (const NoPermError&) {
+            return {};
         }
         const auto text = reply_text(info.get());
         const auto at = text.find("role:");
@@ -229,28 +230,33 @@ void RedisConnection::open(const RedisAddress& address, const std::string& passw
     // AUTH (with the URL's ACL user, if any), SELECT, then a PING, which
     // Redis refuses with NOAUTH when it wants a password it was not given.
     if (!password.empty()) {
-        auto r = address.user.empty() ? command_raw({"AUTH", password}) : command_raw({"AUTH", address.user, password});
-        if (r->type == REDIS_REPLY_ERROR)
+        try {
+            if (address.user.empty())
+                command({"AUTH", password});
+            else
+                command({"AUTH", address.user, password});
+        } catch (const ReplyError& e) {
             throw RedisSetupError("--redis-password",
                                   "AUTH" + (address.user.empty() ? std::string() : " as user \"" + address.user + "\"") +
-                                      " refused: " + std::string(reply_text(r.get())));
+                                      " refused: " + e.text());
+        }
     }
     if (db != 0) {
         const auto db_text = std::to_string(db);
-        auto r = command_raw({"SELECT", db_text});
-        if (r->type == REDIS_REPLY_ERROR) {
-            const auto text = reply_text(r.get());
-            if (text.rfind("NOAUTH", 0) == 0)
-                throw RedisSetupError("--redis-password", "Redis wants a password: " + std::string(text));
-            throw RedisSetupError("--redis-db", "SELECT " + db_text + " refused: " + std::string(text));
+        try {
+            command({"SELECT", db_text});
+        } catch (const AuthError& e) {
+            throw RedisSetupError("--redis-password", "Redis wants a password: " + e.text());
+        } catch (const ReplyError& e) {
+            throw RedisSetupError("--redis-db", "SELECT " + db_text + " refused: " + e.text());
         }
     }
-    auto ping = command_raw({"PING"});
-    if (ping->type == REDIS_REPLY_ERROR) {
-        const auto text = reply_text(ping.get());
-        if (text.rfind("NOAUTH", 0) == 0 || text.rfind("WRONGPASS", 0) == 0 || text.rfind("NOPERM", 0) == 0)
-            throw RedisSetupError("--redis-password", "Redis refused the connection: " + std::string(text));
-        throw RedisError(RedisError::Kind::reply, "PING: " + std::string(text));
+    try {
+        command({"PING"}, "PING");
+    } catch (const AuthError& e) {
+        throw RedisSetupError("--redis-password", "Redis refused the connection: " + e.text());
+    } catch (const NoPermError& e) {
+        throw RedisSetupError("--redis-password", "Redis refused the connection: " + e.text());
     }
 }
 
@@ -317,7 +323,7 @@ void RedisConnection::read_unawaited() {
         const std::string context = std::move(unawaited_.front());
         unawaited_.erase(unawaited_.begin());
         auto r = read_reply();
-        if (r->type == REDIS_REPLY_ERROR) spdlog::warn("{}: {}", context, reply_text(r.get()));
+        if (is_error(r.get())) spdlog::warn("{}: {}", context, reply_text(r.get()));
     }
     block_allowance_ = allowance;
 }

@@ -681,8 +681,8 @@ void StreamWriter::read_exec_replies(const Shares& shares, const std::vector<std
             if (is_error(r)) {
                 if (!failure)
                     failure = make_error(*r, {},
-                                         "event " + e->event_id + " at " + e->position + " to stream \"" + shares.keys[s] +
-                                             "\"");
+                                         "event " + e->event_id + " at " + e->position + " to stream \"" +
+                                             shares.keys[s] + "\"");
                 script_next_ = true;
                 continue;
             }
