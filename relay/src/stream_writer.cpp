@@ -839,10 +839,10 @@ StreamWriter::Written StreamWriter::write_with_script(const Shares& shares) {
                               "outbox_reanchor('{}'); otherwise remove the foreign entries or publish to another "
                               "stream (--stream)",
                               keys[s], bad.position, bad.event_id, config_.group);
-            failure = std::make_exception_ptr(RedisError(RedisError::Kind::reply,
-                                                         std::string(reply_text(r->element[2])) + " (event " +
-                                                             bad.event_id + " at " + bad.position + " to stream \"" +
-                                                             keys[s] + "\")"));
+            // The error of the entry's XADD, as the script caught it (OOM,
+            // READONLY, ...), or the script's own (PGOUTBOX_FOREIGN).
+            failure = make_error(reply_text(r->element[2]), {},
+                                 "event " + bad.event_id + " at " + bad.position + " to stream \"" + keys[s] + "\"");
         }
     }
     metrics_.events_published += written;
