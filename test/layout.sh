@@ -175,7 +175,37 @@ check "the consume-side patterns match a Redis command, a query and a connection
 		grep -qE "$PG_USE" <<<"    pg_->exec(sql, {a});" &&
 		grep -qE "$ORCHESTRATOR_SENDS" <<<"    redis_->command(argv);"'
 
+# Redis's error replies become typed exceptions in the connection layer
+# only (redis_error.hpp: throw_error(), Replies::get()); the rest of the
+# relay catches classes, and looks at a raw reply only through is_error().
+REDIS_LAYER='relay/(src|include/pg_outbox)/redis(_cluster|_error|_target)?\.(cpp|hpp)$'
+raw_redis_error_checks() {
+	local f
+	for f in "$@"; do
+		grep -qE "$REDIS_LAYER" <<<"$f" && continue
+		grep -Hn 'REDIS_REPLY_ERROR' "$f"
+	done
+}
+no_raw_redis_error_check() {
+	local hits
+	hits=$(raw_redis_error_checks relay/src/*.cpp relay/include/pg_outbox/*.hpp)
+	[ -z "$hits" ] || { echo "# $hits" >&2; return 1; }
+}
+check "no Redis error reply is checked raw outside the connection layer" no_raw_redis_error_check
+
 # The checks find what they look for.
+finds_raw_redis_error_check() {
+	local dir out
+	dir=$(mktemp -d)
+	mkdir -p "$dir/relay/src"
+	echo 'if (r->type == REDIS_REPLY_ERROR) return;' >"$dir/relay/src/stream_writer.cpp"
+	echo 'if (r->type == REDIS_REPLY_ERROR) return;' >"$dir/relay/src/redis.cpp"
+	out=$(cd "$dir" && raw_redis_error_checks relay/src/stream_writer.cpp relay/src/redis.cpp)
+	rm -r "$dir"
+	eq "$out" "relay/src/stream_writer.cpp:1:if (r->type == REDIS_REPLY_ERROR) return;"
+}
+check "the Redis error check finds a raw check outside the connection layer only" finds_raw_redis_error_check
+
 finds_sql_faults() {
 	local dir out
 	dir=$(mktemp -d)

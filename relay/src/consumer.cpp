@@ -59,13 +59,13 @@ void Consumer::on_stop() {
     if (pool_ && reader_.reachable()) pool_->leave();
 }
 
-void Consumer::on_redis_connected() { reader_.reset(&*redis_); }
+void Consumer::on_redis_connected() { reader_.reset(redis_.get()); }
 
 void Consumer::on_redis_fault() {
-    // A failover under a Sentinel address: the next connection is to the
-    // new master.
-    drop_demoted_master();
-    reader_.reset(redis_ ? &*redis_ : nullptr);
+    // A cluster's nodes are connected to again; a failover under a
+    // Sentinel address: the next connection is to the new master.
+    reset_redis_after_fault();
+    reader_.reset(redis_.get());
 }
 
 void Consumer::on_pg_connected() { session_.connected(*pg_, extension_); }

@@ -1,5 +1,7 @@
 #include "pg_outbox/errors.hpp"
 
+#include "pg_outbox/redis_error.hpp"
+
 namespace pg_outbox {
 
 bool is_transient_sqlstate(std::string_view s) noexcept {
@@ -43,14 +45,7 @@ bool PgError::retryable() const noexcept {
     return connection_lost_ || is_transient_sqlstate(sqlstate_);
 }
 
-std::string RedisError::code() const {
-    if (kind_ == Kind::io) return "io";
-    std::string_view m = what();
-    auto end = m.find(' ');
-    std::string_view word = m.substr(0, end);
-    for (char c : word)
-        if (c < 'A' || c > 'Z') return "other";
-    return word.empty() ? "other" : std::string(word);
-}
+RedisError::RedisError(Kind kind, const std::string& message)
+    : std::runtime_error(message), kind_(kind), code_(kind == Kind::io ? "io" : reply_error_code(message)) {}
 
 }  // namespace pg_outbox

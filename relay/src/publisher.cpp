@@ -29,8 +29,6 @@ Publisher::Publisher(const Config& config, Metrics& metrics, const std::atomic<b
       session_(config, metrics),
       writer_(config, metrics, stop),
       lag_(config.pg_conninfo, config.group, config.stats_interval, metrics) {
-    if (!config.redis.cluster_seeds.empty())
-        cluster_.emplace(config.redis.cluster_seeds, config.redis_password, config.redis_timeout);
     spdlog::info("publishing group \"{}\" to {} as {}", config_.group, config_.redis.to_string(),
                  config_.stream_template);
 }
@@ -42,12 +40,7 @@ void Publisher::on_pg_connected() {
 
 void Publisher::on_redis_connected() {
     streams_checked_ = false;
-    if (cluster_) {
-        cluster_->fault();  // the slot map is read again at the first write
-        writer_.reset(*cluster_);
-    } else {
-        writer_.reset(*redis_);
-    }
+    writer_.reset(*redis_);
 }
 
 void Publisher::on_pg_lost() {
@@ -62,18 +55,16 @@ void Publisher::on_redis_fault() {
     // check of the streams).
     if (metrics_.leader && metrics_.lag_events.load() != 0) metrics_.batch_waiting();
     writer_.fault();
-    // A node lost, a failover, a slot without a master: each node is
-    // connected to again and the slot map read again; the streams are
-    // checked (below), each on its master.
-    if (cluster_) cluster_->fault();
     // What was read ahead of, or written after, the batch that failed is
     // fetched and written again.
     session_.drop_prefetched();
     session_.forget_unadvanced();
     streams_checked_ = false;
-    // A failover under a Sentinel address: the next connection is to the
-    // new master, and the stream-loss check runs on it first.
-    drop_demoted_master();
+    // A node lost, a failover, a slot without a master: a cluster's nodes
+    // are connected to again and its slot map read again; a failover under
+    // a Sentinel address: the next connection is to the new master. The
+    // stream-loss check runs first (below), each stream on its master.
+    reset_redis_after_fault();
 }
 
 // Finds out whether Redis lost entries the group published: a stream

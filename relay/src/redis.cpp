@@ -9,9 +9,11 @@
 #include <charconv>
 #include <cstring>
 #include <optional>
+#include <stdexcept>
 
 #include "pg_outbox/errors.hpp"
 #include "pg_outbox/io_wait.hpp"
+#include "pg_outbox/redis_error.hpp"
 
 namespace pg_outbox {
 
@@ -48,11 +50,11 @@ RedisAddress ask_sentinel(const SentinelAddress& sentinel, const RedisAddress& a
         throw RedisSetupError("--sentinel-password", who + ": " + e.what());
     }
     auto r = connection->command_raw({"SENTINEL", "get-master-addr-by-name", address.master_name});
-    if (r->type == REDIS_REPLY_ERROR) {
+    if (is_error(r.get())) {
         const std::string text(reply_text(r.get()));
         if (text.find("unknown command") != std::string::npos || text.find("unknown subcommand") != std::string::npos)
             throw RedisSetupError("--redis", who + " is not a Redis Sentinel (" + text + ")");
-        throw RedisError(RedisError::Kind::reply, who + ": " + text);
+        throw_error(*r, who);
     }
     if (r->type == REDIS_REPLY_NIL)
         throw RedisSetupError("--redis", who + " monitors no master named \"" + address.master_name + "\"");
@@ -111,23 +113,10 @@ const redisReply* map_field(const redisReply* map, std::string_view name) {
 // retries with backoff.
 RedisConnection::RedisConnection(const RedisAddress& address, const std::string& password, int db,
                                  std::chrono::milliseconds timeout) {
-    if (!address.cluster_seeds.empty()) {
-        // A Redis Cluster: the first seed node that answers, which tells
-        // that the cluster is reachable and the credentials work (the
-        // relay's RedisCluster keeps a connection per node beside it).
-        std::string errors;
-        for (const auto& seed : address.cluster_seeds) {
-            try {
-                open(seed, password, 0, timeout);
-                return;
-            } catch (const RedisSetupError&) {
-                throw;
-            } catch (const RedisError& e) {
-                errors += (errors.empty() ? "" : "; ") + std::string(e.what());
-            }
-        }
-        throw RedisError(RedisError::Kind::io, "could not connect to any seed node of the Redis cluster (" + errors + ")");
-    }
+    // A cluster is a RedisTarget of its own (RedisCluster), one
+    // connection per node: none of its addresses is one server's.
+    if (address.is_cluster())
+        throw std::logic_error("a redis+cluster:// address is connected to through RedisTarget::connect()");
     if (!address.is_sentinel()) {
         open(address, password, db, timeout);
         return;
@@ -178,14 +167,15 @@ RedisConnection::RedisConnection(const RedisAddress& address, const std::string&
 // scripts may be refused it, and then INFO replication. Neither allowed,
 // the server cannot tell, and Sentinel's word is taken ("").
 std::string RedisConnection::role() {
-    auto r = command_raw({"ROLE"});
-    if (r->type == REDIS_REPLY_ERROR) {
-        if (reply_text(r.get()).rfind("NOPERM", 0) != 0)
-            throw RedisError(RedisError::Kind::reply, "ROLE: " + std::string(reply_text(r.get())));
-        auto info = command_raw({"INFO", "replication"});
-        if (info->type == REDIS_REPLY_ERROR) {
-            if (reply_text(info.get()).rfind("NOPERM", 0) == 0) return {};
-            throw RedisError(RedisError::Kind::reply, "INFO replication: " + std::string(reply_text(info.get())));
+    RedisReply r;
+    try {
+        r = command({"ROLE"}, "ROLE");
+    } catch (const NoPermError&) {
+        RedisReply info;
+        try {
+            info = command({"INFO", "replication"}, "INFO replication");
+        } catch (const NoPermError&) {
+            return {};
         }
         const auto text = reply_text(info.get());
         const auto at = text.find("role:");
@@ -240,28 +230,33 @@ void RedisConnection::open(const RedisAddress& address, const std::string& passw
     // AUTH (with the URL's ACL user, if any), SELECT, then a PING, which
     // Redis refuses with NOAUTH when it wants a password it was not given.
     if (!password.empty()) {
-        auto r = address.user.empty() ? command_raw({"AUTH", password}) : command_raw({"AUTH", address.user, password});
-        if (r->type == REDIS_REPLY_ERROR)
+        try {
+            if (address.user.empty())
+                command({"AUTH", password});
+            else
+                command({"AUTH", address.user, password});
+        } catch (const ReplyError& e) {
             throw RedisSetupError("--redis-password",
                                   "AUTH" + (address.user.empty() ? std::string() : " as user \"" + address.user + "\"") +
-                                      " refused: " + std::string(reply_text(r.get())));
+                                      " refused: " + e.text());
+        }
     }
     if (db != 0) {
         const auto db_text = std::to_string(db);
-        auto r = command_raw({"SELECT", db_text});
-        if (r->type == REDIS_REPLY_ERROR) {
-            const auto text = reply_text(r.get());
-            if (text.rfind("NOAUTH", 0) == 0)
-                throw RedisSetupError("--redis-password", "Redis wants a password: " + std::string(text));
-            throw RedisSetupError("--redis-db", "SELECT " + db_text + " refused: " + std::string(text));
+        try {
+            command({"SELECT", db_text});
+        } catch (const AuthError& e) {
+            throw RedisSetupError("--redis-password", "Redis wants a password: " + e.text());
+        } catch (const ReplyError& e) {
+            throw RedisSetupError("--redis-db", "SELECT " + db_text + " refused: " + e.text());
         }
     }
-    auto ping = command_raw({"PING"});
-    if (ping->type == REDIS_REPLY_ERROR) {
-        const auto text = reply_text(ping.get());
-        if (text.rfind("NOAUTH", 0) == 0 || text.rfind("WRONGPASS", 0) == 0 || text.rfind("NOPERM", 0) == 0)
-            throw RedisSetupError("--redis-password", "Redis refused the connection: " + std::string(text));
-        throw RedisError(RedisError::Kind::reply, "PING: " + std::string(text));
+    try {
+        command({"PING"}, "PING");
+    } catch (const AuthError& e) {
+        throw RedisSetupError("--redis-password", "Redis refused the connection: " + e.text());
+    } catch (const NoPermError& e) {
+        throw RedisSetupError("--redis-password", "Redis refused the connection: " + e.text());
     }
 }
 
@@ -328,7 +323,7 @@ void RedisConnection::read_unawaited() {
         const std::string context = std::move(unawaited_.front());
         unawaited_.erase(unawaited_.begin());
         auto r = read_reply();
-        if (r->type == REDIS_REPLY_ERROR) spdlog::warn("{}: {}", context, reply_text(r.get()));
+        if (is_error(r.get())) spdlog::warn("{}: {}", context, reply_text(r.get()));
     }
     block_allowance_ = allowance;
 }
@@ -359,11 +354,34 @@ RedisReply RedisConnection::command_raw(const std::vector<std::string_view>& arg
 
 RedisReply RedisConnection::command(const std::vector<std::string_view>& argv, std::string_view context) {
     auto r = command_raw(argv);
-    if (r->type == REDIS_REPLY_ERROR)
-        throw RedisError(RedisError::Kind::reply, context.empty() ? std::string(reply_text(r.get()))
-                                                                  : std::string(context) + ": " +
-                                                                        std::string(reply_text(r.get())));
+    if (is_error(r.get())) throw_error(*r, context);
     return r;
+}
+
+Replies RedisConnection::read_replies(std::size_t n) {
+    std::vector<RedisReply> replies;
+    replies.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) replies.push_back(get_reply_raw());
+    return Replies(std::move(replies));
+}
+
+const redisReply& Replies::get(std::size_t i, std::string_view context) const {
+    const redisReply& r = raw(i);
+    if (is_error(&r)) throw_error(r, context);
+    return r;
+}
+
+const redisReply& Replies::raw(std::size_t i) const {
+    if (i >= replies_.size())
+        throw std::out_of_range("reply " + std::to_string(i) + " of a pipeline of " +
+                                std::to_string(replies_.size()));
+    if (!replies_[i]) throw std::logic_error("reply " + std::to_string(i) + " of a pipeline was taken");
+    return *replies_[i];
+}
+
+RedisReply Replies::take(std::size_t i) {
+    raw(i);
+    return std::move(replies_[i]);
 }
 
 }  // namespace pg_outbox

@@ -22,17 +22,6 @@ namespace {
 // keeps changing: a failover or a reshard in progress).
 constexpr int kMaxRedirects = 5;
 
-// Digits only, at most "max_digits" of them, as an int; nullopt otherwise.
-std::optional<int> parse_uint(std::string_view text, std::size_t max_digits) {
-    if (text.empty() || text.size() > max_digits) return std::nullopt;
-    int value = 0;
-    for (char c : text) {
-        if (c < '0' || c > '9') return std::nullopt;
-        value = value * 10 + (c - '0');
-    }
-    return value;
-}
-
 std::string node_name(const RedisAddress& a) { return a.to_string(); }
 
 }  // namespace
@@ -57,47 +46,12 @@ std::string_view hash_tag(std::string_view key) noexcept {
 
 int key_slot(std::string_view key) noexcept { return crc16(hash_tag(key)) & (kClusterSlots - 1); }
 
-std::optional<Redirect> parse_redirect(std::string_view error) {
-    Redirect r{};
-    if (error.rfind("MOVED ", 0) == 0) {
-        r.kind = Redirect::Kind::moved;
-        error.remove_prefix(6);
-    } else if (error.rfind("ASK ", 0) == 0) {
-        r.kind = Redirect::Kind::ask;
-        error.remove_prefix(4);
-    } else {
-        return std::nullopt;
-    }
-    const auto space = error.find(' ');
-    if (space == std::string_view::npos) return std::nullopt;
-    const auto slot = parse_uint(error.substr(0, space), 5);
-    if (!slot || *slot >= kClusterSlots) return std::nullopt;
-    r.slot = *slot;
-    std::string_view endpoint = error.substr(space + 1);
-    // The port follows the last colon: "host:port", "::1:7000", "[::1]:7000".
-    const auto colon = endpoint.rfind(':');
-    if (colon == std::string_view::npos) return std::nullopt;
-    const auto port = parse_uint(endpoint.substr(colon + 1), 5);
-    if (!port || *port < 1 || *port > 65535) return std::nullopt;
-    r.port = *port;
-    std::string_view host = endpoint.substr(0, colon);
-    if (!host.empty() && host.front() == '[') {
-        if (host.size() < 2 || host.back() != ']') return std::nullopt;
-        host = host.substr(1, host.size() - 2);
-    }
-    // No spaces, controls or brackets left in a host.
-    for (unsigned char c : host)
-        if (c <= ' ' || c == '[' || c == ']' || c == 0x7f) return std::nullopt;
-    r.host = std::string(host);
-    return r;
-}
-
 SlotMap SlotMap::parse(const redisReply* reply, const std::string& asked_host) {
     auto bad = [](const std::string& why) {
         return RedisError(RedisError::Kind::reply, "CLUSTER SLOTS: " + why);
     };
     if (reply == nullptr || reply->type != REDIS_REPLY_ARRAY) {
-        if (reply != nullptr && reply->type == REDIS_REPLY_ERROR) throw bad(std::string(reply_text(reply)));
+        if (is_error(reply)) throw_error(*reply, "CLUSTER SLOTS");
         throw bad("not an array");
     }
     SlotMap m;
@@ -200,9 +154,10 @@ void RedisCluster::refresh() {
     throw RedisError(RedisError::Kind::io, "could not read the cluster's slot map from any node (" + last_error + ")");
 }
 
-void RedisCluster::fault() {
+bool RedisCluster::fault() {
     connections_.clear();
     map_.reset();
+    return false;
 }
 
 RedisConnection& RedisCluster::node(const RedisAddress& a) {
@@ -221,18 +176,18 @@ RedisConnection& RedisCluster::node_for(std::string_view key) {
     const int slot = key_slot(key);
     const RedisAddress* master = map_->master(slot);
     if (master == nullptr)
-        throw RedisError(RedisError::Kind::reply, "CLUSTERDOWN no node serves hash slot " + std::to_string(slot));
+        throw_error("CLUSTERDOWN no node serves hash slot " + std::to_string(slot));
     return node(*master);
 }
 
-RedisConnection& RedisCluster::redirected(const Redirect& r, std::string_view key) {
+RedisConnection* RedisCluster::redirected(const Redirect& r, std::string_view key) {
     std::string host = r.host;
     if (host.empty()) {
         if (!map_) refresh();
         const RedisAddress* master = map_->master(key_slot(key));
         host = master ? master->host : seeds_.front().host;
     }
-    return node(address(host, r.port));
+    return &node(address(host, r.port));
 }
 
 RedisReply RedisCluster::command_raw(std::string_view key, const std::vector<std::string_view>& argv) {
@@ -240,10 +195,9 @@ RedisReply RedisCluster::command_raw(std::string_view key, const std::vector<std
         if (!map_) refresh();
         const RedisAddress* master = map_->master(key_slot(key));
         if (master == nullptr)
-            throw RedisError(RedisError::Kind::reply,
-                             "CLUSTERDOWN no node serves hash slot " + std::to_string(key_slot(key)));
+            throw_error("CLUSTERDOWN no node serves hash slot " + std::to_string(key_slot(key)));
         auto r = node(*master).command_raw(argv);
-        if (r->type != REDIS_REPLY_ERROR || attempt >= kMaxRedirects) return r;
+        if (!is_error(r.get()) || attempt >= kMaxRedirects) return r;
         const auto redirect = parse_redirect(reply_text(r.get()));
         if (!redirect) return r;
         if (redirect->kind == Redirect::Kind::moved) {
@@ -252,24 +206,19 @@ RedisReply RedisCluster::command_raw(std::string_view key, const std::vector<std
             refresh();
             continue;
         }
-        auto& to = redirected(*redirect, key);
+        auto& to = *redirected(*redirect, key);
         to.append({"ASKING"});
         to.append(argv);
         to.get_reply_raw();
         r = to.get_reply_raw();
-        if (r->type != REDIS_REPLY_ERROR || !parse_redirect(reply_text(r.get()))) return r;
+        if (!is_error(r.get()) || !parse_redirect(reply_text(r.get()))) return r;
         refresh();
     }
 }
 
-RedisReply RedisCluster::command(std::string_view key, const std::vector<std::string_view>& argv,
-                                 std::string_view context) {
-    auto r = command_raw(key, argv);
-    if (r->type == REDIS_REPLY_ERROR)
-        throw RedisError(RedisError::Kind::reply, context.empty() ? std::string(reply_text(r.get()))
-                                                                  : std::string(context) + ": " +
-                                                                        std::string(reply_text(r.get())));
-    return r;
+void RedisCluster::send_unawaited(std::string_view key, const std::vector<std::string_view>& argv,
+                                  std::string context) {
+    command(key, argv, context);
 }
 
 }  // namespace pg_outbox

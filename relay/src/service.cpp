@@ -58,7 +58,8 @@ void Service::connect() {
     }
     if (!redis_) {
         try {
-            redis_.emplace(config_.redis, config_.redis_password, config_.redis_db, config_.redis_timeout);
+            redis_ = RedisTarget::connect(config_.redis, config_.redis_password, config_.redis_db,
+                                          config_.redis_timeout);
         } catch (const RedisSetupError& e) {
             if (redis_reached_) throw;
             // The password may come from the --redis URL.

@@ -2,8 +2,9 @@
 // position in the same transaction (which tells gaps), the claims of
 // pending entries, the report of entries trimmed unread, and the
 // acknowledgements. Every Redis command of consume mode but the pool's
-// leases is here, and so is the choice between one server and a Redis
-// Cluster.
+// leases is here. It goes through the relay's Redis target, one server or
+// a cluster: only the read tells them apart, by per_slot() (a cluster's
+// transaction names the keys of one slot).
 #include "pg_outbox/stream_reader.hpp"
 
 #include <spdlog/spdlog.h>
@@ -13,6 +14,7 @@
 #include <iterator>
 
 #include "pg_outbox/errors.hpp"
+#include "pg_outbox/redis_cluster.hpp"  // key_slot()
 
 namespace pg_outbox {
 
@@ -67,40 +69,33 @@ std::string TrimmedRange::reason() const {
 }
 
 StreamReader::StreamReader(const Config& config, Metrics& metrics, const std::atomic<bool>& stop)
-    : config_(config), metrics_(metrics), stop_(stop) {
-    if (config.redis.is_cluster())
-        cluster_.emplace(config.redis.cluster_seeds, config.redis_password, config.redis_timeout);
-}
+    : config_(config), metrics_(metrics), stop_(stop) {}
 
-void StreamReader::reset(RedisConnection* redis) {
+void StreamReader::reset(RedisTarget* redis) {
     redis_ = redis;
     groups_ready_ = false;
-    if (cluster_) cluster_->fault();  // the slot map is read again at first use
 }
 
 RedisReply StreamReader::command(std::string_view stream, const std::vector<std::string_view>& argv,
                                  std::string_view context) {
-    return cluster_ ? cluster_->command(stream, argv, context) : redis_->command(argv, context);
+    return redis_->command(stream, argv, context);
 }
 
 RedisReply StreamReader::command_raw(std::string_view stream, const std::vector<std::string_view>& argv) {
-    return cluster_ ? cluster_->command_raw(stream, argv) : redis_->command_raw(argv);
+    return redis_->command_raw(stream, argv);
 }
 
 // Creates the consumer group on each stream (and the stream) if missing.
 void StreamReader::ensure_groups() {
     if (groups_ready_) return;
     for (const auto& stream : config_.streams) {
-        // An existing group (BUSYGROUP) is fine: the reply is looked at.
-        auto r =
-            command_raw(stream, {"XGROUP", "CREATE", stream, config_.consumer_group, config_.start_id, "MKSTREAM"});
-        if (r->type == REDIS_REPLY_ERROR) {
-            const auto msg = reply_text(r.get());
-            if (msg.rfind("BUSYGROUP", 0) != 0)
-                throw RedisError(RedisError::Kind::reply, "XGROUP CREATE " + stream + ": " + std::string(msg));
-        } else {
+        try {
+            command(stream, {"XGROUP", "CREATE", stream, config_.consumer_group, config_.start_id, "MKSTREAM"},
+                    "XGROUP CREATE " + stream);
             spdlog::info("created consumer group \"{}\" on stream \"{}\" from {}", config_.consumer_group, stream,
                          config_.start_id);
+        } catch (const BusyGroupError&) {
+            // The group exists: nothing to do.
         }
     }
     groups_ready_ = true;
@@ -123,6 +118,16 @@ std::optional<Position> group_last_delivered(const redisReply* groups, std::stri
 
 }  // namespace
 
+std::optional<Redirect> StreamReader::redirection(std::string_view text) const {
+    if (!redis_->per_slot()) return std::nullopt;  // one server: an error like any other
+    if (!error_is<RedirectionError>(make_error(text))) return std::nullopt;
+    try {
+        throw_error(text);
+    } catch (const RedirectionError& e) {
+        return e.redirect();
+    }
+}
+
 StreamReader::GroupRead StreamReader::read_group(RedisConnection& redis,
                                                  const std::vector<std::string_view>& streams,
                                                  std::map<std::string, Position>& delivered) {
@@ -141,42 +146,41 @@ StreamReader::GroupRead StreamReader::read_group(RedisConnection& redis,
     for (std::size_t i = 0; i < streams.size(); ++i) argv.emplace_back(">");
     redis.append(argv);
     redis.append({"EXEC"});
-    // Read every reply, whatever the first ones say.
-    auto multi = redis.get_reply_raw();
-    std::vector<RedisReply> queued;
-    for (std::size_t i = 0; i <= looks; ++i) queued.push_back(redis.get_reply_raw());
-    auto exec = redis.get_reply_raw();
+    // Read every reply, whatever the first ones say: MULTI's, the queued
+    // commands', EXEC's.
+    const auto all = redis.read_replies(looks + 3);
+    const redisReply& multi = all.raw(0);
+    const redisReply& exec = all.raw(looks + 2);
 
     // The replies: EXEC's, or, when Redis refused MULTI (an ACL, a proxy),
     // the commands' own.
     std::vector<const redisReply*> replies;
-    if (multi->type == REDIS_REPLY_ERROR) {
+    if (is_error(&multi)) {
         if (!multi_refused_warned_) {
             multi_refused_warned_ = true;
             spdlog::warn("Redis refused MULTI ({}); the group's position and the read are two commands: gaps are "
                          "reported exactly only while this worker reads the group alone",
-                         reply_text(multi.get()));
+                         reply_text(&multi));
         }
-        for (const auto& r : queued) replies.push_back(r.get());
-    } else if (exec->type == REDIS_REPLY_ARRAY && exec->elements == looks + 1) {
-        for (std::size_t i = 0; i < exec->elements; ++i) replies.push_back(exec->element[i]);
+        for (std::size_t i = 1; i <= looks + 1; ++i) replies.push_back(&all.raw(i));
+    } else if (exec.type == REDIS_REPLY_ARRAY && exec.elements == looks + 1) {
+        for (std::size_t i = 0; i < exec.elements; ++i) replies.push_back(exec.element[i]);
     } else {
         // Nothing ran: a command was refused when queued; its error names
         // the cause (NOPERM, or in a cluster MOVED or ASK: the slot is
         // served by another node now).
-        std::string why(reply_text(exec.get()));
-        for (const auto& r : queued)
-            if (r->type == REDIS_REPLY_ERROR) {
-                why = std::string(reply_text(r.get()));
+        std::string why(reply_text(&exec));
+        for (std::size_t i = 1; i <= looks + 1; ++i)
+            if (is_error(&all.raw(i))) {
+                why = std::string(reply_text(&all.raw(i)));
                 break;
             }
-        if (cluster_)
-            if (auto redirect = parse_redirect(why)) {
-                out.outcome = GroupRead::Outcome::redirected;
-                out.redirect = redirect;
-                return out;
-            }
-        if (looks > 0 && queued[0]->type == REDIS_REPLY_ERROR && queued.back()->type != REDIS_REPLY_ERROR) {
+        if (auto redirect = redirection(why)) {
+            out.outcome = GroupRead::Outcome::redirected;
+            out.redirect = redirect;
+            return out;
+        }
+        if (looks > 0 && is_error(&all.raw(1)) && !is_error(&all.raw(looks + 1))) {
             // XINFO refused (an ACL): read without the group's position
             // from now on, and check no gaps.
             positions_refused_ = true;
@@ -184,17 +188,16 @@ StreamReader::GroupRead StreamReader::read_group(RedisConnection& redis,
             out.outcome = GroupRead::Outcome::refused;
             return out;
         }
-        throw RedisError(RedisError::Kind::reply, "XREADGROUP: " + why);
+        throw_error(why, "XREADGROUP");
     }
     const redisReply* read = replies.back();
-    if (read->type == REDIS_REPLY_ERROR) {
-        if (cluster_)
-            if (auto redirect = parse_redirect(reply_text(read))) {  // MULTI refused, the commands ran alone
-                out.outcome = GroupRead::Outcome::redirected;
-                out.redirect = redirect;
-                return out;
-            }
-        throw RedisError(RedisError::Kind::reply, "XREADGROUP: " + std::string(reply_text(read)));
+    if (is_error(read)) {
+        if (auto redirect = redirection(reply_text(read))) {  // MULTI refused, the commands ran alone
+            out.outcome = GroupRead::Outcome::redirected;
+            out.redirect = redirect;
+            return out;
+        }
+        throw_error(*read, "XREADGROUP");
     }
 
     for (std::size_t i = 0; i < looks; ++i)
@@ -226,49 +229,29 @@ std::vector<std::string> StreamReader::wait_argv(const std::vector<std::string_v
 }
 
 
-std::vector<StreamEntry> StreamReader::read(const std::vector<std::string>& names,
-                                            const std::function<void(const Gap&)>& gap) {
-    return cluster_ ? read_cluster(names, gap) : read_node(names, gap);
-}
-
-std::vector<StreamEntry> StreamReader::read_node(const std::vector<std::string>& names,
-                                                 const std::function<void(const Gap&)>& gap) {
-    const std::vector<std::string_view> streams(names.begin(), names.end());
-    std::map<std::string, Position> delivered;
-    auto read = read_group(*redis_, streams, delivered);
-    if (read.outcome != GroupRead::Outcome::read) return {};
-    if (read.entries.empty()) {
-        // Nothing new: wait for an entry after the group's position (or
-        // --block); the next turn reads it.
-        const auto wait = wait_argv(streams, delivered, config_.block);
-        redis_->command(std::vector<std::string_view>(wait.begin(), wait.end()), "XREAD");
-        return {};
-    }
-    report_gaps(std::move(delivered), read.entries, gap);
-    return std::move(read.entries);
-}
-
-// In a Redis Cluster one transaction names the keys of one slot only
-// (CROSSSLOT otherwise): the streams are read slot by slot, each slot's in
-// a transaction on its master with the group's position in each, which
+// The streams are read in one transaction on one server. In a Redis
+// Cluster one transaction names the keys of one slot only (CROSSSLOT
+// otherwise): the streams are read slot by slot, each slot's in a
+// transaction on its master with the group's position in each, which
 // tells gaps as exactly as on one server. A MOVED reply (a reshard, a
 // failover) reads the slot map again and the slot is read anew. An ASK
 // reply (the slot is being migrated and its streams have left the node)
 // reads them on the node named, after ASKING, without the group's
-// position: gaps in them are not checked that once. When no slot had
-// anything, each slot's wait (XREAD after the group's position) lasts an
+// position: gaps in them are not checked that once. When nothing was
+// read, each slot's wait (XREAD after the group's position) lasts an
 // equal share of --block, so that the wait for a new entry stays about
 // --block.
-std::vector<StreamEntry> StreamReader::read_cluster(const std::vector<std::string>& names,
-                                                    const std::function<void(const Gap&)>& gap) {
+std::vector<StreamEntry> StreamReader::read(const std::vector<std::string>& names,
+                                            const std::function<void(const Gap&)>& gap) {
     std::map<int, std::vector<std::string_view>> by_slot;
-    for (const auto& s : names) by_slot[key_slot(s)].emplace_back(s);
+    const bool per_slot = redis_->per_slot();
+    for (const auto& s : names) by_slot[per_slot ? key_slot(s) : 0].emplace_back(s);
     std::vector<StreamEntry> entries;
     std::map<std::string, Position> delivered;
     try {
         for (const auto& [slot, streams] : by_slot) {
             for (int attempt = 0;; ++attempt) {
-                auto read = read_group(cluster_->node_for(streams.front()), streams, delivered);
+                auto read = read_group(redis_->node_for(streams.front()), streams, delivered);
                 // XINFO refused: nothing ran; read again without the positions.
                 if (read.outcome == GroupRead::Outcome::refused) continue;
                 if (read.outcome == GroupRead::Outcome::read) {
@@ -283,7 +266,7 @@ std::vector<StreamEntry> StreamReader::read_cluster(const std::vector<std::strin
                 if (read.redirect->kind == Redirect::Kind::moved) {
                     spdlog::debug("slot {} moved to {}:{}; reading the slot map again", slot, read.redirect->host,
                                   read.redirect->port);
-                    cluster_->refresh();
+                    redis_->refresh();
                     continue;
                 }
                 const auto count = std::to_string(config_.consume_batch_size);
@@ -293,7 +276,7 @@ std::vector<StreamEntry> StreamReader::read_cluster(const std::vector<std::strin
                 for (std::size_t i = 0; i < streams.size(); ++i) argv.emplace_back(">");
                 spdlog::debug("slot {} is being migrated to {}:{}; its streams read there without gap checks", slot,
                               read.redirect->host, read.redirect->port);
-                auto r = cluster_->command(streams.front(), argv, "XREADGROUP");
+                auto r = redis_->command(streams.front(), argv, "XREADGROUP");
                 for (const auto s : streams) delivered.erase(std::string(s));
                 if (r->type == REDIS_REPLY_ARRAY)
                     for (std::size_t i = 0; i < r->elements; ++i) {
@@ -323,7 +306,7 @@ std::vector<StreamEntry> StreamReader::read_cluster(const std::vector<std::strin
                                 config_.block / static_cast<std::chrono::milliseconds::rep>(by_slot.size()));
     for (const auto& [slot, streams] : by_slot) {
         const auto wait = wait_argv(streams, delivered, share);
-        auto r = cluster_->command(streams.front(), std::vector<std::string_view>(wait.begin(), wait.end()), "XREAD");
+        auto r = redis_->command(streams.front(), std::vector<std::string_view>(wait.begin(), wait.end()), "XREAD");
         if (r->type == REDIS_REPLY_ARRAY || stop_) break;  // an entry came: the next turn reads it
     }
     return entries;
@@ -445,10 +428,7 @@ void StreamReader::ack(const std::vector<const StreamEntry*>& entries) {
         // entries are committed, and an acknowledgement that fails (the
         // group was deleted) leaves them pending for a reclaim that finds
         // them applied.
-        if (cluster_)
-            command(stream, argv, "XACK " + stream);
-        else
-            redis_->send_unawaited(argv, "XACK " + stream);
+        redis_->send_unawaited(stream, argv, "XACK " + stream);
     }
 }
 

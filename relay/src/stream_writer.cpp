@@ -20,6 +20,8 @@
 #include "pg_outbox/backoff.hpp"
 #include "pg_outbox/errors.hpp"
 #include "pg_outbox/redis_cluster.hpp"
+#include "pg_outbox/redis_error.hpp"
+#include "pg_outbox/redis_target.hpp"
 
 namespace pg_outbox {
 
@@ -33,7 +35,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 // script reads it: 0-0 when the stream does not exist; nullopt for any
 // other error (WRONGTYPE, ...).
 std::optional<Position> stream_last_id(const redisReply* info) {
-    if (info->type == REDIS_REPLY_ERROR) {
+    if (is_error(info)) {
         if (reply_text(info).find("no such key") != std::string_view::npos) return Position{};
         return std::nullopt;
     }
@@ -64,13 +66,21 @@ constexpr std::size_t kSendPieceBytes = 64 * 1024;
 constexpr int kMaxRedirectRounds = 5;
 
 // Redis refused a write for want of memory (maxmemory, noeviction).
-bool is_oom(const RedisError& e) { return e.kind() == RedisError::Kind::reply && e.code() == "OOM"; }
+bool is_oom(const RedisError& e) { return dynamic_cast<const OomError*>(&e) != nullptr; }
 
 // A cluster node refused a command because its slot is elsewhere (MOVED),
 // being migrated (ASK), or has its keys split by a migration (TRYAGAIN):
 // the command did not run.
-bool slot_elsewhere(std::string_view error) {
-    return parse_redirect(error).has_value() || error.rfind("TRYAGAIN", 0) == 0;
+bool slot_elsewhere(const std::exception_ptr& error) {
+    return error_is<RedirectionError>(error) || error_is<TryAgainError>(error);
+}
+
+// The first of the "entries" commands queued after MULTI (replies 1 to
+// entries) that Redis refused; nullopt when it queued them all.
+std::optional<std::string> first_refused(const Replies& replies, std::size_t entries) {
+    for (std::size_t i = 1; i <= entries; ++i)
+        if (const auto& r = replies.raw(i); is_error(&r)) return std::string(reply_text(&r));
+    return std::nullopt;
 }
 
 // The error of a transaction that did not run: the first command Redis
@@ -113,37 +123,29 @@ StreamWriter::StreamWriter(const Config& config, Metrics& metrics, const std::at
       group_name_(config.group_name()),
       shard_(std::max(config.group_shard(), 0)) {}
 
-void StreamWriter::reset(RedisConnection& redis) {
-    redis_ = &redis;
-    cluster_ = nullptr;
-    watched_.clear();
-    load_script();
-    check_transactions();
-}
-
-void StreamWriter::reset(RedisCluster& cluster) {
-    redis_ = nullptr;
-    cluster_ = &cluster;
+void StreamWriter::reset(RedisTarget& target) {
+    target_ = &target;
     watched_.clear();
     node_watched_.clear();
     transactions_refused_ = false;
-    // Each node loads the script when first connected to (after a
-    // failover, a restart or a reshard the node may be new), and is
-    // checked for MULTI as one server is. Nothing is watched on a new
-    // connection, and it may take the address of one dropped.
-    cluster.on_connect([this](RedisConnection& node) {
+    // Each server loads the script when first connected to (in a cluster,
+    // after a failover, a restart or a reshard the node may be new), and is
+    // checked for MULTI: without it the XADDs of the fast path would run
+    // one by one, no longer guarded by WATCH, so the script writes every
+    // batch instead (an ACL or a proxy may refuse it). Nothing is watched
+    // on a new connection, and it may take the address of one dropped.
+    target.on_connect([this](RedisConnection& node) {
+        watched_.clear();
         node_watched_.clear();
-        auto r = node.command({"SCRIPT", "LOAD", kAppendScript});
-        script_sha_ = std::string(reply_text(r.get()));
+        load_script(node);
         if (config_.id_mode != IdMode::explicit_position || transactions_refused_) return;
         node.append({"MULTI"});
         node.append({"DISCARD"});
-        auto multi = node.get_reply_raw();
-        node.get_reply_raw();
-        if (multi->type == REDIS_REPLY_ERROR) {
+        const auto replies = node.read_replies(2);
+        if (const auto& multi = replies.raw(0); is_error(&multi)) {
             transactions_refused_ = true;
             spdlog::warn("Redis refused MULTI on {} ({}); every batch goes through the append script",
-                         node.server().to_string(), reply_text(multi.get()));
+                         node.server().to_string(), reply_text(&multi));
         }
     });
 }
@@ -153,12 +155,9 @@ std::optional<Position> StreamWriter::check_streams(const std::map<std::string, 
     if (every) known_.clear();
     for (const auto& [stream, expected] : published) {
         // "no such key" is 0-0; in a cluster, asked of the stream's master.
-        auto info = cluster_ ? cluster_->command_raw(stream, {"XINFO", "STREAM", stream})
-                             : redis_->command_raw({"XINFO", "STREAM", stream});
+        auto info = target_->command_raw(stream, {"XINFO", "STREAM", stream});
         const auto last_id = stream_last_id(info.get());
-        if (!last_id)
-            throw RedisError(RedisError::Kind::reply,
-                             "XINFO STREAM " + stream + ": " + std::string(reply_text(info.get())));
+        if (!last_id) throw_error(*info, "XINFO STREAM " + stream);
         const Position last = *last_id;
         if (last < expected) {
             spdlog::error("stream \"{}\" is behind: Redis has entries up to {}, group \"{}\" published up to {}; "
@@ -173,28 +172,12 @@ std::optional<Position> StreamWriter::check_streams(const std::map<std::string, 
     return rewind_to;
 }
 
-// Whether this connection takes MULTI (an ACL or a proxy may refuse it).
-// Without it the XADDs of the fast path would run one by one, no longer
-// guarded by WATCH, so the script writes every batch instead.
-void StreamWriter::check_transactions() {
-    transactions_refused_ = false;
-    watched_.clear();
-    if (config_.id_mode != IdMode::explicit_position) return;
-    redis_->append({"MULTI"});
-    redis_->append({"DISCARD"});
-    auto multi = redis_->get_reply_raw();
-    redis_->get_reply_raw();
-    if (multi->type == REDIS_REPLY_ERROR) {
-        transactions_refused_ = true;
-        spdlog::warn("Redis refused MULTI ({}); every batch goes through the append script",
-                     reply_text(multi.get()));
-    }
-}
-
-void StreamWriter::load_script() {
-    auto r = redis_->command({"SCRIPT", "LOAD", kAppendScript});
+void StreamWriter::load_script(RedisConnection& node) {
+    auto r = node.command({"SCRIPT", "LOAD", kAppendScript});
     script_sha_ = std::string(reply_text(r.get()));
 }
+
+RedisConnection& StreamWriter::server() { return target_->node_for({}); }
 
 StreamWriter::Shares StreamWriter::split(std::span<const Event> batch) const {
     Shares shares;
@@ -301,7 +284,7 @@ void StreamWriter::rethrow_deferred() {
 StreamWriter::Written StreamWriter::write_part(std::span<const Event> events) {
     const auto shares = split(events);
     Written last;
-    if (config_.id_mode == IdMode::explicit_position && !script_next_ && !transactions_refused_ && cluster_) {
+    if (config_.id_mode == IdMode::explicit_position && !script_next_ && !transactions_refused_ && target_->per_slot()) {
         // Per slot: what the transactions left goes through the script.
         const auto to_script = write_cluster_transactions(shares, last);
         if (to_script.empty()) {
@@ -317,7 +300,7 @@ StreamWriter::Written StreamWriter::write_part(std::span<const Event> events) {
         metrics_.script_batches++;
         return last;
     }
-    if (config_.id_mode == IdMode::explicit_position && !script_next_ && !transactions_refused_ && !cluster_) {
+    if (config_.id_mode == IdMode::explicit_position && !script_next_ && !transactions_refused_ && !target_->per_slot()) {
         switch (write_transaction(shares, last)) {
             case Transaction::written:
                 metrics_.transaction_batches++;
@@ -349,13 +332,13 @@ void StreamWriter::format_look(std::string& out, const std::vector<std::string>&
 // (CROSSSLOT: streams in several slots of a cluster node) or for good (an
 // ACL): the streams are then not watched, and the script writes the batch.
 void StreamWriter::read_look(const std::vector<std::string>& keys) {
-    auto watched = redis_->get_reply_raw();
-    const bool ok = watched->type != REDIS_REPLY_ERROR;
-    if (!ok) spdlog::debug("Redis refused WATCH ({}); appending with the script", reply_text(watched.get()));
-    for (const auto& key : keys) {
-        auto info = redis_->get_reply_raw();  // read every reply
-        if (ok) watched_[key] = stream_last_id(info.get());
+    const auto replies = server().read_replies(keys.size() + 1);  // read every reply
+    const auto& watched = replies.raw(0);
+    if (is_error(&watched)) {
+        spdlog::debug("Redis refused WATCH ({}); appending with the script", reply_text(&watched));
+        return;
     }
+    for (std::size_t k = 0; k < keys.size(); ++k) watched_[keys[k]] = stream_last_id(&replies.raw(k + 1));
 }
 
 // Whether every stream of the batch is watched and as this relay left it:
@@ -422,8 +405,8 @@ StreamWriter::Transaction StreamWriter::write_transaction(const Shares& shares, 
     if (looking) {
         look_.clear();
         format_look(look_, unwatched);
-        redis_->append_formatted(look_);
-        redis_->flush();
+        server().append_formatted(look_);
+        server().flush();
     } else if (!streams_as_known(shares)) {
         return Transaction::declined;
     }
@@ -433,7 +416,7 @@ StreamWriter::Transaction StreamWriter::write_transaction(const Shares& shares, 
     for (std::size_t s = 0; s < shares.keys.size(); ++s) {
         // What is formatted so far goes out, unless a look is still to be
         // read.
-        format_share(transaction_, shares.keys[s], shares.events[s], looking ? nullptr : redis_);
+        format_share(transaction_, shares.keys[s], shares.events[s], looking ? nullptr : &server());
         entries += shares.events[s].size();
     }
     format_command(transaction_, {"EXEC"});
@@ -444,44 +427,41 @@ StreamWriter::Transaction StreamWriter::write_transaction(const Shares& shares, 
         read_look(unwatched);
         if (!streams_as_known(shares)) return Transaction::declined;
     }
-    redis_->append_formatted(transaction_);
-    redis_->flush();
+    server().append_formatted(transaction_);
+    server().flush();
     // Redis works on the transaction; the caller meanwhile does its part.
     run_while_waiting();
 
-    // Read every reply before deciding, so that the connection is left
-    // outside the transaction whatever happens.
-    auto multi = redis_->get_reply_raw();
-    std::optional<std::string> refused;  // the first command Redis would not queue
-    for (std::size_t i = 0; i < entries; ++i) {
-        auto r = redis_->get_reply_raw();
-        if (r->type == REDIS_REPLY_ERROR && !refused) refused = std::string(reply_text(r.get()));
-    }
-    auto exec = redis_->get_reply_raw();
+    // Read every reply before deciding (MULTI, the XADDs, EXEC), so that
+    // the connection is left outside the transaction whatever happens.
+    const auto replies = server().read_replies(entries + 2);
+    const auto refused = first_refused(replies, entries);
+    const redisReply& multi = replies.raw(0);
+    const redisReply& exec = replies.raw(entries + 1);
     watched_.clear();
     read_look(shares.keys);
 
-    if (multi->type == REDIS_REPLY_ERROR) {
+    if (is_error(&multi)) {
         // Refused since the connection was checked: the XADDs ran one by
         // one. The batch fails and the script looks at what they wrote.
         spdlog::warn("Redis refused MULTI ({}); appending with the script only until the next connection",
-                     reply_text(multi.get()));
+                     reply_text(&multi));
         transactions_refused_ = true;
-        throw RedisError(RedisError::Kind::reply, "MULTI: " + std::string(reply_text(multi.get())));
+        throw_error(multi, "MULTI");
     }
-    if (exec->type == REDIS_REPLY_NIL) return Transaction::aborted;
-    if (exec->type == REDIS_REPLY_ERROR) {
+    if (exec.type == REDIS_REPLY_NIL) return Transaction::aborted;
+    if (is_error(&exec)) {
         // Nothing ran: a command was refused when queued (OOM, READONLY,
         // ...), or the whole transaction at EXEC. The error of the first
         // refused command names the cause for the metrics.
         script_next_ = true;
-        throw RedisError(RedisError::Kind::reply, transaction_error(refused, exec.get()));
+        throw_error(transaction_error(refused, &exec));
     }
-    if (exec->type != REDIS_REPLY_ARRAY || exec->elements != entries) {
+    if (exec.type != REDIS_REPLY_ARRAY || exec.elements != entries) {
         script_next_ = true;
         throw RedisError(RedisError::Kind::reply, "unexpected reply to EXEC");
     }
-    return read_transaction_replies(shares, exec.get(), last);
+    return read_transaction_replies(shares, &exec, last);
 }
 
 // The replies of the XADDs of a transaction that ran. Each entry was
@@ -493,9 +473,9 @@ StreamWriter::Transaction StreamWriter::read_transaction_replies(const Shares& s
                                                            Written& last) {
     std::vector<std::size_t> streams(shares.keys.size());
     std::iota(streams.begin(), streams.end(), std::size_t{0});
-    std::optional<RedisError> failure;
+    std::exception_ptr failure;
     read_exec_replies(shares, streams, exec, last, failure);
-    if (failure) throw *failure;  // and the script looks next time
+    if (failure) std::rethrow_exception(failure);  // and the script looks next time
     return Transaction::written;
 }
 
@@ -527,7 +507,7 @@ std::vector<std::size_t> StreamWriter::write_cluster_transactions(const Shares& 
         const int slot = key_slot(shares.keys[s]);
         auto it = where.find(slot);
         if (it == where.end()) {
-            RedisConnection* c = &cluster_->node_for(shares.keys[s]);
+            RedisConnection* c = &target_->node_for(shares.keys[s]);
             auto n = std::find_if(nodes.begin(), nodes.end(), [&](const Node& x) { return x.connection == c; });
             if (n == nodes.end()) {
                 n = nodes.insert(nodes.end(), Node{});
@@ -568,21 +548,19 @@ std::vector<std::size_t> StreamWriter::write_cluster_transactions(const Shares& 
     bool moved = false;
     const auto read_look_of = [&](Node& n) {
         auto& watched = node_watched_[n.connection];
-        auto watch = n.connection->get_reply_raw();
-        const bool ok = watch->type != REDIS_REPLY_ERROR;
-        if (!ok) {
-            spdlog::debug("Redis refused WATCH ({}); appending with the script", reply_text(watch.get()));
-            const auto redirect = parse_redirect(reply_text(watch.get()));
-            if (redirect && redirect->kind == Redirect::Kind::moved) moved = true;
+        const auto replies = n.connection->read_replies(n.look_keys.size() + 1);  // read every reply
+        const auto& watch = replies.raw(0);
+        if (is_error(&watch)) {
+            spdlog::debug("Redis refused WATCH ({}); appending with the script", reply_text(&watch));
+            if (error_is<MovedError>(make_error(watch))) moved = true;
+            return;
         }
-        for (const auto& key : n.look_keys) {
-            auto info = n.connection->get_reply_raw();  // read every reply
-            if (ok) watched[key] = stream_last_id(info.get());
-        }
+        for (std::size_t k = 0; k < n.look_keys.size(); ++k)
+            watched[n.look_keys[k]] = stream_last_id(&replies.raw(k + 1));
     };
 
     std::vector<std::size_t> to_script;
-    std::optional<RedisError> failure;
+    std::exception_ptr failure;
     for (bool first_round = true;; first_round = false) {
         std::vector<Node*> sent;
         for (auto& n : nodes) {
@@ -635,60 +613,57 @@ std::vector<std::size_t> StreamWriter::write_cluster_transactions(const Shares& 
             }
             // Every reply is read before deciding, so that the connection
             // is left outside the transaction whatever happened.
-            auto multi = n->connection->get_reply_raw();
-            std::optional<std::string> refused;
-            for (std::size_t i = 0; i < n->entries; ++i) {
-                auto r = n->connection->get_reply_raw();
-                if (r->type == REDIS_REPLY_ERROR && !refused) refused = std::string(reply_text(r.get()));
-            }
-            auto exec = n->connection->get_reply_raw();
+            const auto replies = n->connection->read_replies(n->entries + 2);  // MULTI, the XADDs, EXEC
+            const auto refused = first_refused(replies, n->entries);
+            const redisReply& multi = replies.raw(0);
+            const redisReply& exec = replies.raw(n->entries + 1);
             node_watched_[n->connection].clear();
             read_look_of(*n);
             const auto& slot = n->slots[n->current];
             ++n->current;
             n->looked = n->current < n->slots.size();  // the look just read was at it
-            if (multi->type == REDIS_REPLY_ERROR) {
+            if (is_error(&multi)) {
                 spdlog::warn("Redis refused MULTI on {} ({}); appending with the script only until the next "
                              "connection",
-                             n->connection->server().to_string(), reply_text(multi.get()));
+                             n->connection->server().to_string(), reply_text(&multi));
                 transactions_refused_ = true;
-                if (!failure)
-                    failure.emplace(RedisError::Kind::reply, "MULTI: " + std::string(reply_text(multi.get())));
+                if (!failure) failure = make_error(multi, "MULTI");
                 continue;
             }
-            if (exec->type == REDIS_REPLY_NIL) {
+            if (exec.type == REDIS_REPLY_NIL) {
                 spdlog::debug("a stream of the batch changed before EXEC; appending with the script");
                 to_script.insert(to_script.end(), slot.begin(), slot.end());
                 continue;
             }
-            if (exec->type == REDIS_REPLY_ERROR) {
-                const auto why = transaction_error(refused, exec.get());
-                if (slot_elsewhere(why)) {
+            if (is_error(&exec)) {
+                const auto why = transaction_error(refused, &exec);
+                auto error = make_error(why);
+                if (slot_elsewhere(error)) {
                     spdlog::debug("stream \"{}\": {}; appending with the script", shares.keys[slot.front()], why);
-                    const auto redirect = parse_redirect(why);
-                    if (redirect && redirect->kind == Redirect::Kind::moved) moved = true;
+                    if (error_is<MovedError>(error)) moved = true;
                     to_script.insert(to_script.end(), slot.begin(), slot.end());
                     continue;
                 }
                 script_next_ = true;
-                if (!failure) failure.emplace(RedisError::Kind::reply, why);
+                if (!failure) failure = std::move(error);
                 continue;
             }
-            if (exec->type != REDIS_REPLY_ARRAY || exec->elements != n->entries) {
+            if (exec.type != REDIS_REPLY_ARRAY || exec.elements != n->entries) {
                 script_next_ = true;
-                if (!failure) failure.emplace(RedisError::Kind::reply, "unexpected reply to EXEC");
+                if (!failure)
+                    failure = std::make_exception_ptr(RedisError(RedisError::Kind::reply, "unexpected reply to EXEC"));
                 continue;
             }
-            read_exec_replies(shares, slot, exec.get(), last, failure);
+            read_exec_replies(shares, slot, &exec, last, failure);
         }
         // A slot moved (a reshard finished, a failover): the map is read
         // again before the script or the next batch routes a stream.
         if (moved) {
-            cluster_->refresh();
+            target_->refresh();
             moved = false;
         }
     }
-    if (failure) throw *failure;
+    if (failure) std::rethrow_exception(failure);
     return to_script;
 }
 
@@ -696,18 +671,18 @@ std::vector<std::size_t> StreamWriter::write_cluster_transactions(const Shares& 
 // streams (a slot's in a cluster); a failure sends the next batch through
 // the script.
 void StreamWriter::read_exec_replies(const Shares& shares, const std::vector<std::size_t>& streams,
-                                     const redisReply* exec, Written& last, std::optional<RedisError>& failure) {
+                                     const redisReply* exec, Written& last, std::exception_ptr& failure) {
     std::uint64_t written = 0;
     std::size_t i = 0;
     for (const auto s : streams) {
         const Event* top = nullptr;
         for (const Event* e : shares.events[s]) {
             const redisReply* r = exec->element[i++];
-            if (r->type == REDIS_REPLY_ERROR) {
+            if (is_error(r)) {
                 if (!failure)
-                    failure.emplace(RedisError::Kind::reply, std::string(reply_text(r)) + " (event " + e->event_id +
-                                                                 " at " + e->position + " to stream \"" +
-                                                                 shares.keys[s] + "\")");
+                    failure = make_error(*r, {},
+                                         "event " + e->event_id + " at " + e->position + " to stream \"" +
+                                             shares.keys[s] + "\"");
                 script_next_ = true;
                 continue;
             }
@@ -743,8 +718,11 @@ StreamWriter::Written StreamWriter::write_with_script(const Shares& shares) {
     const auto& per_stream = shares.events;
     // The script's writes would abort the next transaction on a stream
     // still watched.
+    // On one server that is watched_, in a cluster each node's
+    // node_watched_.
     const bool unwatch = !watched_.empty();
-    if (unwatch) redis_->append({"UNWATCH"});
+    RedisConnection* unwatched = unwatch ? &server() : nullptr;
+    if (unwatch) unwatched->append({"UNWATCH"});
     watched_.clear();
     const bool explicit_ids = config_.id_mode == IdMode::explicit_position;
     std::vector<std::vector<std::string>> counts(keys.size());
@@ -753,7 +731,7 @@ StreamWriter::Written StreamWriter::write_with_script(const Shares& shares) {
     // A stream redirected (MOVED, ASK: the script did not run) is sent
     // again in the next round; the replies are read in full first.
     std::vector<RedisReply> replies(keys.size());
-    std::vector<RedisConnection*> to(keys.size(), redis_);
+    std::vector<RedisConnection*> to(keys.size(), nullptr);
     std::vector<char> asking(keys.size(), 0);
     // In a cluster, UNWATCH before the first script on a node connection
     // that watches streams.
@@ -762,8 +740,8 @@ StreamWriter::Written StreamWriter::write_with_script(const Shares& shares) {
     for (std::size_t s = 0; s < keys.size(); ++s) pending[s] = s;
     for (int round = 0; !pending.empty(); ++round) {
         for (const auto s : pending) {
-            if (cluster_ && !asking[s]) to[s] = &cluster_->node_for(keys[s]);
-            if (cluster_ && round == 0) {
+            if (!asking[s]) to[s] = &target_->node_for(keys[s]);
+            if (round == 0) {
                 if (const auto w = node_watched_.find(to[s]); w != node_watched_.end()) {
                     if (!w->second.empty()) {
                         to[s]->append({"UNWATCH"});
@@ -782,17 +760,14 @@ StreamWriter::Written StreamWriter::write_with_script(const Shares& shares) {
             to[s]->append(append_script_argv(script_sha_, keys[s], per_stream[s], config_.id_mode, maxlen_text_,
                                              expected, counts[s]));
         }
-        if (cluster_) {
-            // Every node works on its share while the replies are read.
-            std::vector<RedisConnection*> nodes;
-            for (const auto s : pending)
-                if (std::find(nodes.begin(), nodes.end(), to[s]) == nodes.end()) nodes.push_back(to[s]);
-            for (auto* node : nodes) node->flush();
-        }
-        if (!cluster_) redis_->flush();
+        // Every node works on its share while the replies are read.
+        std::vector<RedisConnection*> nodes;
+        for (const auto s : pending)
+            if (std::find(nodes.begin(), nodes.end(), to[s]) == nodes.end()) nodes.push_back(to[s]);
+        for (auto* node : nodes) node->flush();
         // Redis runs the scripts; the caller meanwhile does its part.
         if (round == 0) run_while_waiting();
-        if (unwatch && round == 0) redis_->get_reply_raw();  // OK; nothing to act on either way
+        if (unwatch && round == 0) unwatched->get_reply_raw();  // OK; nothing to act on either way
         std::vector<std::size_t> redirected;
         bool moved = false;
         for (const auto s : pending) {
@@ -802,31 +777,37 @@ StreamWriter::Written StreamWriter::write_with_script(const Shares& shares) {
             asking[s] = 0;
             replies[s] = to[s]->get_reply_raw();  // read every reply, even after a failure
             const redisReply* r = replies[s].get();
-            const auto redirect =
-                cluster_ && r->type == REDIS_REPLY_ERROR ? parse_redirect(reply_text(r)) : std::nullopt;
+            // Followed by a target whose keys spread over slots; one
+            // server's MOVED is an error like any other.
+            const auto redirect = target_->per_slot() && is_error(r) ? parse_redirect(reply_text(r)) : std::nullopt;
             if (!redirect || round >= kMaxRedirectRounds) continue;
             spdlog::debug("stream \"{}\": {}; sending its share again", keys[s], reply_text(r));
             if (redirect->kind == Redirect::Kind::ask) {
-                to[s] = &cluster_->redirected(*redirect, keys[s]);
+                RedisConnection* node = target_->redirected(*redirect, keys[s]);
+                if (node == nullptr) continue;
+                to[s] = node;
                 asking[s] = 1;
             } else {
                 moved = true;  // the slot map changed: a reshard, a failover
             }
             redirected.push_back(s);
         }
-        if (moved) cluster_->refresh();
+        if (moved) target_->refresh();
         pending = std::move(redirected);
     }
 
     Written last;
-    std::optional<RedisError> failure;
+    std::exception_ptr failure;
+    // The servers that no longer hold the script (restarted, flushed).
+    std::vector<RedisConnection*> reload;
     std::uint64_t written = 0, already = 0;
     for (std::size_t s = 0; s < keys.size(); ++s) {
         auto r = std::move(replies[s]);
-        if (r->type == REDIS_REPLY_ERROR) {
-            if (!failure) failure.emplace(RedisError::Kind::reply, std::string(reply_text(r.get())));
-            // A cluster's nodes load the script again when connected anew.
-            if (reply_text(r.get()).rfind("NOSCRIPT", 0) == 0 && !cluster_) script_sha_.clear();
+        if (is_error(r.get())) {
+            auto error = make_error(*r);
+            if (error_is<NoScriptError>(error) && std::find(reload.begin(), reload.end(), to[s]) == reload.end())
+                reload.push_back(to[s]);
+            if (!failure) failure = std::move(error);
             continue;
         }
         if (r->type != REDIS_REPLY_ARRAY || r->elements < 2)
@@ -845,8 +826,10 @@ StreamWriter::Written StreamWriter::write_with_script(const Shares& shares) {
             // written to it. Check every stream and rewind before retrying.
             stream_behind_ = true;
             if (!failure)
-                failure.emplace(RedisError::Kind::reply, "stream \"" + keys[s] + "\" lost entries: its last id is " +
-                                                             std::string(reply_text(r->element[2]).substr(kBehindError.size())));
+                failure = std::make_exception_ptr(
+                    RedisError(RedisError::Kind::reply,
+                               "stream \"" + keys[s] + "\" lost entries: its last id is " +
+                                   std::string(reply_text(r->element[2]).substr(kBehindError.size()))));
         } else if (r->elements >= 3 && !failure) {
             const Event& bad = *per_stream[s][w + a];
             if (reply_text(r->element[2]).rfind("PGOUTBOX_FOREIGN", 0) == 0)
@@ -856,17 +839,18 @@ StreamWriter::Written StreamWriter::write_with_script(const Shares& shares) {
                               "outbox_reanchor('{}'); otherwise remove the foreign entries or publish to another "
                               "stream (--stream)",
                               keys[s], bad.position, bad.event_id, config_.group);
-            failure.emplace(RedisError::Kind::reply,
-                            std::string(reply_text(r->element[2])) + " (event " + bad.event_id + " at " +
-                                bad.position + " to stream \"" + keys[s] + "\")");
+            // The error of the entry's XADD, as the script caught it (OOM,
+            // READONLY, ...), or the script's own (PGOUTBOX_FOREIGN).
+            failure = make_error(reply_text(r->element[2]), {},
+                                 "event " + bad.event_id + " at " + bad.position + " to stream \"" + keys[s] + "\"");
         }
     }
     metrics_.events_published += written;
     metrics_.events_already_published += already;
     if (already > 0) spdlog::info("{} events were already in Redis (published before a crash or takeover)", already);
     if (failure) {
-        if (script_sha_.empty()) load_script();
-        throw *failure;
+        for (auto* node : reload) load_script(*node);
+        std::rethrow_exception(failure);
     }
     return last;
 }

@@ -3,10 +3,14 @@
 // its statement.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <stdexcept>
 #include <string>
 
 #include "pg_outbox/config.hpp"
 #include "pg_outbox/errors.hpp"
+#include "pg_outbox/redis_error.hpp"
+#include "pg_outbox/redis_target.hpp"
 #include "servers.hpp"
 
 using namespace pg_outbox;
@@ -34,6 +38,61 @@ TEST(RedisConnectionTest, ErrorRepliesThrowUnlessRaw) {
     auto raw = redis.command_raw({"XADD", "text", "*", "f", "v"});
     EXPECT_EQ(raw->type, REDIS_REPLY_ERROR);
     EXPECT_EQ(reply_text(redis.command({"PING"}).get()), "PONG");  // the connection goes on
+}
+
+// The pipeline reader reads every reply of a pipeline, error replies
+// included, so that the connection stays in step; get() throws an error
+// reply's typed error, raw() hands it over.
+TEST(RedisConnectionTest, PipelineReaderReadsEveryReply) {
+    RedisServer server;
+    auto redis = server.connect();
+    redis.append({"SET", "text", "not a stream"});
+    redis.append({"XADD", "text", "*", "f", "v"});
+    redis.append({"XREADGROUP", "GROUP", "nogroup", "c", "STREAMS", "nostream", ">"});
+    redis.append({"GET", "text"});
+    const auto replies = redis.read_replies(4);
+    ASSERT_EQ(replies.size(), 4u);
+    EXPECT_EQ(reply_text(&replies.get(0)), "OK");
+    EXPECT_THROW(replies.get(1, "XADD text"), WrongTypeError);
+    EXPECT_THROW(replies.get(2), NoGroupError);
+    EXPECT_TRUE(is_error(&replies.raw(1)));
+    EXPECT_EQ(reply_text(&replies.get(3)), "not a stream");
+    EXPECT_EQ(reply_text(redis.command({"PING"}).get()), "PONG");  // the connection goes on
+    // command() throws the same classes.
+    EXPECT_THROW(redis.command({"XADD", "text", "*", "f", "v"}), WrongTypeError);
+    EXPECT_THROW(redis.command({"EVALSHA", std::string(40, 'a'), "0"}), NoScriptError);
+    redis.command({"XGROUP", "CREATE", "s", "g", "$", "MKSTREAM"});
+    EXPECT_THROW(redis.command({"XGROUP", "CREATE", "s", "g", "$", "MKSTREAM"}), BusyGroupError);
+}
+
+// One server behind the target interface: every key on its connection,
+// the connection handed to on_connect() at once, no redirection followed,
+// transactions not per slot, and the typed errors of the connection.
+TEST(RedisConnectionTest, OneServerAsATarget) {
+    RedisServer server;
+    auto target = RedisTarget::connect(RedisAddress::parse(server.address()), "", 0, std::chrono::seconds(5));
+    EXPECT_FALSE(target->per_slot());
+    EXPECT_EQ(&target->node_for("a"), &target->node_for("{b}c"));
+    int connected = 0;
+    target->on_connect([&](RedisConnection& c) {
+        ++connected;
+        EXPECT_EQ(&c, &target->node_for("a"));
+    });
+    EXPECT_EQ(connected, 1);
+    target->command("k", {"SET", "k", "v"});
+    EXPECT_EQ(reply_text(target->command("k", {"GET", "k"}).get()), "v");
+    EXPECT_THROW(target->command("k", {"XADD", "k", "*", "f", "v"}, "XADD k"), WrongTypeError);
+    EXPECT_TRUE(is_error(target->command_raw("k", {"XADD", "k", "*", "f", "v"}).get()));
+    // An acknowledgement's error reply is logged, never thrown, and the
+    // next command reads its own reply.
+    target->send_unawaited("k", {"XACK", "k", "g", "1-1"}, "XACK k");
+    EXPECT_EQ(reply_text(target->command("k", {"PING"}).get()), "PONG");
+    EXPECT_EQ(target->redirected(Redirect{Redirect::Kind::ask, 1, "127.0.0.1", 1}, "k"), nullptr);
+    EXPECT_FALSE(target->fault());  // not found through Sentinel: still of use
+    EXPECT_EQ(reply_text(target->command("k", {"PING"}).get()), "PONG");
+    // A cluster's address is no one server's.
+    auto cluster = RedisAddress::parse("redis+cluster://127.0.0.1:1,127.0.0.1:2");
+    EXPECT_THROW(RedisConnection(cluster, "", 0, std::chrono::seconds(1)), std::logic_error);
 }
 
 // A command sent unawaited is on the wire at once; its reply, an error

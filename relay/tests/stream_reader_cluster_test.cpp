@@ -55,7 +55,8 @@ TEST_F(StreamReaderClusterTest, ReadsEverySlotFindsGapsAndSettlesOnEachMaster) {
     Metrics metrics("consume", "accounting");
     std::atomic<bool> stop{false};
     StreamReader reader(config_, metrics, stop);
-    reader.reset(nullptr);  // a cluster needs no single connection
+    RedisCluster target(parse_cluster_url(servers_->url()), "", 2s);
+    reader.reset(&target);
     EXPECT_TRUE(reader.reachable());
     reader.ensure_groups();
     std::vector<Gap> gaps;

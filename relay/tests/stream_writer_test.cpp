@@ -10,6 +10,7 @@
 
 #include "pg_outbox/errors.hpp"
 #include "pg_outbox/metrics.hpp"
+#include "pg_outbox/redis_target.hpp"
 #include "pg_outbox/stream_writer.hpp"
 #include "servers.hpp"
 
@@ -53,12 +54,12 @@ protected:
     // A writer on a connection of its own, as a relay's.
     struct Writer {
         Writer(const Config& config, const RedisServer& server)
-            : connection(server.connect()), writer(config, metrics, stop) {
-            writer.reset(connection);
+            : target(server.connect()), writer(config, metrics, stop) {
+            writer.reset(target);
         }
         Metrics metrics{"publish", "g"};
         std::atomic<bool> stop{false};
-        RedisConnection connection;
+        RedisNode target;
         StreamWriter writer;
     };
 

@@ -78,14 +78,24 @@ class RedisError : public std::runtime_error {
 public:
     enum class Kind { io, reply };
 
-    RedisError(Kind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}
+    // The code is "io" for the kind io, else the first word of the
+    // message (reply_error_code(): "OOM", "READONLY", "other").
+    RedisError(Kind kind, const std::string& message);
 
     Kind kind() const noexcept { return kind_; }
-    // The first word of a reply error ("OOM", "READONLY"), for metrics.
-    std::string code() const;
+    // The code of a reply error ("OOM", "READONLY"; "other" when the
+    // reply had none), "io" for a broken connection: for metrics. A typed
+    // error (redis_error.hpp) has the code of Redis's reply, whatever
+    // context its message starts with.
+    const std::string& code() const noexcept { return code_; }
+
+protected:
+    RedisError(Kind kind, const std::string& message, std::string code)
+        : std::runtime_error(message), kind_(kind), code_(std::move(code)) {}
 
 private:
     Kind kind_;
+    std::string code_;
 };
 
 // Redis refused the connection's set-up: AUTH (a wrong user or password),

@@ -8,7 +8,6 @@
 
 #include "pg_outbox/group_session.hpp"
 #include "pg_outbox/lag.hpp"
-#include "pg_outbox/redis_cluster.hpp"
 #include "pg_outbox/service.hpp"
 #include "pg_outbox/stream_writer.hpp"
 
@@ -48,10 +47,6 @@ private:
 
     GroupSession session_;
     StreamWriter writer_;
-    // With a redis+cluster:// address: the nodes, one connection each.
-    // The Service's connection, to the first seed that answers, is not
-    // written through.
-    std::optional<RedisCluster> cluster_;
     // Whether the streams were checked since the last (re)connection or
     // the last time this relay started leading.
     bool streams_checked_ = false;

@@ -23,6 +23,30 @@ struct RedisContextDeleter {
     void operator()(redisContext* c) const noexcept { redisFree(c); }
 };
 
+// The replies of a pipeline, read in full: every reply of a pipeline is
+// read whatever the earlier ones said, so that the connection stays in
+// step; then each is looked at.
+class Replies {
+public:
+    Replies() = default;
+    explicit Replies(std::vector<RedisReply> replies) : replies_(std::move(replies)) {}
+
+    std::size_t size() const noexcept { return replies_.size(); }
+    // The i-th reply; an error reply throws its typed error
+    // (redis_error.hpp), its message after "context: ".
+    const redisReply& get(std::size_t i, std::string_view context = {}) const;
+    // The i-th reply as it is, an error reply included: only for the
+    // replies a caller must inspect (WATCH, MULTI, the commands queued in a
+    // transaction, EXEC).
+    const redisReply& raw(std::size_t i) const;
+    // The i-th reply, owned by the caller from now on (raw, as raw()); a
+    // reply taken is not to be read again.
+    RedisReply take(std::size_t i);
+
+private:
+    std::vector<RedisReply> replies_;
+};
+
 class RedisConnection {
 public:
     // Connects, authenticates and selects the database. Throws RedisError.
@@ -36,16 +60,19 @@ public:
     // server that answers ROLE as a master; RedisError(io) when none did
     // (the caller retries with backoff), RedisSetupError when every
     // sentinel refused for a reason of the settings (AUTH, not a sentinel,
-    // an unknown master name).
+    // an unknown master name). A cluster address (redis+cluster://) is no
+    // one server's: it is connected to through RedisTarget::connect()
+    // (redis_target.hpp).
     RedisConnection(const RedisAddress& address, const std::string& password, int db,
                     std::chrono::milliseconds timeout);
 
     RedisConnection(RedisConnection&&) noexcept = default;
     RedisConnection& operator=(RedisConnection&&) noexcept = default;
 
-    // Sends one command and returns its reply. An error reply becomes
-    // RedisError(reply) with Redis's text, after "context: " when a context
-    // is given; RedisError(io) when the connection breaks.
+    // Sends one command and returns its reply. An error reply throws its
+    // typed error (redis_error.hpp: OomError, MovedError, ..., ReplyError)
+    // with Redis's text, after "context: " when a context is given;
+    // RedisError(io) when the connection breaks.
     RedisReply command(const std::vector<std::string_view>& argv, std::string_view context = {});
     // The same, returning an error reply as it is: for the replies the
     // caller must inspect itself (an expected BUSYGROUP, a missing key).
@@ -60,6 +87,10 @@ public:
     void append_formatted(std::string_view commands);
     void flush();
     RedisReply get_reply_raw();
+    // Reads the replies of the next n commands of the pipeline, every one
+    // of them, error replies included; Replies::get() then throws an error
+    // reply's typed error.
+    Replies read_replies(std::size_t n);
 
     // Sends a command whose reply is read before the reply of the next
     // command, instead of being waited for: its round trip rides with the

@@ -17,6 +17,8 @@
 
 #include "pg_outbox/config.hpp"
 #include "pg_outbox/redis.hpp"
+#include "pg_outbox/redis_error.hpp"
+#include "pg_outbox/redis_target.hpp"
 
 namespace pg_outbox {
 
@@ -32,23 +34,6 @@ std::string_view hash_tag(std::string_view key) noexcept;
 
 // The hash slot of a key, 0-16383.
 int key_slot(std::string_view key) noexcept;
-
-// A MOVED or ASK error reply: "MOVED <slot> <host>:<port>". Redis prints
-// an IPv6 host without brackets ("::1:7000", the port after the last
-// colon), and an empty host when the node does not know its own endpoint
-// (the caller then uses the host it asked).
-struct Redirect {
-    enum class Kind { moved, ask };
-    Kind kind;
-    int slot;
-    std::string host;
-    int port;
-};
-
-// Parses an error reply's text; nullopt for any other error, or a
-// redirection that is malformed (slot outside 0-16383, no port, a port
-// outside 1-65535, trailing text).
-std::optional<Redirect> parse_redirect(std::string_view error);
 
 // Which master serves each slot, from a CLUSTER SLOTS reply (Redis 3.0 to
 // 7.x; CLUSTER SHARDS, new in 7.0, would tell the same). "asked" is the
@@ -77,37 +62,40 @@ std::vector<RedisAddress> parse_cluster_url(const std::string& text);
 // routes a key to its master. Connections are made when first needed;
 // after a fault (a node lost, a MOVED) the map is read again from any node
 // that answers: the known masters first, then the seeds.
-class RedisCluster {
+class RedisCluster final : public RedisTarget {
 public:
     RedisCluster(std::vector<RedisAddress> seeds, std::string password, std::chrono::milliseconds timeout);
 
     // Called on each new node connection (e.g. to load a script).
-    void on_connect(std::function<void(RedisConnection&)> f) { on_connect_ = std::move(f); }
+    void on_connect(std::function<void(RedisConnection&)> f) override { on_connect_ = std::move(f); }
 
     // Reads the slot map through "via" (a connection to any node).
     void refresh(RedisConnection& via, const std::string& via_host);
     // Reads the slot map from the first node that answers. Throws
     // RedisError(io) when none does.
-    void refresh();
+    void refresh() override;
     // Something failed: every node connection is dropped (its pipeline
     // is in an unknown state) and the map is read again before next use.
-    void fault();
+    // The cluster stays of use: false.
+    bool fault() override;
 
     // The connection to the master of a key's slot, or to a node.
-    RedisConnection& node_for(std::string_view key);
+    RedisConnection& node_for(std::string_view key) override;
     RedisConnection& node(const RedisAddress& address);
 
     // Runs one command on a key's master, following MOVED (the map is
     // read again) and ASK (ASKING, then the command, on the node named)
     // a few times. Returns the reply as it is, error replies included.
-    RedisReply command_raw(std::string_view key, const std::vector<std::string_view>& argv);
-    // The same; an error reply becomes RedisError(reply), after "context: ".
-    RedisReply command(std::string_view key, const std::vector<std::string_view>& argv,
-                       std::string_view context = {});
+    RedisReply command_raw(std::string_view key, const std::vector<std::string_view>& argv) override;
+    // Runs at once (command()): the next command may go to another node.
+    void send_unawaited(std::string_view key, const std::vector<std::string_view>& argv,
+                        std::string context) override;
 
     // The connection to a redirection's target; when Redis printed no
     // host, the host of the key's master in the map.
-    RedisConnection& redirected(const Redirect& r, std::string_view key);
+    RedisConnection* redirected(const Redirect& r, std::string_view key) override;
+
+    bool per_slot() const override { return true; }
 
 private:
     RedisAddress address(const std::string& host, int port) const;

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -12,7 +13,7 @@
 #include "pg_outbox/extension.hpp"
 #include "pg_outbox/metrics.hpp"
 #include "pg_outbox/pg.hpp"
-#include "pg_outbox/redis.hpp"
+#include "pg_outbox/redis_target.hpp"
 
 namespace pg_outbox {
 
@@ -60,12 +61,14 @@ protected:
         metrics_.pg_connected = false;
         on_pg_lost();
     }
-    // After a Redis fault (from on_redis_fault): a connection found
-    // through Sentinel whose server is no longer the master (a failover
-    // demoted it; it answers READONLY) is dropped, so that the next turn
-    // asks Sentinel again and reconnects to the new master.
-    void drop_demoted_master() {
-        if (redis_ && redis_->lost_master()) {
+    // After a Redis fault (from on_redis_fault): the target drops what is
+    // in an unknown state (a cluster's node connections and slot map, made
+    // and read again at next use); a target of no more use (a connection
+    // found through Sentinel whose server a failover demoted: it answers
+    // READONLY) is dropped, so that the next turn asks Sentinel again and
+    // reconnects to the new master.
+    void reset_redis_after_fault() {
+        if (redis_ && redis_->fault()) {
             redis_.reset();
             metrics_.redis_connected = false;
         }
@@ -75,7 +78,9 @@ protected:
     Metrics& metrics_;
     const std::atomic<bool>& stop_;
     std::optional<PgConnection> pg_;
-    std::optional<RedisConnection> redis_;
+    // One server, the master Sentinel names, or a cluster: callers name
+    // each command's key and never ask which (redis_target.hpp).
+    std::unique_ptr<RedisTarget> redis_;
     // pg_outbox in pg_'s database, found at each connection.
     Extension extension_;
 

@@ -1,6 +1,6 @@
 // The Redis side of consume mode: the consumer group's reads, claims,
-// gap checks, trim reports and acknowledgements, on one server or, with a
-// redis+cluster:// address, on the master of each stream's slot.
+// gap checks, trim reports and acknowledgements, through the relay's Redis
+// target (one server, or the master of each stream's slot in a cluster).
 #pragma once
 
 #include <atomic>
@@ -16,7 +16,7 @@
 #include "pg_outbox/metrics.hpp"
 #include "pg_outbox/position.hpp"
 #include "pg_outbox/redis.hpp"
-#include "pg_outbox/redis_cluster.hpp"
+#include "pg_outbox/redis_target.hpp"
 #include "pg_outbox/stream_entry.hpp"
 
 namespace pg_outbox {
@@ -81,25 +81,22 @@ struct ClaimPage {
 };
 
 // Reads for one worker (--worker) of a consumer group (--consumer-group).
-// Owns the Redis Cluster's connections when the address is one, and what
-// it learned of the server: whether the groups exist, whether Redis
-// refuses MULTI or XINFO GROUPS.
+// Owns what it learned of the server: whether the groups exist, whether
+// Redis refuses MULTI or XINFO GROUPS.
 class StreamReader {
 public:
     // "stop" cuts a cluster's read short between slots.
     StreamReader(const Config& config, Metrics& metrics, const std::atomic<bool>& stop);
 
-    // A new Redis connection, or a fault ("redis": the connection kept,
-    // nullptr when there is none): the groups are made sure of again and,
-    // in a cluster, the slot map is read again at first use. The
-    // connection must outlive its use here, until the next reset().
-    void reset(RedisConnection* redis);
-    // Whether there is a server to send to: a connection or a cluster.
-    bool reachable() const { return cluster_.has_value() || redis_ != nullptr; }
+    // A new Redis target, or a fault ("redis": the target kept, nullptr
+    // when there is none): the groups are made sure of again. The target
+    // must outlive its use here, until the next reset().
+    void reset(RedisTarget* redis);
+    // Whether there is a server to send to.
+    bool reachable() const { return redis_ != nullptr; }
 
-    // A command on a stream's server: the connection, or in a Redis
-    // Cluster the master of the key's slot (MOVED and ASK followed). An
-    // error reply throws RedisError.
+    // A command on a stream's server (in a cluster, MOVED and ASK
+    // followed). An error reply throws its typed error (redis_error.hpp).
     RedisReply command(std::string_view key, const std::vector<std::string_view>& argv,
                        std::string_view context = {});
 
@@ -143,12 +140,6 @@ public:
 
 private:
     RedisReply command_raw(std::string_view stream, const std::vector<std::string_view>& argv);
-    // The read on one server (see read()).
-    std::vector<StreamEntry> read_node(const std::vector<std::string>& names,
-                                       const std::function<void(const Gap&)>& gap);
-    // The same in a Redis Cluster, slot by slot (see stream_reader.cpp).
-    std::vector<StreamEntry> read_cluster(const std::vector<std::string>& names,
-                                          const std::function<void(const Gap&)>& gap);
     // What read_group() found: entries ("read"; none when there was
     // nothing new), nothing because Redis refused XINFO GROUPS ("refused":
     // the next read goes without the group's position), or nothing
@@ -172,6 +163,9 @@ private:
     std::vector<std::string> wait_argv(const std::vector<std::string_view>& streams,
                                        const std::map<std::string, Position>& delivered,
                                        std::chrono::milliseconds block) const;
+    // The redirection an error reply's text is, in a cluster; nullopt for
+    // any other error, and for every error on one server.
+    std::optional<Redirect> redirection(std::string_view text) const;
     // Counts and logs the gaps a read revealed, and hands each to "gap".
     void report_gaps(std::map<std::string, Position> delivered, const std::vector<StreamEntry>& entries,
                      const std::function<void(const Gap&)>& gap);
@@ -179,9 +173,7 @@ private:
     const Config& config_;
     Metrics& metrics_;
     const std::atomic<bool>& stop_;
-    RedisConnection* redis_ = nullptr;  // between reset(&connection) and the next reset()
-    // With a redis+cluster:// address: the nodes, one connection each.
-    std::optional<RedisCluster> cluster_;
+    RedisTarget* redis_ = nullptr;  // between reset(&target) and the next reset()
     bool groups_ready_ = false;
     // Redis refused MULTI: the group's position and the read are then two
     // commands, exact with one worker per group (warned once).

@@ -23,7 +23,7 @@
 
 namespace pg_outbox {
 
-class RedisCluster;
+class RedisTarget;
 
 // Expands a stream key template: "{topic}", "{group}" (the group's name)
 // and "{shard}" (the shard's number, 0 for a group of one) are replaced,
@@ -47,17 +47,16 @@ public:
     // memory.
     StreamWriter(const Config& config, Metrics& metrics, const std::atomic<bool>& stop);
 
-    // A new connection: nothing is watched on it; loads the append script
-    // and checks whether the connection takes MULTI. The connection must
-    // outlive its use here, until the next reset().
-    void reset(RedisConnection& redis);
-    // The same for a Redis Cluster: each stream's commands go to the
-    // master of its slot, pipelined per node, every node at once. The
-    // fast path runs per slot (WATCH and MULTI/EXEC take the keys of one
-    // slot): on each node one slot's transaction after another, the look
-    // at the next slot in the round trip of the one before; each node
-    // loads the script and is checked for MULTI when first connected to.
-    void reset(RedisCluster& cluster);
+    // A new target (one server, or a cluster): nothing is watched on it;
+    // each of its connections loads the append script and is checked for
+    // MULTI when made. Each stream's commands go to the server of its key,
+    // pipelined per server, every server at once. On a target whose
+    // transactions are per slot (a cluster: WATCH and MULTI/EXEC take the
+    // keys of one slot), the fast path runs on each node one slot's
+    // transaction after another, the look at the next slot in the round
+    // trip of the one before. The target must outlive its use here, until
+    // the next reset().
+    void reset(RedisTarget& target);
     // A command failed: what was watched on the connections is unknown.
     void fault() {
         watched_.clear();
@@ -98,8 +97,10 @@ private:
         std::vector<std::vector<const Event*>> events;
     };
     Shares split(std::span<const Event> events) const;
-    void load_script();
-    void check_transactions();
+    // Loads the append script on a server.
+    void load_script(RedisConnection& node);
+    // The one server's connection, when the transactions are not per slot.
+    RedisConnection& server();
     // Writes one part of a batch: the transaction, or the append script.
     Written write_part(std::span<const Event> events);
     // How write_transaction() ended.
@@ -132,8 +133,9 @@ private:
     // reply, when Redis refused a transaction or an entry of it.
     std::vector<std::size_t> write_cluster_transactions(const Shares& shares, Written& last);
     // The XADD replies of a transaction that ran, for the shares "streams".
+    // The first failure is kept in "failure", a typed error (redis_error.hpp).
     void read_exec_replies(const Shares& shares, const std::vector<std::size_t>& streams, const redisReply* exec,
-                           Written& last, std::optional<RedisError>& failure);
+                           Written& last, std::exception_ptr& failure);
     Transaction read_transaction_replies(const Shares& shares, const redisReply* exec, Written& last);
     // The append script, stream by stream (after UNWATCH, when streams are
     // watched).
@@ -149,8 +151,7 @@ private:
     const Config& config_;
     Metrics& metrics_;
     const std::atomic<bool>& stop_;
-    RedisConnection* redis_ = nullptr;  // set by reset()
-    RedisCluster* cluster_ = nullptr;   // set by reset() for a cluster
+    RedisTarget* target_ = nullptr;  // set by reset()
     std::string maxlen_text_;
     std::string group_name_;  // for {group}
     int shard_;               // for {shard}
