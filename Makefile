@@ -11,6 +11,9 @@ OBJS = \
 	extension/emit.o \
 	extension/writer.o \
 	extension/fetch.o \
+	extension/fetch_010.o \
+	extension/advance.o \
+	extension/group.o \
 	extension/feed.o \
 	extension/position.o \
 	extension/shard.o \

@@ -101,65 +101,20 @@ COMMENT ON FUNCTION outbox.shard_of(text, text, integer) IS
 	'pg_outbox: the shard of an event among "shards": CRC-32C of the topic, a zero byte and the key (the topic alone without a key), modulo shards';
 
 CREATE FUNCTION outbox.split_group_name(group_name text, OUT name text, OUT shard integer)
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-AS $$
-DECLARE
-	m text[];
-BEGIN
-	IF group_name IS NULL THEN
-		RAISE EXCEPTION 'group name must not be null' USING ERRCODE = 'null_value_not_allowed';
-	END IF;
-	IF strpos(group_name, '/') = 0 THEN
-		name := group_name;
-		RETURN;
-	END IF;
-	m := regexp_match(group_name, '^([^/]*)/(0|[1-9][0-9]{0,2})$');
-	IF m IS NULL THEN
-		RAISE EXCEPTION 'invalid shard name "%"', group_name
-			USING ERRCODE = 'invalid_parameter_value',
-				  DETAIL = 'A shard is named by its group''s name, "/" and its number, from 0: "orders/0".';
-	END IF;
-	name := m[1];
-	shard := m[2]::integer;
-END
-$$;
+AS 'MODULE_PATHNAME', 'outbox_split_group_name'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
 COMMENT ON FUNCTION outbox.split_group_name(text) IS 'pg_outbox: "<group>" or "<group>/<shard>" as the name and the shard';
+
+CREATE FUNCTION outbox.group_of(group_name text)
+RETURNS text
+AS 'MODULE_PATHNAME', 'outbox_group_of'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION outbox.group_of(text) IS 'pg_outbox: the group of a shard name "<group>/<shard>", or NULL';
 
 CREATE OR REPLACE FUNCTION outbox.get_group(group_name text, for_update boolean DEFAULT false)
 RETURNS outbox.groups
-LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
-AS $$
-DECLARE
-	g outbox.groups;
-	n record;
-BEGIN
-	n := outbox.split_group_name(group_name);
-	IF for_update THEN
-		SELECT * INTO g FROM outbox.groups WHERE name = n.name AND shard = coalesce(n.shard, 0) FOR NO KEY UPDATE;
-	ELSE
-		SELECT * INTO g FROM outbox.groups WHERE name = n.name AND shard = coalesce(n.shard, 0);
-	END IF;
-	IF NOT FOUND THEN
-		IF n.shard IS NOT NULL AND EXISTS (SELECT 1 FROM outbox.groups WHERE name = n.name) THEN
-			RAISE EXCEPTION 'group "%" has no shard %', n.name, n.shard
-				USING ERRCODE = 'undefined_object',
-					  HINT = CASE WHEN (SELECT max(shards) FROM outbox.groups WHERE name = n.name) > 1
-								  THEN format('Its shards are %s/0 to %s/%s.', n.name, n.name,
-											  (SELECT max(shards) - 1 FROM outbox.groups WHERE name = n.name))
-								  ELSE format('It has one shard: "%s", also named "%s/0".', n.name, n.name) END;
-		END IF;
-		RAISE EXCEPTION 'group "%" does not exist', n.name
-			USING ERRCODE = 'undefined_object',
-				  HINT = 'Create it with outbox_group_create().';
-	END IF;
-	IF n.shard IS NULL AND g.shards > 1 THEN
-		RAISE EXCEPTION 'group "%" has % shards: name one', n.name, g.shards
-			USING ERRCODE = 'invalid_parameter_value',
-				  HINT = format('Its shards are %s/0 to %s/%s; each has its own cursor and leader.', n.name, n.name, g.shards - 1);
-	END IF;
-	RETURN g;
-END
-$$;
+AS 'MODULE_PATHNAME', 'outbox_get_group'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION outbox.get_group(text, boolean) IS 'pg_outbox: a group, or a shard of one ("<group>/<shard>"), by name, or error 42704';
 
 CREATE FUNCTION outbox.shard_index_name(shards integer)
@@ -272,8 +227,8 @@ BEGIN
 	IF group_name IS NULL THEN
 		RAISE EXCEPTION 'group name must not be null' USING ERRCODE = 'null_value_not_allowed';
 	END IF;
-	IF strpos(group_name, '/') > 0 THEN
-		RAISE EXCEPTION 'a shard cannot be dropped alone: drop group "%"', split_part(group_name, '/', 1)
+	IF outbox.group_of(group_name) IS NOT NULL THEN
+		RAISE EXCEPTION 'a shard cannot be dropped alone: drop group "%"', outbox.group_of(group_name)
 			USING ERRCODE = 'invalid_parameter_value';
 	END IF;
 	SELECT max(g.shards) INTO n FROM outbox.groups g WHERE g.name = group_name;
@@ -344,7 +299,7 @@ BEGIN
 		RAISE EXCEPTION 'stale must not be null' USING ERRCODE = 'null_value_not_allowed';
 	END IF;
 	-- A sharded group named without a shard: every shard.
-	IF strpos(group_name, '/') = 0 AND EXISTS (SELECT 1 FROM outbox.groups g WHERE g.name = group_name AND g.shards > 1) THEN
+	IF outbox.group_of(group_name) IS NULL AND EXISTS (SELECT 1 FROM outbox.groups g WHERE g.name = group_name AND g.shards > 1) THEN
 		UPDATE outbox.groups g SET stale = outbox_group_set_stale.stale WHERE g.name = group_name;
 	ELSE
 		UPDATE outbox.groups SET stale = outbox_group_set_stale.stale WHERE id = (outbox.get_group(group_name)).id;
@@ -531,21 +486,6 @@ LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
 COMMENT ON FUNCTION outbox.note_generation(integer, bigint) IS
 	'pg_outbox: notes a led group''s generation for this session; returns the one noted before';
 
-CREATE FUNCTION outbox.raise_rewound(g outbox.groups)
-RETURNS void
-LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
-AS $$
-BEGIN
-	RAISE EXCEPTION 'cursor of group "%" was moved by outbox_rewind() while this session led it', g.name
-		USING ERRCODE = 'OB002',
-			  DETAIL = format('The cursor is at %s now.', g.cursor),
-			  HINT = 'Fetch again without "after": the next batch starts at the moved cursor.';
-END
-$$;
-
-COMMENT ON FUNCTION outbox.raise_rewound(outbox.groups) IS
-	'pg_outbox: raises OB002 for a leader whose group''s cursor was moved under it';
-
 COMMENT ON FUNCTION outbox.lock_class() IS 'pg_outbox: classid of pg_outbox''s advisory locks (pg_locks.classid)';
 
 CREATE FUNCTION outbox.session_started()
@@ -578,68 +518,19 @@ LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
 COMMENT ON FUNCTION outbox.forget_leadership(integer) IS
 	'pg_outbox: forgets that this session took the lead of a group; true when it had';
 
-CREATE FUNCTION outbox.raise_lost(g outbox.groups)
-RETURNS void
-LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
-AS $$
-BEGIN
-	RAISE EXCEPTION 'this session no longer leads group "%"', g.name
-		USING ERRCODE = 'OB003',
-			  DETAIL = format('Its lease ran out and another session took the group over (generation %s).', g.generation),
-			  HINT = 'Stand by: what this session published is harmless, and the new leader publishes from the cursor.';
-END
-$$;
-
-COMMENT ON FUNCTION outbox.raise_lost(outbox.groups) IS
-	'pg_outbox: raises OB003 for a session whose leadership of a group passed to another';
-
 CREATE OR REPLACE FUNCTION outbox.lead(group_id integer)
 RETURNS boolean
-LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
-AS $$
-DECLARE
-	g outbox.groups;
-	me timestamptz := outbox.session_started();
-	gen bigint;
-BEGIN
-	SELECT * INTO g FROM outbox.groups WHERE id = group_id;
-	IF NOT FOUND THEN
-		RETURN false;
-	END IF;
-	IF g.leader_pid = pg_catalog.pg_backend_pid() AND g.leader_started = me THEN
-		UPDATE outbox.groups
-		   SET lease_renewed = pg_catalog.clock_timestamp(), lease_until = pg_catalog.clock_timestamp() + outbox.lease()
-		 WHERE id = group_id AND leader_pid = pg_catalog.pg_backend_pid() AND leader_started = me;
-		IF FOUND THEN
-			RETURN true;
-		END IF;
-		SELECT * INTO g FROM outbox.groups WHERE id = group_id;
-	END IF;
-	IF outbox.forget_leadership(group_id) THEN
-		PERFORM outbox.raise_lost(g);
-	END IF;
-	IF g.leader_pid IS NOT NULL AND g.lease_until > pg_catalog.clock_timestamp()
-	   AND outbox.session_alive(g.leader_pid, g.leader_started) THEN
-		RETURN false;
-	END IF;
-	UPDATE outbox.groups
-	   SET leader_pid = pg_catalog.pg_backend_pid(), leader_started = me,
-		   lease_renewed = pg_catalog.clock_timestamp(), lease_until = pg_catalog.clock_timestamp() + outbox.lease(),
-		   generation = generation + 1
-	 WHERE id = group_id
-	   AND leader_pid IS NOT DISTINCT FROM g.leader_pid AND leader_started IS NOT DISTINCT FROM g.leader_started
-	   AND lease_until IS NOT DISTINCT FROM g.lease_until
-	RETURNING generation INTO gen;
-	IF NOT FOUND THEN
-		RETURN false;
-	END IF;
-	PERFORM outbox.note_generation(group_id, gen);
-	RETURN true;
-END
-$$;
-
+AS 'MODULE_PATHNAME', 'outbox_lead_group'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
 COMMENT ON FUNCTION outbox.lead(integer) IS
 	'pg_outbox: takes (when free, its leader gone or its lease run out) or keeps the leadership of a group for this session; true when it leads';
+
+CREATE FUNCTION outbox.leader_live(pid integer, started timestamptz, lease_until timestamptz)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'outbox_leader_live'
+LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
+COMMENT ON FUNCTION outbox.leader_live(integer, timestamptz, timestamptz) IS
+	'pg_outbox: true while a group''s leader holds a lease that has not run out, in a session that runs';
 
 CREATE OR REPLACE FUNCTION outbox.is_leader(group_id integer)
 RETURNS boolean
@@ -751,88 +642,9 @@ COMMENT ON FUNCTION outbox.recorded_streams(outbox.groups, jsonb, text) IS
 
 CREATE OR REPLACE FUNCTION @extschema@.outbox_advance(group_name text, pos text, streams jsonb DEFAULT NULL)
 RETURNS void
-LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-	g outbox.groups;
-	p record;
-	bad record;
-	lpos text;
-	new_txid xid8;
-	new_ticket bigint;
-	behind boolean;
-	horizon bigint;
-BEGIN
-	g := outbox.get_group(group_name, true);
-	lpos := outbox.unshift_position(pos, g.epoch);
-	SELECT * INTO p FROM outbox.parse_position(lpos);
-	-- The row is locked: its leader is the leader until this transaction ends.
-	IF g.leader_pid IS DISTINCT FROM pg_backend_pid() OR g.leader_started IS DISTINCT FROM outbox.session_started() THEN
-		IF outbox.forget_leadership(g.id) THEN
-			PERFORM outbox.raise_lost(g);
-		END IF;
-		RAISE EXCEPTION 'this session does not lead group "%"', group_name
-			USING ERRCODE = 'OB003',
-				  HINT = 'Only the session that fetched the batch with outbox_fetch() may advance the cursor.';
-	END IF;
-	IF outbox.note_generation(g.id, g.generation) <> g.generation THEN
-		PERFORM outbox.raise_rewound(g);
-	END IF;
-	IF streams IS NOT NULL THEN
-		IF jsonb_typeof(streams) <> 'object' THEN
-			RAISE EXCEPTION 'streams must be a JSON object of stream names and positions'
-				USING ERRCODE = 'invalid_parameter_value';
-		END IF;
-		SELECT s.key, s.value INTO bad FROM jsonb_each(streams) s
-		 WHERE jsonb_typeof(s.value) <> 'string'
-			OR s.value #>> '{}' !~ '^[0-9]{1,20}-[0-9]{1,19}$'
-		 LIMIT 1;
-		IF FOUND THEN
-			RAISE EXCEPTION 'invalid position % for stream "%" in streams', bad.value, bad.key
-				USING ERRCODE = 'invalid_parameter_value',
-					  HINT = 'streams maps each stream name to the last position published there, as a string such as "1042-3".';
-		END IF;
-	END IF;
-	-- The position in the group's order: (ticket, seq) or (txid, seq).
-	IF g.ordering = 'commit' THEN
-		new_ticket := (outbox.parse_commit_position(lpos)).ticket;
-		behind := (new_ticket, p.seq) < (g.cursor_ticket, g.cursor_seq);
-	ELSE
-		new_txid := p.txid;
-		behind := (new_txid, p.seq) < (g.cursor_txid, g.cursor_seq);
-	END IF;
-	IF behind THEN
-		RAISE EXCEPTION 'position % is behind the cursor of group "%"', pos, group_name
-			USING ERRCODE = 'invalid_parameter_value',
-				  DETAIL = format('The cursor is at %s.', g.cursor),
-				  HINT = 'Use outbox_rewind() to move a cursor backwards.';
-	END IF;
-	IF g.ordering = 'commit' THEN
-		horizon := outbox.commit_horizon();
-		IF new_ticket > horizon THEN
-			RAISE EXCEPTION 'position % is beyond the commit horizon', pos
-				USING ERRCODE = 'invalid_parameter_value',
-					  DETAIL = format('Commit tickets after %s may still be committing.', horizon);
-		END IF;
-	ELSIF new_txid >= outbox.horizon() THEN
-		RAISE EXCEPTION 'position % is beyond the feed horizon', pos
-			USING ERRCODE = 'invalid_parameter_value',
-				  DETAIL = format('Transactions from %s on may still be running.', outbox.horizon());
-	END IF;
-	IF p.seq = g.cursor_seq AND new_txid IS NOT DISTINCT FROM g.cursor_txid
-	   AND new_ticket IS NOT DISTINCT FROM g.cursor_ticket AND streams IS NULL THEN
-		RETURN;
-	END IF;
-	UPDATE outbox.groups
-	   SET cursor_txid = new_txid, cursor_ticket = new_ticket, cursor_seq = p.seq, advanced_at = now(),
-		   lease_renewed = clock_timestamp(), lease_until = clock_timestamp() + outbox.lease(),
-		   streams = outbox.recorded_streams(g, outbox_advance.streams,
-											 (coalesce(new_txid::text::numeric, new_ticket) + g.epoch) || '-' || p.seq)
-	 WHERE id = g.id;
-END
-$$;
-
+AS 'MODULE_PATHNAME', 'outbox_advance'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.outbox_advance(text, text, jsonb) IS
 	'pg_outbox: moves the group''s cursor forward to the last published position (leader only), recording the last position per stream';
 
@@ -1601,8 +1413,7 @@ BEGIN
 			  FROM outbox.groups gr
 			 WHERE NOT gr.stale
 			   AND ((gr.topics IS NULL AND gr.shards OPERATOR(pg_catalog.=) 1)
-					OR NOT coalesce(gr.lease_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()
-									AND outbox.session_alive(gr.leader_pid, gr.leader_started), false))) w
+					OR NOT coalesce(outbox.leader_live(gr.leader_pid, gr.leader_started, gr.lease_until), false))) w
 	 WHERE w.age OPERATOR(pg_catalog.>) cfg.max_group_lag;
 
 	-- 1. Rows that landed in the default partition: give each range its
@@ -2038,9 +1849,9 @@ BEGIN
 	IF group_name IS NULL THEN
 		RAISE EXCEPTION 'group name must not be null' USING ERRCODE = 'null_value_not_allowed';
 	END IF;
-	IF strpos(group_name, '/') > 0 THEN
+	IF outbox.group_of(group_name) IS NOT NULL THEN
 		RAISE EXCEPTION 'the stream template of a shard cannot be changed alone: name group "%"',
-			split_part(group_name, '/', 1)
+			outbox.group_of(group_name)
 			USING ERRCODE = 'invalid_parameter_value',
 				  DETAIL = 'Every shard of a group publishes with the group''s template.';
 	END IF;
@@ -2058,8 +1869,8 @@ BEGIN
 	END IF;
 	SELECT x.shard, x.shards, x.leader_pid INTO live
 	  FROM outbox.groups x
-	 WHERE x.name OPERATOR(pg_catalog.=) group_name AND x.leader_pid IS NOT NULL
-	   AND x.lease_until > clock_timestamp() AND outbox.session_alive(x.leader_pid, x.leader_started)
+	 WHERE x.name OPERATOR(pg_catalog.=) group_name
+	   AND outbox.leader_live(x.leader_pid, x.leader_started, x.lease_until)
 	 ORDER BY x.shard
 	 LIMIT 1;
 	IF FOUND THEN
