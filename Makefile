@@ -32,7 +32,7 @@ DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql
 # that an older version can be installed and updated, as the upgrade test does).
 DATA = $(wildcard sql/$(EXTENSION)--*--*.sql) $(wildcard sql/released/$(EXTENSION)--*.sql)
 
-REGRESS = install emit emit_errors emit_drivers groups feed group_ops packed skip privileges explain inbox inbox_entries inbox_consumers maintain drop
+REGRESS = install emit emit_errors emit_drivers groups group_names feed group_ops packed skip privileges explain inbox inbox_entries inbox_consumers maintain drop
 REGRESS_OPTS = --inputdir=test --outputdir=test --load-extension=$(EXTENSION)
 # Specs whose setup or teardown truncates the event table wait for the
 # maintenance lock first: on a preloaded cluster a background maintenance run

@@ -316,14 +316,10 @@ std::chrono::milliseconds parse_duration(const std::string& text) {
 }
 
 int Config::group_shard() const {
-    try {
-        std::string name;
-        int shard;
-        split_group_name(group, name, shard);
-        return shard;
-    } catch (const ConfigError&) {
-        return -1;
-    }
+    std::string name;
+    int shard;
+    split_group_name(group, name, shard);
+    return shard;
 }
 
 void split_group_name(const std::string& group, std::string& name, int& shard) {

@@ -13,6 +13,7 @@
 
 #include "pg_outbox/errors.hpp"
 #include "pg_outbox/lag.hpp"
+#include "pg_outbox/sqlstates.hpp"
 
 namespace pg_outbox {
 
@@ -101,11 +102,11 @@ constexpr std::chrono::milliseconds kAdvanceInterval{100};
 // GroupRewound (OB002), LostLeadership (OB003) and EventTooLarge (OB004);
 // rethrows the rest.
 [[noreturn]] void rethrow_refusal(const PgError& e) {
-    if (e.sqlstate() == "OB002" && !e.connection_lost()) throw GroupRewound{e.what()};
-    if (e.sqlstate() == "OB004" && !e.connection_lost()) throw EventTooLarge{too_large_position(e.what()), e.what()};
+    if (e.sqlstate() == sqlstate::kRewound && !e.connection_lost()) throw GroupRewound{e.what()};
+    if (e.sqlstate() == sqlstate::kEventTooLarge && !e.connection_lost()) throw EventTooLarge{too_large_position(e.what()), e.what()};
     // The leadership passed to another session (this relay's lease ran
     // out while it made no progress): stand by.
-    if (e.sqlstate() == "OB003" && !e.connection_lost()) throw LostLeadership{};
+    if (e.sqlstate() == sqlstate::kNotLeader && !e.connection_lost()) throw LostLeadership{};
     throw e;
 }
 
@@ -191,7 +192,7 @@ bool GroupSession::record_template() {
     try {
         recorded = std::string(pg_->exec(sql(kStreamTemplateSql), {config_.group, config_.stream_template}).get(0, 0));
     } catch (const PgError& e) {
-        if (e.sqlstate() != "OB003" || e.connection_lost()) throw;
+        if (e.sqlstate() != sqlstate::kNotLeader || e.connection_lost()) throw;
         return false;
     }
     check_template(recorded);
@@ -228,7 +229,7 @@ bool GroupSession::lead() {
     } catch (const PgError& e) {
         // Refused once (OB003) when the leadership this session held passed
         // to another meanwhile; the next call looks again.
-        if (e.sqlstate() != "OB003" || e.connection_lost()) throw;
+        if (e.sqlstate() != sqlstate::kNotLeader || e.connection_lost()) throw;
     }
     if (leads) metrics_.lease_renewed(sent);
     // Before its first batch, a new leader records its template, or finds
