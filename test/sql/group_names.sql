@@ -31,3 +31,18 @@ SELECT count(*) >= 20 AS enough_cases, count(*) FILTER (WHERE expect_group = 'er
 SELECT outbox.split_group_name('orders/01');
 SELECT outbox.split_group_name(NULL);
 SELECT outbox.group_of('orders/x'), outbox.group_of('orders') IS NULL AS no_shard;
+SELECT outbox.group_of(''), outbox.group_of('/') = '' AS empty_group, outbox.group_of(NULL) IS NULL AS null_name;
+-- The row read behind every call that takes a group name.
+SELECT outbox_group_create('gn', shards => 2);
+SELECT (outbox.get_group('gn/1')).shard, (outbox.get_group('gn/0', NULL)).shard AS unlocked;
+SELECT outbox.get_group('gn');
+SELECT outbox.get_group('gn/2');
+SELECT outbox.get_group('gn/01');
+SELECT outbox.get_group('nope/0', true);
+SELECT outbox.get_group(NULL);
+-- The rule of a live leader: a lease that has not run out, of a session that runs.
+SELECT outbox.leader_live(pg_backend_pid(), outbox.session_started(), clock_timestamp() + interval '1 minute') AS me,
+       outbox.leader_live(pg_backend_pid(), outbox.session_started(), clock_timestamp() - interval '1 second') AS ran_out,
+       outbox.leader_live(pg_backend_pid(), outbox.session_started() - interval '1 second', 'infinity') AS other_session,
+       outbox.leader_live(NULL, NULL, NULL) IS NULL AS no_leader;
+SELECT outbox_group_drop('gn');
