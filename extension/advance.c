@@ -26,7 +26,7 @@
  * checks of the C fetch; its SQLSTATEs, messages and privileges are
  * unchanged.
  *
- * Layering: calls group.c, position.c, commit.c and lead.c.
+ * Layering: calls group.c, position.c and commit.c.
  *
  *-------------------------------------------------------------------------
  */
@@ -45,7 +45,6 @@
 
 #include "commit.h"
 #include "group.h"
-#include "lead.h"
 #include "position.h"
 
 PG_FUNCTION_INFO_V1(outbox_advance);
@@ -144,7 +143,6 @@ outbox_advance(PG_FUNCTION_ARGS)
 	Oid			argtypes[8] = {INT4OID, XID8OID, INT8OID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, JSONBOID, TEXTOID};
 	Datum		args[8];
 	char		nulls[8];
-	TimestampTz now;
 
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
@@ -211,13 +209,11 @@ outbox_advance(PG_FUNCTION_ARGS)
 		 order == U64FromFullTransactionId(DatumGetFullTransactionId(g.values[GROUP_CURSOR_TXID]))))
 		PG_RETURN_VOID();
 
-	now = GetCurrentTimestamp();
 	args[0] = g.values[GROUP_ID];
 	args[1] = FullTransactionIdGetDatum(FullTransactionIdFromU64(order));
 	args[2] = Int64GetDatum((int64) order);
 	args[3] = Int64GetDatum(seq);
-	args[4] = TimestampTzGetDatum(now);
-	args[5] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(now, pg_outbox_lease_ms));
+	OutboxLeaseFromNow(&args[4], &args[5]);
 	args[6] = PointerGetDatum(streams);
 	args[7] = CStringGetTextDatum(OutboxShiftedPosition(order, epoch, seq));
 	memset(nulls, ' ', sizeof(nulls));

@@ -402,8 +402,7 @@ OutboxRaiseLost(const char *group, int64 generation)
 			 errhint("Stand by: what this session published is harmless, and the new leader publishes from the cursor.")));
 }
 
-/* The lease of a leader that renews it now: lease_renewed and lease_until. */
-static void
+void
 OutboxLeaseFromNow(Datum *renewed, Datum *until)
 {
 	TimestampTz now = GetCurrentTimestamp();

@@ -68,6 +68,13 @@ extern bool OutboxLeads(const GroupRow *g);
  */
 extern bool OutboxLeadsFreshly(const GroupRow *g);
 
+/*
+ * The lease of a leader that renews it now, as the values of the row's
+ * lease_renewed and lease_until (timestamptz): the one place a lease
+ * starts, whether by taking the lead, renewing it, or advancing.
+ */
+extern void OutboxLeaseFromNow(Datum *renewed, Datum *until);
+
 /* True when the leader named by pid and start time holds a lease that has not run out. */
 extern bool OutboxLeaderLive(int32 pid, TimestampTz started, TimestampTz lease_until);
 

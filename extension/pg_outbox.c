@@ -16,7 +16,7 @@
  *	 fetch.c  -> group.c, feed.c, fetch_010.c, position.c, lead.c, commit.c,
  *				 wakeup.c, tables.c
  *	 fetch_010.c -> feed.c
- *	 advance.c -> group.c, position.c, commit.c, lead.c
+ *	 advance.c -> group.c, position.c, commit.c
  *	 group.c  -> lead.c, tables.c
  *	 feed.c   -> writer.c, position.c, tables.c
  *	 consume.c -> inbox.c, locks.c, tables.c
