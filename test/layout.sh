@@ -194,15 +194,21 @@ check "the SQL check refuses a stray OB literal and a code not in the table" fin
 
 # One grammar of group names, "<group>/<shard>": extension/group.c parses
 # it (outbox.split_group_name(), outbox.group_of()); no other C file looks
-# for the slash of a group name and no SQL part splits one.
+# for the slash of a group name and no SQL part splits one. The relay's
+# parser is relay/src/config.cpp's split_group_name(), checked against the
+# extension's by test/vectors/group_names.txt; no other relay file looks
+# for the slash in a group's name.
 GRAMMAR_SQL="strpos\([^)]*'/'\)|split_part\([^)]*'/'|regexp_[a-z]*\([^)]*/|position\('/'"
 one_group_grammar() {
 	local hits
 	hits=$( (grep -nE "(memchr|strchr|strrchr)\([^)]*'/'" extension/*.c | grep -v '^extension/group\.c:'
-		grep -nE "$GRAMMAR_SQL" sql/install/*.sql) || true)
+		grep -nE "$GRAMMAR_SQL" sql/install/*.sql
+		grep -nE "group.*'/'|'/'.*group" relay/src/*.cpp relay/include/pg_outbox/*.hpp |
+			grep -v '^relay/src/config\.cpp:') ||
+		true)
 	[ -z "$hits" ] || { echo "# $hits" >&2; return 1; }
 }
-check "group names are parsed in extension/group.c only" one_group_grammar
+check "group names are parsed in extension/group.c (and the relay's config.cpp) only" one_group_grammar
 check "the grammar check matches an ad-hoc split" \
 	grep -qE "$GRAMMAR_SQL" <<<"	IF strpos(group_name, '/') > 0 THEN"
 
