@@ -6,15 +6,18 @@
 # is LABEL=SOCKET_DIR:PORT of a running server that preloads pg_outbox;
 # the rounds interleave them. Prints milliseconds per call, as pgbench -r
 # reports them (one client, one connection, -T seconds a script), each
-# round's, then the median of the rounds. Commits do not wait for the WAL
+# round's, then the median of the rounds (an even number of rounds runs
+# the servers in each order equally often). Commits do not wait for the WAL
 # flush (synchronous_commit off, as the relay's advances with explicit
 # ids): the figures are the calls' own cost, not the disk's.
 #
 #   bench/fetch_advance.sh [-r ROUNDS] [-T SECONDS] before=/tmp/a:5432 after=/tmp/b:5433
+#
+# Defaults: 4 rounds of 3 seconds a script.
 set -euo pipefail
 
-rounds=3
-seconds=5
+rounds=4
+seconds=3
 while getopts "r:T:" o; do
 	case $o in
 		r) rounds=$OPTARG ;;
@@ -70,8 +73,14 @@ for server in "$@"; do
 done
 
 export PGOPTIONS="-c synchronous_commit=off"
+servers=("$@")
+reversed=()
+for ((i = ${#servers[@]} - 1; i >= 0; i--)); do reversed+=("${servers[i]}"); done
 for r in $(seq 1 "$rounds"); do
-	for server in "$@"; do
+	# Every other round in reverse order: the load of a shared machine
+	# drifts, and the server measured first would otherwise pay for it.
+	if ((r % 2)); then order=("${servers[@]}"); else order=("${reversed[@]}"); fi
+	for server in "${order[@]}"; do
 		label=${server%%=*}
 		hp=${server#*=}
 		echo "SELECT 1;" >"$work/one.sql"
