@@ -11,6 +11,9 @@ OBJS = \
 	extension/emit.o \
 	extension/writer.o \
 	extension/fetch.o \
+	extension/fetch_010.o \
+	extension/advance.o \
+	extension/group.o \
 	extension/feed.o \
 	extension/position.o \
 	extension/shard.o \
@@ -34,7 +37,7 @@ DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql $(UPGRADE_SCRIPTS)
 # does) and the upgrade scripts between them.
 DATA = $(wildcard sql/released/$(EXTENSION)--*.sql)
 
-REGRESS = install emit emit_errors emit_drivers groups feed group_ops packed skip privileges explain inbox inbox_entries inbox_consumers maintain drop
+REGRESS = install emit emit_errors emit_drivers groups group_names feed group_ops packed skip privileges explain inbox inbox_entries inbox_consumers maintain drop
 REGRESS_OPTS = --inputdir=test --outputdir=test --load-extension=$(EXTENSION)
 # Specs whose setup or teardown truncates the event table wait for the
 # maintenance lock first: on a preloaded cluster a background maintenance run

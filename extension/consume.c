@@ -93,6 +93,7 @@
 
 #include "inbox.h"
 #include "locks.h"
+#include "sqlstates.h"
 #include "tables.h"
 
 /*
@@ -486,7 +487,7 @@ OutboxConsumeRecord(FunctionCallInfo fcinfo, text *consumer, Entry *entries, int
 			continue;
 		}
 		e->status = "conflict";
-		e->error_code = pstrdup("OB001");
+		e->error_code = pstrdup(OUTBOX_SQLSTATE_IDENTITY_CONFLICT);
 		e->error_message =
 			psprintf("event %s was already applied by consumer \"%s\" with another payload (Applied payload: %s. Received payload: %s.)",
 					 e->text[FIELD_EVENT_ID], text_to_cstring(consumer),
@@ -649,7 +650,7 @@ OutboxConsumeIsolated(FunctionCallInfo fcinfo, text *consumer, Handler *handler,
 									 OutboxErrorText(edata->message, edata->detail));
 			else
 			{
-				e->status = edata->sqlerrcode == MAKE_SQLSTATE('O', 'B', '0', '0', '1') ? "conflict" : "failed";
+				e->status = edata->sqlerrcode == ERRCODE_OUTBOX_IDENTITY_CONFLICT ? "conflict" : "failed";
 				e->error_code = pstrdup(unpack_sql_state(edata->sqlerrcode));
 				e->error_message = OutboxErrorText(edata->message, edata->detail);
 			}

@@ -71,6 +71,7 @@
 #include "feed.h"
 #include "pack.h"
 #include "position.h"
+#include "sqlstates.h"
 #include "tables.h"
 #include "writer.h"
 

@@ -49,13 +49,6 @@ typedef struct FeedRange
  */
 #define FEED_PACKED_MAX_BYTES	(64 * 1024 * 1024)
 
-/*
- * SQLSTATE of a fetch that meets, first in its batch, an event whose
- * payload and headers print as more than OUTBOX_MAX_EVENT_TEXT: it can
- * never be published, and outbox_skip() passes it.
- */
-#define ERRCODE_OUTBOX_EVENT_TOO_LARGE	MAKE_SQLSTATE('O', 'B', '0', '0', '4')
-
 /* The events of the batch, as they are read: rows, or packed. */
 typedef struct FeedBatch
 {

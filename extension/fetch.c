@@ -11,13 +11,14 @@
  *   (position.c) of the group's order, from which the batch starts instead
  *   of the cursor when it is ahead (a relay fetches the next batch while
  *   the broker still writes the previous one);
- * - the group, read by its name's index;
+ * - the group, read by its name's index (group.c);
  * - the leadership: the leader whose lease is fresh goes on; anyone else,
- *   and the leader whose lease is due, asks outbox.lead() (SQL, see
- *   lead.c), which takes, keeps or refuses the group; nothing is read for
- *   a session that does not lead;
+ *   and the leader whose lease is due, asks OutboxLead() (group.c), which
+ *   takes, keeps or refuses the group; nothing is read for a session that
+ *   does not lead;
  * - the generation the leader noted: a cursor moved by outbox_rewind()
- *   refuses the call once (OB002);
+ *   refuses the call once (OB002, group.c's check, which outbox_advance()
+ *   passes too);
  * - the horizons, read before the snapshot that reads the batch: the xid8
  *   horizon (every transaction below it has ended), or the commit horizon
  *   (every ticket up to it is final) and a transaction id above every
@@ -31,7 +32,8 @@
  * remain the SQL specification of a batch, which the tests compare every
  * batch with. A database whose SQL objects are still those of 0.1.0 (the
  * library updated, ALTER EXTENSION UPDATE not yet run) has no lease in its
- * groups: its batches are placed by its outbox.fetch_args() as before.
+ * groups: its batches are placed by its outbox.fetch_args() as before
+ * (fetch_010.c).
  *
  * The rows are handed to the caller in a tuplestore, and a batch of some
  * hundreds of kilobytes kept in the calling query's memory would go back to
@@ -45,8 +47,8 @@
  * until the calling query's memory goes away, which a callback on that
  * memory tells.
  *
- * Layering: calls feed.c, position.c, lead.c, commit.c, wakeup.c and
- * tables.c; nothing calls into it.
+ * Layering: calls group.c, feed.c, position.c, lead.c, commit.c, wakeup.c,
+ * fetch_010.c and tables.c; nothing calls into it.
  *
  *-------------------------------------------------------------------------
  */
@@ -61,7 +63,6 @@
 #include "access/transam.h"
 #include "access/xact.h"
 #include "catalog/pg_type.h"
-#include "executor/spi.h"
 #include "executor/tuptable.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -80,6 +81,8 @@
 
 #include "commit.h"
 #include "feed.h"
+#include "fetch.h"
+#include "group.h"
 #include "lead.h"
 #include "pack.h"
 #include "position.h"
@@ -100,9 +103,6 @@
 /* Largest batch_size. */
 #define OUTBOX_FETCH_MAX_BATCH		100000
 
-/* SQLSTATE of a leader's call after outbox_rewind() moved its cursor. */
-#define ERRCODE_OUTBOX_REWOUND		MAKE_SQLSTATE('O', 'B', '0', '0', '2')
-
 PG_FUNCTION_INFO_V1(outbox_fetch);
 PG_FUNCTION_INFO_V1(outbox_fetch_packed);
 
@@ -122,44 +122,6 @@ static int	FetchesInUse = 0;
 static StringInfoData PackBuffer;
 static bool PackBufferInUse = false;
 
-/* The calls of outbox.lead() and (0.1.0) outbox.fetch_args(), prepared once per session. */
-static SPIPlanPtr LeadPlan = NULL;
-static SPIPlanPtr FetchArgsPlan = NULL;
-
-/* The columns of outbox.groups that a fetch reads. */
-typedef enum GroupColumn
-{
-	GROUP_ID,
-	GROUP_NAME,
-	GROUP_TOPICS,
-	GROUP_ORDERING,
-	GROUP_CURSOR_TXID,
-	GROUP_CURSOR_TICKET,
-	GROUP_CURSOR_SEQ,
-	GROUP_EPOCH,
-	GROUP_CURSOR,
-	GROUP_GENERATION,
-	GROUP_LEADER_PID,
-	GROUP_LEADER_STARTED,
-	GROUP_LEASE_RENEWED,
-	GROUP_SHARD,
-	GROUP_SHARDS,
-	GROUP_NCOLUMNS
-} GroupColumn;
-
-static const char *const GroupColumnNames[GROUP_NCOLUMNS] = {
-	"id", "name", "topics", "ordering", "cursor_txid", "cursor_ticket", "cursor_seq",
-	"epoch", "cursor", "generation", "leader_pid", "leader_started", "lease_renewed",
-	"shard", "shards"
-};
-
-/* A group's row, as a fetch reads it. */
-typedef struct GroupRow
-{
-	Datum		values[GROUP_NCOLUMNS];
-	bool		nulls[GROUP_NCOLUMNS];
-} GroupRow;
-
 /*
  * Called when the memory of a query that called outbox_fetch() goes away:
  * its batch is no longer in use.
@@ -175,218 +137,8 @@ OutboxFetchDone(void *arg)
 }
 
 
-/*
- * The attribute numbers of the columns a fetch reads, in the table's
- * descriptor (the order of columns differs between a fresh install and an
- * updated one). False when the table has no lease columns: SQL objects of
- * 0.1.0.
- */
-static bool
-OutboxGroupColumns(TupleDesc desc, AttrNumber *attnos)
-{
-	int			c;
-	int			i;
-
-	for (c = 0; c < GROUP_NCOLUMNS; c++)
-	{
-		attnos[c] = InvalidAttrNumber;
-		for (i = 0; i < desc->natts; i++)
-		{
-			Form_pg_attribute att = TupleDescAttr(desc, i);
-
-			if (!att->attisdropped && strcmp(NameStr(att->attname), GroupColumnNames[c]) == 0)
-			{
-				attnos[c] = att->attnum;
-				break;
-			}
-		}
-		if (attnos[c] == InvalidAttrNumber)
-			return false;
-	}
-	return true;
-}
-
-/*
- * Splits a group name, "<group>" or "<group>/<shard>" (outbox.split_group_name()),
- * into the group's name and the shard, -1 when none is named.
- */
-static text *
-OutboxSplitGroupName(text *name, int32 *shard)
-{
-	const char *s = VARDATA_ANY(name);
-	int			len = VARSIZE_ANY_EXHDR(name);
-	const char *slash = memchr(s, '/', len);
-	int			digits;
-	int			i;
-
-	*shard = -1;
-	if (slash == NULL)
-		return name;
-	digits = len - (slash - s) - 1;
-	if (digits < 1 || digits > 3 || (digits > 1 && slash[1] == '0'))
-		digits = 0;
-	for (i = 0; i < digits; i++)
-		if (slash[1 + i] < '0' || slash[1 + i] > '9')
-			digits = 0;
-	if (digits == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("invalid shard name \"%s\"", text_to_cstring(name)),
-				 errdetail("A shard is named by its group's name, \"/\" and its number, from 0: \"orders/0\".")));
-	*shard = 0;
-	for (i = 0; i < digits; i++)
-		*shard = *shard * 10 + (slash[1 + i] - '0');
-	return cstring_to_text_with_len(s, slash - s);
-}
-
-/*
- * Reads the row of a group, or of one shard of it, by the name's index
- * (the group's name and the shard, 0 when "shard" is negative), with a new
- * snapshot (each read sees what committed, and this transaction's own
- * changes, before it). False when there is no such row; also false, with
- * *current set to false, when the SQL objects are those of 0.1.0. The
- * values are copied into the current memory context.
- */
-static bool
-OutboxReadGroupRow(text *name, int32 shard, GroupRow *row, bool *current)
-{
-	Relation	groups = table_open(OutboxRelid("groups"), AccessShareLock);
-	Relation	index = index_open(OutboxRelid("groups_name_key"), AccessShareLock);
-	AttrNumber	attnos[GROUP_NCOLUMNS];
-	TupleTableSlot *slot;
-	IndexScanDesc scan;
-	ScanKeyData keys[2];
-	Snapshot	snapshot;
-	bool		found = false;
-	int			c;
-
-	*current = OutboxGroupColumns(RelationGetDescr(groups), attnos);
-	if (*current)
-	{
-		snapshot = RegisterSnapshot(GetTransactionSnapshot());
-		slot = table_slot_create(groups, NULL);
-		ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
-							   index->rd_indcollation[0], F_TEXTEQ, PointerGetDatum(name));
-		ScanKeyInit(&keys[1], 2, BTEqualStrategyNumber, F_INT4EQ, Int32GetDatum(Max(shard, 0)));
-		scan = index_beginscan(groups, index, snapshot, 2, 0);
-		index_rescan(scan, keys, 2, NULL, 0);
-		if (index_getnext_slot(scan, ForwardScanDirection, slot))
-		{
-			found = true;
-			slot_getallattrs(slot);
-			for (c = 0; c < GROUP_NCOLUMNS; c++)
-			{
-				Form_pg_attribute att = TupleDescAttr(RelationGetDescr(groups), attnos[c] - 1);
-
-				row->nulls[c] = slot->tts_isnull[attnos[c] - 1];
-				row->values[c] = row->nulls[c] ? (Datum) 0 :
-					datumCopy(slot->tts_values[attnos[c] - 1], att->attbyval, att->attlen);
-			}
-		}
-		index_endscan(scan);
-		ExecDropSingleTupleTableSlot(slot);
-		UnregisterSnapshot(snapshot);
-	}
-	index_close(index, AccessShareLock);
-	table_close(groups, AccessShareLock);
-	return found;
-}
-
-/*
- * Reads the row of the group or shard named "name" (see
- * OutboxReadGroupRow): raises 42704 when there is none, 22023 for a
- * sharded group named without its shard. False, with *current false, when
- * the SQL objects are those of 0.1.0.
- */
-static bool
-OutboxReadGroup(text *name, GroupRow *row, bool *current)
-{
-	int32		shard;
-	text	   *group = OutboxSplitGroupName(name, &shard);
-	int32		shards;
-
-	if (!OutboxReadGroupRow(group, shard, row, current))
-	{
-		if (!*current)
-			return false;
-		if (shard > 0 && OutboxReadGroupRow(group, 0, row, current))
-			ereport(ERROR,
-					(errcode(ERRCODE_UNDEFINED_OBJECT),
-					 errmsg("group \"%s\" has no shard %d", text_to_cstring(group), shard),
-					 DatumGetInt32(row->values[GROUP_SHARDS]) > 1 ?
-					 errhint("Its shards are %s/0 to %s/%d.", text_to_cstring(group), text_to_cstring(group),
-							 DatumGetInt32(row->values[GROUP_SHARDS]) - 1) :
-					 errhint("It has one shard: \"%s\", also named \"%s/0\".", text_to_cstring(group),
-							 text_to_cstring(group))));
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("group \"%s\" does not exist", text_to_cstring(group)),
-				 errhint("Create it with outbox_group_create().")));
-	}
-	shards = DatumGetInt32(row->values[GROUP_SHARDS]);
-	if (shard < 0 && shards > 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("group \"%s\" has %d shards: name one", text_to_cstring(group), shards),
-				 errhint("Its shards are %s/0 to %s/%d; each has its own cursor and leader.",
-						 text_to_cstring(group), text_to_cstring(group), shards - 1)));
-	return true;
-}
-
-/* A transaction id of a snapshot as a full one, by the next full id. */
-static uint64
-OutboxFullXid(TransactionId xid)
-{
-	FullTransactionId next = ReadNextFullTransactionId();
-
-	/* xid is at most 2^31 behind the next id (see xid8funcs.c). */
-	return U64FromFullTransactionId(next) + (int64) (int32) (xid - XidFromFullTransactionId(next));
-}
-
-/* True when this session leads the group by its row, with a fresh lease. */
-static bool
-OutboxLeadsFreshly(const GroupRow *g)
-{
-	TimestampTz due;
-
-	if (g->nulls[GROUP_LEADER_PID] || g->nulls[GROUP_LEADER_STARTED] || g->nulls[GROUP_LEASE_RENEWED] ||
-		DatumGetInt32(g->values[GROUP_LEADER_PID]) != MyProcPid ||
-		DatumGetTimestampTz(g->values[GROUP_LEADER_STARTED]) != MyStartTimestamp)
-		return false;
-	/* Renewed at most every third of the lease (outbox.lead()). */
-	due = TimestampTzPlusMilliseconds(DatumGetTimestampTz(g->values[GROUP_LEASE_RENEWED]),
-									  pg_outbox_lease_ms / 3);
-	return GetCurrentTimestamp() < due;
-}
-
-/* outbox.lead(group_id): takes, keeps or refuses the group (SQL). */
-static bool
-OutboxLead(int32 group_id)
-{
-	Datum		arg = Int32GetDatum(group_id);
-	bool		isnull;
-	bool		leads;
-
-	if (LeadPlan == NULL)
-	{
-		Oid			argtype = INT4OID;
-		SPIPlanPtr	plan = SPI_prepare("SELECT outbox.lead($1)", 1, &argtype);
-
-		if (plan == NULL || SPI_keepplan(plan) != 0)
-			elog(ERROR, "pg_outbox: preparing the call of outbox.lead() failed: %s",
-				 SPI_result_code_string(SPI_result));
-		LeadPlan = plan;
-	}
-	if (SPI_execute_plan(LeadPlan, &arg, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
-		elog(ERROR, "pg_outbox: outbox.lead() failed");
-	leads = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	/* What it wrote is seen by the next read of the row. */
-	CommandCounterIncrement();
-	return !isnull && leads;
-}
-
 /* The group's topics (a text[]) into the range; NULL: every topic. */
-static void
+void
 OutboxRangeTopics(FeedRange *a, ArrayType *topics)
 {
 	Datum	   *elems;
@@ -450,7 +202,8 @@ OutboxPlaceBatch(Datum *args, char *nulls, FeedRange *a, bool *current)
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("group name must not be null")));
 	name = DatumGetTextPP(args[0]);
-	if (!OutboxReadGroup(name, &g, current))
+	*current = OutboxGetGroup(name, false, &g);
+	if (!*current)
 		return false;
 
 	/* The leader goes on while its lease is fresh; anyone else asks. */
@@ -458,16 +211,10 @@ OutboxPlaceBatch(Datum *args, char *nulls, FeedRange *a, bool *current)
 	{
 		if (!OutboxLead(DatumGetInt32(g.values[GROUP_ID])))
 			return false;
-		if (!OutboxReadGroup(name, &g, current))
+		if (!OutboxGetGroup(name, false, &g))
 			elog(ERROR, "pg_outbox: group \"%s\" went away while this session took the lead", text_to_cstring(name));
 	}
-	if (OutboxNoteGeneration(DatumGetInt32(g.values[GROUP_ID]), DatumGetInt64(g.values[GROUP_GENERATION])) !=
-		DatumGetInt64(g.values[GROUP_GENERATION]))
-		ereport(ERROR,
-				(errcode(ERRCODE_OUTBOX_REWOUND),
-				 errmsg("cursor of group \"%s\" was moved by outbox_rewind() while this session led it", text_to_cstring(name)),
-				 errdetail("The cursor is at %s now.", TextDatumGetCString(g.values[GROUP_CURSOR])),
-				 errhint("Fetch again without \"after\": the next batch starts at the moved cursor.")));
+	OutboxCheckGeneration(&g, text_to_cstring(name));
 
 	memset(a, 0, sizeof(*a));
 	a->name = text_to_cstring(name);
@@ -554,85 +301,6 @@ OutboxPlaceBatch(Datum *args, char *nulls, FeedRange *a, bool *current)
 }
 
 /*
- * SQL objects of 0.1.0: outbox.fetch_args() says where the batch lies
- * (and takes the leadership by its advisory lock).
- */
-/* A column of outbox.fetch_args()'s row (0.1.0), by name. */
-static Datum
-OutboxArg(HeapTuple row, TupleDesc desc, const char *name, bool *isnull)
-{
-	int			column = SPI_fnumber(desc, name);
-
-	if (column <= 0)
-		elog(ERROR, "outbox.fetch_args() has no column \"%s\"", name);
-	return SPI_getbinval(row, desc, column, isnull);
-}
-
-/* Reads outbox.fetch_args()'s row; topics are copied into the current memory. */
-static void
-OutboxReadArgs(HeapTuple row, TupleDesc desc, FeedRange *a)
-{
-	bool		isnull;
-	int			column;
-	Datum		topics;
-
-	a->commit = strcmp(TextDatumGetCString(OutboxArg(row, desc, "ordering", &isnull)), "commit") == 0;
-	if (a->commit)
-	{
-		a->cursor_ticket = DatumGetInt64(OutboxArg(row, desc, "cursor_ticket", &isnull));
-		if (isnull)
-			elog(ERROR, "outbox.fetch_args() returned no cursor");
-		a->horizon = DatumGetInt64(OutboxArg(row, desc, "horizon", &isnull));
-		if (isnull)
-			elog(ERROR, "outbox.fetch_args() returned no commit horizon");
-	}
-	else
-	{
-		a->cursor_txid = U64FromFullTransactionId(
-			DatumGetFullTransactionId(OutboxArg(row, desc, "cursor_txid", &isnull)));
-		if (isnull)
-			elog(ERROR, "outbox.fetch_args() returned no cursor");
-	}
-	a->cursor_seq = DatumGetInt64(OutboxArg(row, desc, "cursor_seq", &isnull));
-	a->limit = DatumGetInt32(OutboxArg(row, desc, "row_limit", &isnull));
-	/* No epoch before 0.2.0's SQL (a new library before ALTER EXTENSION UPDATE). */
-	column = SPI_fnumber(desc, "epoch");
-	a->epoch = column > 0 ? (uint64) DatumGetInt64(SPI_getbinval(row, desc, column, &isnull)) : 0;
-	a->below = U64FromFullTransactionId(DatumGetFullTransactionId(OutboxArg(row, desc, "below", &isnull)));
-	if (isnull)
-		elog(ERROR, "outbox.fetch_args() returned no transaction id bound");
-
-	/* Copied: the row goes with the next SPI call. */
-	topics = OutboxArg(row, desc, "topics", &isnull);
-	OutboxRangeTopics(a, isnull ? NULL : DatumGetArrayTypePCopy(topics));
-}
-
-
-/* Where the batch lies by outbox.fetch_args() (0.1.0); false when another session leads. */
-static bool
-OutboxPlaceBatchByArgs(Datum *args, char *nulls, FeedRange *a)
-{
-	if (FetchArgsPlan == NULL)
-	{
-		Oid			argtypes[3] = {TEXTOID, INT4OID, TEXTOID};
-		SPIPlanPtr	plan = SPI_prepare("SELECT * FROM outbox.fetch_args($1, $2, $3)", 3, argtypes);
-
-		if (plan == NULL || SPI_keepplan(plan) != 0)
-			elog(ERROR, "pg_outbox: preparing the call of outbox.fetch_args() failed: %s",
-				 SPI_result_code_string(SPI_result));
-		FetchArgsPlan = plan;
-	}
-	if (SPI_execute_plan(FetchArgsPlan, args, nulls, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "pg_outbox: outbox.fetch_args() failed");
-	if (SPI_processed != 1)
-		return false;
-	memset(a, 0, sizeof(*a));
-	a->name = nulls[0] == 'n' ? "" : TextDatumGetCString(args[0]);
-	OutboxReadArgs(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, a);
-	return true;
-}
-
-/*
  * Reads the group's next batch into "out" (outbox_fetch()'s arguments:
  * group name, batch size, after). False when another session leads.
  */
@@ -698,9 +366,6 @@ OutboxFetch(FunctionCallInfo fcinfo, FeedBatch *out)
 		wait_ms = Min(wait_ms, pg_outbox_lease_ms / 3);
 	}
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-
 	/*
 	 * An empty batch waits for a commit that emitted, up to "wait": among
 	 * the sleepers (wakeup.c), then a read, then the latch, until a read
@@ -750,8 +415,6 @@ OutboxFetch(FunctionCallInfo fcinfo, FeedBatch *out)
 	}
 	else
 		(void) OutboxReadBatch(args, nulls, out);
-
-	SPI_finish();
 }
 
 /* Calls "func" when the calling query's memory goes away. */

@@ -7,8 +7,8 @@
  * A group's leader is written in its row of outbox.groups: the backend's
  * pid and start time (a pid alone may be reused by a later backend) and a
  * lease, renewed by the leader's fetches and advances. The SQL side
- * (outbox.lead() and friends) decides; this file gives it what only C can
- * see:
+ * (outbox.lead() and friends, in group.c) decides; this file gives it what
+ * only C can see:
  *
  * - outbox.session_started(): this backend's start time, which with its
  *   pid names the session for as long as it lives.
@@ -173,15 +173,20 @@ outbox_note_generation(PG_FUNCTION_ARGS)
  * the group; true when it had taken the lead of it. Not transactional: a
  * leadership lost stays lost even when the call that found out fails.
  */
-Datum
-outbox_forget_leadership(PG_FUNCTION_ARGS)
+bool
+OutboxForgetLeadership(int32 group_id)
 {
-	int32		group_id = PG_GETARG_INT32(0);
 	bool		found = false;
 
 	if (NotedGenerations != NULL)
 		(void) hash_search(NotedGenerations, &group_id, HASH_REMOVE, &found);
-	PG_RETURN_BOOL(found);
+	return found;
+}
+
+Datum
+outbox_forget_leadership(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(OutboxForgetLeadership(PG_GETARG_INT32(0)));
 }
 
 /* outbox.session_started(): when this backend started. */
@@ -197,18 +202,16 @@ outbox_session_started(PG_FUNCTION_ARGS)
  * session that ended; one whose backend started at another time was
  * reused.
  */
-Datum
-outbox_session_alive(PG_FUNCTION_ARGS)
+bool
+OutboxSessionAlive(int32 pid, TimestampTz started)
 {
-	int			pid = PG_GETARG_INT32(0);
-	TimestampTz started = PG_GETARG_TIMESTAMPTZ(1);
 	int			n;
 	int			i;
 
 	if (pid == MyProcPid)
-		PG_RETURN_BOOL(started == MyStartTimestamp);
+		return started == MyStartTimestamp;
 	if (BackendPidGetProc(pid) == NULL)
-		PG_RETURN_BOOL(false);
+		return false;
 	/* The backend status array; read once per transaction. */
 	n = pgstat_fetch_stat_numbackends();
 	for (i = 1; i <= n; i++)
@@ -216,9 +219,15 @@ outbox_session_alive(PG_FUNCTION_ARGS)
 		LocalPgBackendStatus *local = pgstat_fetch_stat_local_beentry(i);
 
 		if (local != NULL && local->backendStatus.st_procpid == pid)
-			PG_RETURN_BOOL(local->backendStatus.st_proc_start_timestamp == started);
+			return local->backendStatus.st_proc_start_timestamp == started;
 	}
-	PG_RETURN_BOOL(false);
+	return false;
+}
+
+Datum
+outbox_session_alive(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(OutboxSessionAlive(PG_GETARG_INT32(0), PG_GETARG_TIMESTAMPTZ(1)));
 }
 
 /* outbox.lease(): pg_outbox.lease as an interval. */

@@ -13,7 +13,11 @@
  *	 emit.c   -> xact.c, writer.c, tables.c
  *	 xact.c   -> commit.c, wakeup.c, writer.c
  *	 commit.c -> writer.c, tables.c, locks.h
- *	 fetch.c  -> feed.c, position.c, lead.c, commit.c, wakeup.c, tables.c
+ *	 fetch.c  -> group.c, feed.c, fetch_010.c, position.c, lead.c, commit.c,
+ *				 wakeup.c, tables.c
+ *	 fetch_010.c -> feed.c
+ *	 advance.c -> group.c, position.c, commit.c
+ *	 group.c  -> lead.c, tables.c
  *	 feed.c   -> writer.c, position.c, tables.c
  *	 consume.c -> inbox.c, locks.c, tables.c
  *	 inbox.c  -> tables.c
@@ -22,6 +26,7 @@
  *	 lead.c   -> locks.h
  *	 writer.c -> tables.c
  *	 wakeup.c, tables.c, position.c: no other part
+ *	 sqlstates.h: included by any part that raises or reads an OB code
  *
  *-------------------------------------------------------------------------
  */

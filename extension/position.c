@@ -15,6 +15,7 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "access/transam.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
@@ -146,6 +147,15 @@ OutboxFormatPosition(char *buf, uint64 order, uint64 epoch, int64 seq)
 				 errdetail("Transaction id or ticket " UINT64_FORMAT " plus the group's epoch " UINT64_FORMAT " is above 2^64 - 1.",
 						   order, epoch)));
 	snprintf(buf, OUTBOX_POSITION_LEN, UINT64_FORMAT "-" INT64_FORMAT, order + epoch, seq);
+}
+
+uint64
+OutboxFullXid(TransactionId xid)
+{
+	FullTransactionId next = ReadNextFullTransactionId();
+
+	/* xid is at most 2^31 behind the next id (see xid8funcs.c). */
+	return U64FromFullTransactionId(next) + (int64) (int32) (xid - XidFromFullTransactionId(next));
 }
 
 /* The text argument as a C string, or NULL. */

@@ -40,4 +40,10 @@ extern const char *OutboxUnshiftPosition(const char *pos, uint64 epoch);
 /* Writes "<order + epoch>-<seq>" into buf (OUTBOX_POSITION_LEN bytes). */
 extern void OutboxFormatPosition(char *buf, uint64 order, uint64 epoch, int64 seq);
 
+/*
+ * A transaction id of a snapshot (at most 2^31 behind the next one) as a
+ * full one, the order part of an xid8 position.
+ */
+extern uint64 OutboxFullXid(TransactionId xid);
+
 #endif							/* OUTBOX_POSITION_H */

@@ -284,4 +284,111 @@ check "the server-start pattern finds redis-server, initdb, pg_ctl start and clu
 finds_a_cycle() { [ -n "$(printf 'emit writer\nwriter emit\n' | tsort 2>&1 >/dev/null)" ]; }
 check "tsort reports an include cycle" finds_a_cycle
 
+# The SQLSTATEs of pg_outbox's own (class OB) are defined once per
+# language: extension/sqlstates.h (C), the comment table of
+# sql/install/00_schema_roles.sql (SQL), relay/include/pg_outbox/sqlstates.hpp
+# (the relay). Each prints "code name" lines, the name in lower case with
+# underscores.
+sqlstates_c() {
+	sed -n 's/^#define OUTBOX_SQLSTATE_\([A-Z_]*\)[[:space:]]*"\(OB[0-9]\{3\}\)"$/\2 \1/p' extension/sqlstates.h |
+		awk '{ print $1, tolower($2) }' | sort
+}
+sqlstates_sql() {
+	sed -n 's/^--   \(OB[0-9]\{3\}\)[[:space:]]\{1,\}\([a-z_]\{1,\}\)[[:space:]].*/\1 \2/p' sql/install/00_schema_roles.sql | sort
+}
+sqlstates_relay() {
+	sed -n 's/^inline constexpr std::string_view k\([A-Za-z]*\) = "\(OB[0-9]\{3\}\)";$/\2 \1/p' \
+		relay/include/pg_outbox/sqlstates.hpp |
+		sed 's/\([a-z]\)\([A-Z]\)/\1_\2/g' | awk '{ print $1, tolower($2) }' | sort
+}
+sqlstates_agree() {
+	local c
+	c=$(sqlstates_c)
+	[ "$(wc -l <<<"$c")" -ge 4 ] || { echo "# extension/sqlstates.h: $c" >&2; return 1; }
+	eq "$(sqlstates_sql)" "$c" && eq "$(sqlstates_relay)" "$c"
+}
+check "the OB SQLSTATEs of C, SQL and the relay are one table" sqlstates_agree
+
+# No OB code written as a literal outside its one definition: in C a
+# MAKE_SQLSTATE('O', 'B', ...) or a "OBnnn" string; in the relay a "OBnnn"
+# string; in SQL a quoted 'OBnnn' anywhere but a RAISE's ERRCODE, and there
+# only a code of the table.
+OB_C="\"OB[0-9]{3}\"|'O', *'B'"
+no_ob_literal_c() {
+	local hits
+	hits=$(grep -nE "$OB_C" extension/*.[ch] | grep -v '^extension/sqlstates\.h:' || true)
+	[ -z "$hits" ] || { echo "# $hits" >&2; return 1; }
+}
+check "no OB SQLSTATE literal in the extension's C outside sqlstates.h" no_ob_literal_c
+no_ob_literal_relay() {
+	local hits
+	hits=$(grep -nE '"OB[0-9]{3}"' relay/src/*.cpp relay/include/pg_outbox/*.hpp |
+		grep -v '^relay/include/pg_outbox/sqlstates\.hpp:' || true)
+	[ -z "$hits" ] || { echo "# $hits" >&2; return 1; }
+}
+check "no OB SQLSTATE literal in the relay outside sqlstates.hpp" no_ob_literal_relay
+ob_literals_sql() {
+	local table hits bad=""
+	table=$(sqlstates_sql | cut -d' ' -f1)
+	hits=$(grep -noE "[^ ]* *= *'OB[0-9]{3}'" "$@" || true)
+	while IFS= read -r h; do
+		[ -n "$h" ] || continue
+		if ! grep -qE "ERRCODE = 'OB[0-9]{3}'$" <<<"$h" ||
+			! grep -qx "$(grep -oE 'OB[0-9]{3}' <<<"$h")" <<<"$table"; then
+			bad+="$h "
+		fi
+	done <<<"$hits"
+	# Any other quoted code (not after "ERRCODE = ").
+	hits=$(grep -nE "'OB[0-9]{3}'" "$@" | grep -vE "ERRCODE = 'OB[0-9]{3}'" || true)
+	bad+="$hits"
+	[ -z "$bad" ] || { echo "# $bad" >&2; return 1; }
+}
+check "SQL names an OB SQLSTATE only in a RAISE's ERRCODE, and only one of the table" \
+	ob_literals_sql sql/install/*.sql
+finds_ob_literals() {
+	local dir rc=0
+	dir=$(mktemp -d)
+	printf "SELECT 'OB002';\n" >"$dir/a.sql"
+	printf "\tRAISE EXCEPTION 'x' USING ERRCODE = 'OB009';\n" >"$dir/b.sql"
+	! ob_literals_sql "$dir/a.sql" 2>/dev/null || rc=1
+	! ob_literals_sql "$dir/b.sql" 2>/dev/null || rc=1
+	printf "\tRAISE EXCEPTION 'x' USING ERRCODE = 'OB001';\n" >"$dir/c.sql"
+	ob_literals_sql "$dir/c.sql" || rc=1
+	rm -r "$dir"
+	return $rc
+}
+check "the SQL check refuses a stray OB literal and a code not in the table" finds_ob_literals
+
+# One grammar of group names, "<group>/<shard>": extension/group.c parses
+# it (outbox.split_group_name(), outbox.group_of()); no other C file looks
+# for the slash of a group name and no SQL part splits one. The relay's
+# parser is relay/src/config.cpp's split_group_name(), checked against the
+# extension's by test/vectors/group_names.txt; no other relay file looks
+# for the slash in a group's name.
+GRAMMAR_SQL="strpos\([^)]*'/'\)|split_part\([^)]*'/'|regexp_[a-z]*\([^)]*/|position\('/'"
+one_group_grammar() {
+	local hits
+	hits=$( (grep -nE "(memchr|strchr|strrchr)\([^)]*'/'" extension/*.c | grep -v '^extension/group\.c:'
+		grep -nE "$GRAMMAR_SQL" sql/install/*.sql
+		grep -nE "group.*'/'|'/'.*group" relay/src/*.cpp relay/include/pg_outbox/*.hpp |
+			grep -v '^relay/src/config\.cpp:') ||
+		true)
+	[ -z "$hits" ] || { echo "# $hits" >&2; return 1; }
+}
+check "group names are parsed in extension/group.c (and the relay's config.cpp) only" one_group_grammar
+check "the grammar check matches an ad-hoc split" \
+	grep -qE "$GRAMMAR_SQL" <<<"	IF strpos(group_name, '/') > 0 THEN"
+
+# Every invariant the code, tests and docs cite ("I-10") is defined in
+# doc/design.md.
+invariants_defined() {
+	local cited defined missing
+	cited=$(grep -rhoE '\bI-[0-9]+\b' extension sql relay/src relay/include relay/tests test scripts bench \
+		README.md 2>/dev/null | sort -u)
+	defined=$(sed -n 's/^## \(I-[0-9]*\) .*/\1/p' doc/design.md | sort -u)
+	missing=$(comm -23 <(echo "$cited") <(echo "$defined"))
+	[ -n "$defined" ] && [ -z "$missing" ] || { echo "# not in doc/design.md: $missing" >&2; return 1; }
+}
+check "every invariant cited (I-NN) is defined in doc/design.md" invariants_defined
+
 finish

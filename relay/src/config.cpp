@@ -315,15 +315,18 @@ std::chrono::milliseconds parse_duration(const std::string& text) {
     throw ConfigError("\"" + text + "\" has an unknown unit (use ms, s or m)");
 }
 
+std::string Config::group_name() const {
+    std::string name;
+    int shard;
+    split_group_name(group, name, shard);
+    return name;
+}
+
 int Config::group_shard() const {
-    try {
-        std::string name;
-        int shard;
-        split_group_name(group, name, shard);
-        return shard;
-    } catch (const ConfigError&) {
-        return -1;
-    }
+    std::string name;
+    int shard;
+    split_group_name(group, name, shard);
+    return shard;
 }
 
 void split_group_name(const std::string& group, std::string& name, int& shard) {

@@ -13,6 +13,7 @@
 
 #include "pg_outbox/errors.hpp"
 #include "pg_outbox/lag.hpp"
+#include "pg_outbox/sqlstates.hpp"
 
 namespace pg_outbox {
 
@@ -28,26 +29,13 @@ constexpr const char* kResignSql = "SELECT @extschema@.outbox_resign($1::pg_cata
 constexpr const char* kWaitingSql = "SELECT @extschema@.outbox_relay_waiting()";
 constexpr const char* kLeaseSql =
     "SELECT pg_catalog.set_config('pg_outbox.lease'::pg_catalog.text, $1::pg_catalog.text, false)";
-// The age of the batch's first (oldest) event for the lag metric, computed
-// for that row only: on every row it cost about 5% of the fetch.
-// created_at as RFC 3339 in UTC with microseconds, whatever the session's
-// DateStyle and TimeZone (which the relay pins as well).
-constexpr const char* kFetchSql =
-    "SELECT pos, event_id, topic, key, payload, headers,"
-    "       pg_catalog.to_char(created_at AT TIME ZONE 'UTC'::pg_catalog.text,"
-    "                          'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'::pg_catalog.text),"
-    "       CASE WHEN ordinality OPERATOR(pg_catalog.=) 1::pg_catalog.int8"
-    "            THEN extract(epoch FROM pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) created_at) END"
-    "  FROM @extschema@.outbox_fetch($1::pg_catalog.text, $2::pg_catalog.int4, $3::pg_catalog.text,"
-    "                                $4::pg_catalog.interval) WITH ORDINALITY";
-// The same batch packed in one bytea (0.2.0 on): about a third of the
-// server's time of the rows above, where every column of every row went
-// through its output function, and created_at through to_char().
+// The group's next batch, packed in one bytea: the fields the relay writes
+// to its streams, as text, each with its length (extension/pack.c). The
+// relay refuses any other version of the extension (extension.cpp), so
+// every database it serves has it.
 constexpr const char* kFetchPackedSql =
     "SELECT @extschema@.outbox_fetch_packed($1::pg_catalog.text, $2::pg_catalog.int4, $3::pg_catalog.text,"
     "                                       $4::pg_catalog.interval)";
-// $1: the function's signature, qualified.
-constexpr const char* kHasPackedSql = "SELECT pg_catalog.to_regprocedure($1::pg_catalog.text) IS NOT NULL";
 constexpr const char* kAdvanceSql =
     "SELECT @extschema@.outbox_advance($1::pg_catalog.text, $2::pg_catalog.text, $3::pg_catalog.jsonb)";
 // The same without waiting for the commit's WAL flush. With explicit ids an
@@ -101,11 +89,11 @@ constexpr std::chrono::milliseconds kAdvanceInterval{100};
 // GroupRewound (OB002), LostLeadership (OB003) and EventTooLarge (OB004);
 // rethrows the rest.
 [[noreturn]] void rethrow_refusal(const PgError& e) {
-    if (e.sqlstate() == "OB002" && !e.connection_lost()) throw GroupRewound{e.what()};
-    if (e.sqlstate() == "OB004" && !e.connection_lost()) throw EventTooLarge{too_large_position(e.what()), e.what()};
+    if (e.sqlstate() == sqlstate::kRewound && !e.connection_lost()) throw GroupRewound{e.what()};
+    if (e.sqlstate() == sqlstate::kEventTooLarge && !e.connection_lost()) throw EventTooLarge{too_large_position(e.what()), e.what()};
     // The leadership passed to another session (this relay's lease ran
     // out while it made no progress): stand by.
-    if (e.sqlstate() == "OB003" && !e.connection_lost()) throw LostLeadership{};
+    if (e.sqlstate() == sqlstate::kNotLeader && !e.connection_lost()) throw LostLeadership{};
     throw e;
 }
 
@@ -139,11 +127,7 @@ void GroupSession::connected(PgConnection& pg, const Extension& extension) {
     // are sent on demand), the server can sleep in outbox_fetch() instead.
     sleeps_in_fetch_ = config_.listen && pg_->exec(sql(kWaitingSql)).get(0, 0) == "t";
     // The calls of every batch, and of every time the feed runs dry.
-    // A database not yet updated to 0.2.0 has rows only.
-    packed_ = pg_->exec(kHasPackedSql, {extension.schema + ".outbox_fetch_packed(pg_catalog.text, pg_catalog.int4, "
-                                                           "pg_catalog.text, pg_catalog.interval)"})
-                  .get(0, 0) == "t";
-    pg_->prepare(kFetchStatement, sql(packed_ ? kFetchPackedSql : kFetchSql));
+    pg_->prepare(kFetchStatement, sql(kFetchPackedSql));
     pg_->prepare(kWaitingStatement, sql(kWaitingSql));
     pg_->prepare(kAdvanceStatement,
                  sql(config_.id_mode == IdMode::explicit_position ? kAdvanceAsyncSql : kAdvanceSql));
@@ -191,7 +175,7 @@ bool GroupSession::record_template() {
     try {
         recorded = std::string(pg_->exec(sql(kStreamTemplateSql), {config_.group, config_.stream_template}).get(0, 0));
     } catch (const PgError& e) {
-        if (e.sqlstate() != "OB003" || e.connection_lost()) throw;
+        if (e.sqlstate() != sqlstate::kNotLeader || e.connection_lost()) throw;
         return false;
     }
     check_template(recorded);
@@ -228,7 +212,7 @@ bool GroupSession::lead() {
     } catch (const PgError& e) {
         // Refused once (OB003) when the leadership this session held passed
         // to another meanwhile; the next call looks again.
-        if (e.sqlstate() != "OB003" || e.connection_lost()) throw;
+        if (e.sqlstate() != sqlstate::kNotLeader || e.connection_lost()) throw;
     }
     if (leads) metrics_.lease_renewed(sent);
     // Before its first batch, a new leader records its template, or finds
@@ -272,7 +256,7 @@ void GroupSession::send_fetch(const std::string* after, std::chrono::millisecond
     pg_->send_prepared(kFetchStatement, {config_.group, std::to_string(fetch_size_),
                                          after ? Param(*after) : std::nullopt,
                                          fetch_waits_ ? Param(std::to_string(wait.count()) + " ms") : std::nullopt},
-                      packed_);
+                      /*binary_result=*/true);
 }
 
 // While batches come back full (a backlog), each next one asks for twice
@@ -356,42 +340,18 @@ void GroupSession::drop_prefetched() {
     prefetched_unnoted_ = false;
 }
 
-// The batch from outbox_fetch_packed()'s value, or from outbox_fetch()'s
-// rows (a database not yet updated).
+// The batch from outbox_fetch_packed()'s value.
 PackedBatch GroupSession::unpack_fetch(const PgResult& r) {
-    if (packed_) {
-        try {
-            if (r.rows() != 1 || r.is_null(0, 0)) throw std::invalid_argument("no packed batch returned");
-            PackedBatch out;
-            out.events = std::move(spare_);
-            unpack_batch(r.get(0, 0), out);
-            return out;
-        } catch (const std::invalid_argument& e) {
-            throw PgError(std::string("outbox_fetch_packed returned a malformed batch: ") + e.what(), "XX000", false,
-                          kFetchStatement);
-        }
+    try {
+        if (r.rows() != 1 || r.is_null(0, 0)) throw std::invalid_argument("no packed batch returned");
+        PackedBatch out;
+        out.events = std::move(spare_);
+        unpack_batch(r.get(0, 0), out);
+        return out;
+    } catch (const std::invalid_argument& e) {
+        throw PgError(std::string("outbox_fetch_packed returned a malformed batch: ") + e.what(), "XX000", false,
+                      kFetchStatement);
     }
-    PackedBatch out;
-    auto& batch = out.events;
-    batch.reserve(r.rows());
-    for (int i = 0; i < r.rows(); ++i) {
-        Event e;
-        e.position = r.get(i, 0);
-        e.event_id = r.get(i, 1);
-        e.topic = r.get(i, 2);
-        if (auto k = r.get_optional(i, 3)) e.key = std::string(*k);
-        e.payload = r.get(i, 4);
-        if (auto h = r.get_optional(i, 5)) e.headers = std::string(*h);
-        e.created_at = r.get(i, 6);
-        const auto parsed = Position::parse(e.position);
-        if (!parsed)
-            throw PgError("outbox_fetch returned a malformed position \"" + e.position + "\"", "XX000", false,
-                          kFetchStatement);
-        e.parsed = *parsed;
-        batch.push_back(std::move(e));
-    }
-    if (r.rows() > 0) out.first_age_seconds = std::stod(std::string(r.get(0, 7)));
-    return out;
 }
 
 std::vector<Event> GroupSession::fetch_asking_for_wakeup() {

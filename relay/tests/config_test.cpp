@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "pg_outbox/config.hpp"
@@ -322,6 +324,10 @@ TEST(GroupName, SplitsAShardOff) {
     direct.group = "billing";
     EXPECT_EQ(direct.group_name(), "billing");
     EXPECT_EQ(direct.group_shard(), -1);
+    // A group that names no valid shard is no group: asking its shard is an error, not "none".
+    Config bad;
+    bad.group = "orders/01";
+    EXPECT_THROW(bad.group_shard(), ConfigError);
     auto [code, err] = parse_error({"publish", "--group", "orders/x\x01"});
     EXPECT_EQ(code, 2);
     EXPECT_NE(err.find("a shard is named"), std::string::npos) << err;
@@ -585,4 +591,37 @@ TEST(ConsumeConfig, HostilePoolFlagsExitTwo) {
         parse_error({"consume", "--consumer", "c", "--handler", "x", "--stream", "a", "--pool", "--shards", "2"});
     EXPECT_EQ(code2, 2);
     EXPECT_NE(err2.find("--shards: no --stream holds {shard}"), std::string::npos) << err2;
+}
+
+// The relay's parser against the extension's: the shared vectors of
+// test/vectors/group_names.txt, which the pg_regress test group_names runs
+// through outbox.split_group_name().
+TEST(GroupName, Vectors) {
+    std::ifstream in(std::string(PG_OUTBOX_SOURCE_DIR) + "/test/vectors/group_names.txt");
+    ASSERT_TRUE(in) << "test/vectors/group_names.txt";
+    std::string line;
+    int cases = 0;
+    while (std::getline(in, line)) {
+        if (line.empty() || line[0] == '#') continue;
+        std::vector<std::string> f;
+        for (std::size_t start = 0;;) {
+            const auto sep = line.find(" | ", start);
+            f.push_back(line.substr(start, sep == std::string::npos ? std::string::npos : sep - start));
+            if (sep == std::string::npos) break;
+            start = sep + 3;
+        }
+        ASSERT_GE(f.size(), 2u) << line;
+        ++cases;
+        std::string name;
+        int shard = 0;
+        if (f[1] == "error" || (f.size() == 4 && f[3] == "relay: error")) {
+            EXPECT_THROW(split_group_name(f[0], name, shard), ConfigError) << line;
+            continue;
+        }
+        ASSERT_EQ(f.size(), 3u) << line;
+        EXPECT_NO_THROW(split_group_name(f[0], name, shard)) << line;
+        EXPECT_EQ(name, f[1]) << line;
+        EXPECT_EQ(shard, f[2] == "none" ? -1 : std::stoi(f[2])) << line;
+    }
+    EXPECT_GE(cases, 20);
 }

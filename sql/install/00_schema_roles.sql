@@ -12,6 +12,17 @@
 -- the first schema of search_path, usually "public"), so that
 -- outbox_emit() works with the default search_path.
 
+-- SQLSTATEs of pg_outbox's own, class OB (the same table as
+-- extension/sqlstates.h and relay/include/pg_outbox/sqlstates.hpp, which
+-- test/layout.sh compares; a SQL part names a code only in a RAISE's
+-- ERRCODE, and only a code of this table):
+--
+--   SQLSTATE  name                condition
+--   OB001     identity_conflict   an event id applied before with another payload (the inbox)
+--   OB002     rewound             the leader's group's cursor was moved by outbox_rewind() or outbox_skip()
+--   OB003     not_leader          this session does not lead the group (any more)
+--   OB004     event_too_large     the group's next event is too large to publish
+
 \echo Use "CREATE EXTENSION pg_outbox" to load this file. \quit
 
 --

@@ -111,96 +111,25 @@ LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
 COMMENT ON FUNCTION outbox.note_generation(integer, bigint) IS
 	'pg_outbox: notes a led group''s generation for this session; returns the one noted before';
 
--- Refuses a leader's fetch or advance once after its group's cursor was
--- moved by outbox_rewind() (SQLSTATE OB002); its next fetch starts at the
--- moved cursor. Called only when outbox.note_generation() saw a change.
-CREATE FUNCTION outbox.raise_rewound(g outbox.groups)
-RETURNS void
-LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
-AS $$
-BEGIN
-	RAISE EXCEPTION 'cursor of group "%" was moved by outbox_rewind() while this session led it', g.name
-		USING ERRCODE = 'OB002',
-			  DETAIL = format('The cursor is at %s now.', g.cursor),
-			  HINT = 'Fetch again without "after": the next batch starts at the moved cursor.';
-END
-$$;
-COMMENT ON FUNCTION outbox.raise_rewound(outbox.groups) IS
-	'pg_outbox: raises OB002 for a leader whose group''s cursor was moved under it';
-
--- Refuses the call of a session whose leadership of the group passed to
--- another session (SQLSTATE OB003), once: the leadership noted for it is
--- forgotten, and its next call stands by or takes the group back.
-CREATE FUNCTION outbox.raise_lost(g outbox.groups)
-RETURNS void
-LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
-AS $$
-BEGIN
-	RAISE EXCEPTION 'this session no longer leads group "%"', g.name
-		USING ERRCODE = 'OB003',
-			  DETAIL = format('Its lease ran out and another session took the group over (generation %s).', g.generation),
-			  HINT = 'Stand by: what this session published is harmless, and the new leader publishes from the cursor.';
-END
-$$;
-COMMENT ON FUNCTION outbox.raise_lost(outbox.groups) IS
-	'pg_outbox: raises OB003 for a session whose leadership of a group passed to another';
-
 -- Takes or keeps the group's leadership for this session; true when it
--- leads. The leader renews its lease (outbox_fetch() calls this once a
--- third of the lease has passed, so that most fetches write nothing; a
--- relay calls outbox_lead() before a long call, such as maintenance).
--- Another session takes the group over when
--- no session leads it, when the leader's session ended, or when its lease
--- ran out. The takeover compares and sets the leader and the lease in one
--- update, so that of two standbys one wins and a lease renewed meanwhile
--- is not taken; it bumps the generation (fencing). A session that led the
--- group and finds another leading is refused once (OB003).
+-- leads (group.c: the rule of a live leader, the takeover with its
+-- fencing generation, the refusal OB003 of a session whose leadership
+-- passed to another).
 CREATE FUNCTION outbox.lead(group_id integer)
 RETURNS boolean
-LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
-AS $$
-DECLARE
-	g outbox.groups;
-	me timestamptz := outbox.session_started();
-	gen bigint;
-BEGIN
-	SELECT * INTO g FROM outbox.groups WHERE id = group_id;
-	IF NOT FOUND THEN
-		RETURN false;
-	END IF;
-	IF g.leader_pid = pg_catalog.pg_backend_pid() AND g.leader_started = me THEN
-		UPDATE outbox.groups
-		   SET lease_renewed = pg_catalog.clock_timestamp(), lease_until = pg_catalog.clock_timestamp() + outbox.lease()
-		 WHERE id = group_id AND leader_pid = pg_catalog.pg_backend_pid() AND leader_started = me;
-		IF FOUND THEN
-			RETURN true;
-		END IF;
-		SELECT * INTO g FROM outbox.groups WHERE id = group_id;
-	END IF;
-	IF outbox.forget_leadership(group_id) THEN
-		PERFORM outbox.raise_lost(g);
-	END IF;
-	IF g.leader_pid IS NOT NULL AND g.lease_until > pg_catalog.clock_timestamp()
-	   AND outbox.session_alive(g.leader_pid, g.leader_started) THEN
-		RETURN false;
-	END IF;
-	UPDATE outbox.groups
-	   SET leader_pid = pg_catalog.pg_backend_pid(), leader_started = me,
-		   lease_renewed = pg_catalog.clock_timestamp(), lease_until = pg_catalog.clock_timestamp() + outbox.lease(),
-		   generation = generation + 1
-	 WHERE id = group_id
-	   AND leader_pid IS NOT DISTINCT FROM g.leader_pid AND leader_started IS NOT DISTINCT FROM g.leader_started
-	   AND lease_until IS NOT DISTINCT FROM g.lease_until
-	RETURNING generation INTO gen;
-	IF NOT FOUND THEN
-		RETURN false;
-	END IF;
-	PERFORM outbox.note_generation(group_id, gen);
-	RETURN true;
-END
-$$;
+AS 'MODULE_PATHNAME', 'outbox_lead_group'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
 COMMENT ON FUNCTION outbox.lead(integer) IS
 	'pg_outbox: takes (when free, its leader gone or its lease run out) or keeps the leadership of a group for this session; true when it leads';
+
+-- The rule of a live leader, which a standby does not take the group
+-- from: its lease has not run out and its session runs.
+CREATE FUNCTION outbox.leader_live(pid integer, started timestamptz, lease_until timestamptz)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'outbox_leader_live'
+LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
+COMMENT ON FUNCTION outbox.leader_live(integer, timestamptz, timestamptz) IS
+	'pg_outbox: true while a group''s leader holds a lease that has not run out, in a session that runs';
 
 CREATE FUNCTION outbox.is_leader(group_id integer)
 RETURNS boolean
@@ -240,70 +169,29 @@ COMMENT ON FUNCTION outbox.shard_of(text, text, integer) IS
 	'pg_outbox: the shard of an event among "shards": CRC-32C of the topic, a zero byte and the key (the topic alone without a key), modulo shards';
 
 -- Splits "<group>" or "<group>/<shard>" into the name and the shard (NULL
--- when none is named); raises 22023 for a shard that is no number.
+-- when none is named); raises 22023 for a shard that is no number. The one
+-- parser of the grammar (group.c), which the SQL functions call.
 CREATE FUNCTION outbox.split_group_name(group_name text, OUT name text, OUT shard integer)
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-AS $$
-DECLARE
-	m text[];
-BEGIN
-	IF group_name IS NULL THEN
-		RAISE EXCEPTION 'group name must not be null' USING ERRCODE = 'null_value_not_allowed';
-	END IF;
-	IF strpos(group_name, '/') = 0 THEN
-		name := group_name;
-		RETURN;
-	END IF;
-	m := regexp_match(group_name, '^([^/]*)/(0|[1-9][0-9]{0,2})$');
-	IF m IS NULL THEN
-		RAISE EXCEPTION 'invalid shard name "%"', group_name
-			USING ERRCODE = 'invalid_parameter_value',
-				  DETAIL = 'A shard is named by its group''s name, "/" and its number, from 0: "orders/0".';
-	END IF;
-	name := m[1];
-	shard := m[2]::integer;
-END
-$$;
+AS 'MODULE_PATHNAME', 'outbox_split_group_name'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
 COMMENT ON FUNCTION outbox.split_group_name(text) IS 'pg_outbox: "<group>" or "<group>/<shard>" as the name and the shard';
+
+-- The group a shard name names, whether or not its shard is a number;
+-- NULL for a name without a shard. For the calls that take a whole group
+-- only, to name it when they refuse a shard.
+CREATE FUNCTION outbox.group_of(group_name text)
+RETURNS text
+AS 'MODULE_PATHNAME', 'outbox_group_of'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION outbox.group_of(text) IS 'pg_outbox: the group of a shard name "<group>/<shard>", or NULL';
 
 -- Looks up a group, or one shard of a sharded group ("<group>/<shard>"),
 -- by name, locking its row when asked; raises 42704 when it does not
--- exist, 22023 for a sharded group named without its shard.
+-- exist, 22023 for a sharded group named without its shard (group.c).
 CREATE FUNCTION outbox.get_group(group_name text, for_update boolean DEFAULT false)
 RETURNS outbox.groups
-LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
-AS $$
-DECLARE
-	g outbox.groups;
-	n record;
-BEGIN
-	n := outbox.split_group_name(group_name);
-	IF for_update THEN
-		SELECT * INTO g FROM outbox.groups WHERE name = n.name AND shard = coalesce(n.shard, 0) FOR NO KEY UPDATE;
-	ELSE
-		SELECT * INTO g FROM outbox.groups WHERE name = n.name AND shard = coalesce(n.shard, 0);
-	END IF;
-	IF NOT FOUND THEN
-		IF n.shard IS NOT NULL AND EXISTS (SELECT 1 FROM outbox.groups WHERE name = n.name) THEN
-			RAISE EXCEPTION 'group "%" has no shard %', n.name, n.shard
-				USING ERRCODE = 'undefined_object',
-					  HINT = CASE WHEN (SELECT max(shards) FROM outbox.groups WHERE name = n.name) > 1
-								  THEN format('Its shards are %s/0 to %s/%s.', n.name, n.name,
-											  (SELECT max(shards) - 1 FROM outbox.groups WHERE name = n.name))
-								  ELSE format('It has one shard: "%s", also named "%s/0".', n.name, n.name) END;
-		END IF;
-		RAISE EXCEPTION 'group "%" does not exist', n.name
-			USING ERRCODE = 'undefined_object',
-				  HINT = 'Create it with outbox_group_create().';
-	END IF;
-	IF n.shard IS NULL AND g.shards > 1 THEN
-		RAISE EXCEPTION 'group "%" has % shards: name one', n.name, g.shards
-			USING ERRCODE = 'invalid_parameter_value',
-				  HINT = format('Its shards are %s/0 to %s/%s; each has its own cursor and leader.', n.name, n.name, g.shards - 1);
-	END IF;
-	RETURN g;
-END
-$$;
+AS 'MODULE_PATHNAME', 'outbox_get_group'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION outbox.get_group(text, boolean) IS 'pg_outbox: a group, or a shard of one ("<group>/<shard>"), by name, or error 42704';
 
 -- The index that reads the events of each shard of groups with "shards"
@@ -424,8 +312,8 @@ BEGIN
 	IF group_name IS NULL THEN
 		RAISE EXCEPTION 'group name must not be null' USING ERRCODE = 'null_value_not_allowed';
 	END IF;
-	IF strpos(group_name, '/') > 0 THEN
-		RAISE EXCEPTION 'a shard cannot be dropped alone: drop group "%"', split_part(group_name, '/', 1)
+	IF outbox.group_of(group_name) IS NOT NULL THEN
+		RAISE EXCEPTION 'a shard cannot be dropped alone: drop group "%"', outbox.group_of(group_name)
 			USING ERRCODE = 'invalid_parameter_value';
 	END IF;
 	SELECT max(g.shards) INTO n FROM outbox.groups g WHERE g.name = group_name;
@@ -559,9 +447,9 @@ BEGIN
 	IF group_name IS NULL THEN
 		RAISE EXCEPTION 'group name must not be null' USING ERRCODE = 'null_value_not_allowed';
 	END IF;
-	IF strpos(group_name, '/') > 0 THEN
+	IF outbox.group_of(group_name) IS NOT NULL THEN
 		RAISE EXCEPTION 'the stream template of a shard cannot be changed alone: name group "%"',
-			split_part(group_name, '/', 1)
+			outbox.group_of(group_name)
 			USING ERRCODE = 'invalid_parameter_value',
 				  DETAIL = 'Every shard of a group publishes with the group''s template.';
 	END IF;
@@ -579,8 +467,8 @@ BEGIN
 	END IF;
 	SELECT x.shard, x.shards, x.leader_pid INTO live
 	  FROM outbox.groups x
-	 WHERE x.name OPERATOR(pg_catalog.=) group_name AND x.leader_pid IS NOT NULL
-	   AND x.lease_until > clock_timestamp() AND outbox.session_alive(x.leader_pid, x.leader_started)
+	 WHERE x.name OPERATOR(pg_catalog.=) group_name
+	   AND outbox.leader_live(x.leader_pid, x.leader_started, x.lease_until)
 	 ORDER BY x.shard
 	 LIMIT 1;
 	IF FOUND THEN
@@ -617,12 +505,12 @@ REVOKE ALL ON FUNCTION
 	outbox.max_group_streams(),
 	outbox.forget_leadership(integer),
 	outbox.note_generation(integer, bigint),
-	outbox.raise_rewound(outbox.groups),
-	outbox.raise_lost(outbox.groups),
 	outbox.lead(integer),
+	outbox.leader_live(integer, timestamptz, timestamptz),
 	outbox.is_leader(integer),
 	outbox.resign(integer),
 	outbox.split_group_name(text),
+	outbox.group_of(text),
 	outbox.group_named(text, integer, text),
 	outbox.get_group(text, boolean),
 	outbox.shard_index_name(integer),

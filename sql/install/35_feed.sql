@@ -172,90 +172,13 @@ COMMENT ON FUNCTION outbox.recorded_streams(outbox.groups, jsonb, text) IS
 -- may; a position behind the cursor is refused (see outbox_rewind). The
 -- last position per stream is recorded with it, bounded
 -- (outbox.recorded_streams()), so that a group writing to ever new
--- streams does not rewrite an ever larger row.
+-- streams does not rewrite an ever larger row. In C beside fetch
+-- (advance.c): both pass the same leader and generation checks.
 CREATE FUNCTION @extschema@.outbox_advance(group_name text, pos text, streams jsonb DEFAULT NULL)
 RETURNS void
-LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-	g outbox.groups;
-	p record;
-	bad record;
-	lpos text;
-	new_txid xid8;
-	new_ticket bigint;
-	behind boolean;
-	horizon bigint;
-BEGIN
-	g := outbox.get_group(group_name, true);
-	lpos := outbox.unshift_position(pos, g.epoch);
-	SELECT * INTO p FROM outbox.parse_position(lpos);
-	-- The row is locked: its leader is the leader until this transaction ends.
-	IF g.leader_pid IS DISTINCT FROM pg_backend_pid() OR g.leader_started IS DISTINCT FROM outbox.session_started() THEN
-		IF outbox.forget_leadership(g.id) THEN
-			PERFORM outbox.raise_lost(g);
-		END IF;
-		RAISE EXCEPTION 'this session does not lead group "%"', group_name
-			USING ERRCODE = 'OB003',
-				  HINT = 'Only the session that fetched the batch with outbox_fetch() may advance the cursor.';
-	END IF;
-	IF outbox.note_generation(g.id, g.generation) <> g.generation THEN
-		PERFORM outbox.raise_rewound(g);
-	END IF;
-	IF streams IS NOT NULL THEN
-		IF jsonb_typeof(streams) <> 'object' THEN
-			RAISE EXCEPTION 'streams must be a JSON object of stream names and positions'
-				USING ERRCODE = 'invalid_parameter_value';
-		END IF;
-		SELECT s.key, s.value INTO bad FROM jsonb_each(streams) s
-		 WHERE jsonb_typeof(s.value) <> 'string'
-			OR s.value #>> '{}' !~ '^[0-9]{1,20}-[0-9]{1,19}$'
-		 LIMIT 1;
-		IF FOUND THEN
-			RAISE EXCEPTION 'invalid position % for stream "%" in streams', bad.value, bad.key
-				USING ERRCODE = 'invalid_parameter_value',
-					  HINT = 'streams maps each stream name to the last position published there, as a string such as "1042-3".';
-		END IF;
-	END IF;
-	-- The position in the group's order: (ticket, seq) or (txid, seq).
-	IF g.ordering = 'commit' THEN
-		new_ticket := (outbox.parse_commit_position(lpos)).ticket;
-		behind := (new_ticket, p.seq) < (g.cursor_ticket, g.cursor_seq);
-	ELSE
-		new_txid := p.txid;
-		behind := (new_txid, p.seq) < (g.cursor_txid, g.cursor_seq);
-	END IF;
-	IF behind THEN
-		RAISE EXCEPTION 'position % is behind the cursor of group "%"', pos, group_name
-			USING ERRCODE = 'invalid_parameter_value',
-				  DETAIL = format('The cursor is at %s.', g.cursor),
-				  HINT = 'Use outbox_rewind() to move a cursor backwards.';
-	END IF;
-	IF g.ordering = 'commit' THEN
-		horizon := outbox.commit_horizon();
-		IF new_ticket > horizon THEN
-			RAISE EXCEPTION 'position % is beyond the commit horizon', pos
-				USING ERRCODE = 'invalid_parameter_value',
-					  DETAIL = format('Commit tickets after %s may still be committing.', horizon);
-		END IF;
-	ELSIF new_txid >= outbox.horizon() THEN
-		RAISE EXCEPTION 'position % is beyond the feed horizon', pos
-			USING ERRCODE = 'invalid_parameter_value',
-				  DETAIL = format('Transactions from %s on may still be running.', outbox.horizon());
-	END IF;
-	IF p.seq = g.cursor_seq AND new_txid IS NOT DISTINCT FROM g.cursor_txid
-	   AND new_ticket IS NOT DISTINCT FROM g.cursor_ticket AND streams IS NULL THEN
-		RETURN;
-	END IF;
-	UPDATE outbox.groups
-	   SET cursor_txid = new_txid, cursor_ticket = new_ticket, cursor_seq = p.seq, advanced_at = now(),
-		   lease_renewed = clock_timestamp(), lease_until = clock_timestamp() + outbox.lease(),
-		   streams = outbox.recorded_streams(g, outbox_advance.streams,
-											 (coalesce(new_txid::text::numeric, new_ticket) + g.epoch) || '-' || p.seq)
-	 WHERE id = g.id;
-END
-$$;
+AS 'MODULE_PATHNAME', 'outbox_advance'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.outbox_advance(text, text, jsonb) IS
 	'pg_outbox: moves the group''s cursor forward to the last published position (leader only), recording the last position per stream';
 
@@ -300,7 +223,7 @@ COMMENT ON FUNCTION @extschema@.outbox_resign(text) IS
 -- the horizon is refused: transactions still running (or commits still in
 -- progress) would be skipped when they commit. Each rewind bumps the
 -- group's generation, so that a leader reading ahead of the old cursor
--- starts again from the new one (outbox.raise_rewound). A position whose
+-- starts again from the new one (SQLSTATE OB002). A position whose
 -- events retention already removed is accepted with a warning naming the
 -- oldest event still kept.
 CREATE FUNCTION @extschema@.outbox_rewind(group_name text, pos text)

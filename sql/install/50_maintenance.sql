@@ -177,8 +177,7 @@ BEGIN
 			  FROM outbox.groups gr
 			 WHERE NOT gr.stale
 			   AND ((gr.topics IS NULL AND gr.shards OPERATOR(pg_catalog.=) 1)
-					OR NOT coalesce(gr.lease_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()
-									AND outbox.session_alive(gr.leader_pid, gr.leader_started), false))) w
+					OR NOT coalesce(outbox.leader_live(gr.leader_pid, gr.leader_started, gr.lease_until), false))) w
 	 WHERE w.age OPERATOR(pg_catalog.>) cfg.max_group_lag;
 
 	-- 1. Rows that landed in the default partition: give each range its
@@ -407,7 +406,7 @@ BEGIN
 		RAISE EXCEPTION 'stale must not be null' USING ERRCODE = 'null_value_not_allowed';
 	END IF;
 	-- A sharded group named without a shard: every shard.
-	IF strpos(group_name, '/') = 0 AND EXISTS (SELECT 1 FROM outbox.groups g WHERE g.name = group_name AND g.shards > 1) THEN
+	IF outbox.group_of(group_name) IS NULL AND EXISTS (SELECT 1 FROM outbox.groups g WHERE g.name = group_name AND g.shards > 1) THEN
 		UPDATE outbox.groups g SET stale = outbox_group_set_stale.stale WHERE g.name = group_name;
 	ELSE
 		UPDATE outbox.groups SET stale = outbox_group_set_stale.stale WHERE id = (outbox.get_group(group_name)).id;

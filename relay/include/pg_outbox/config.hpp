@@ -108,7 +108,7 @@ struct Config {
     std::string group;
     // The group's name and the shard that "group" names ("<group>/<shard>";
     // -1 when it names none), read from "group" (checked when parsed).
-    std::string group_name() const { return group.substr(0, group.find('/')); }
+    std::string group_name() const;
     int group_shard() const;
     std::string stream_template = "outbox:{topic}";
     int batch_size = 1000;

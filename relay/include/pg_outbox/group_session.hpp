@@ -186,7 +186,6 @@ private:
     int fetch_size_ = 0;       // events the next fetch asks for (size_next_fetch)
     int fetch_size_sent_ = 0;  // and the one in flight
     bool fetch_waits_ = false;  // the fetch in flight may sleep in the server
-    bool packed_ = false;       // batches come from outbox_fetch_packed()
     std::chrono::steady_clock::time_point next_maintain_{};
 };
 
