@@ -31,6 +31,7 @@
 // consumer<->PostgreSQL or consumer<->Redis (both workers). tc netem is
 // not used.
 #include <fcntl.h>
+#include <pwd.h>
 #include <sched.h>
 #include <signal.h>
 #include <unistd.h>
@@ -117,7 +118,10 @@ std::string Network::dev(const std::string& host, const std::string& kind, bool 
 }
 
 std::string Network::unavailable() {
-    if (::geteuid() != 0) return "it does not run as root";
+    if (::geteuid() != 0) {
+        const passwd* pw = ::getpwuid(::geteuid());
+        return "it runs as " + (pw ? std::string(pw->pw_name) : std::to_string(::geteuid())) + ", not root";
+    }
     if (!on_path("ip")) return "ip (Debian package iproute2) is not installed";
     if (!on_path("iptables")) return "iptables (Debian package iptables) is not installed";
     const std::string ns = prefix_ + "probe";
