@@ -641,7 +641,9 @@ void Soak::cleanup() {
     pg.reset();
     if (net) net->teardown();
     net.reset();
-    if (passed_ && !opt.keep) {
+    // A failed run keeps its logs and history; so does one that ended on
+    // an error (its last line says what). An interrupted one does not.
+    if ((passed_ || g_interrupted) && !opt.keep) {
         std::error_code ec;
         fs::remove_all(work, ec);
     }
