@@ -636,6 +636,20 @@ void Soak::cleanup() {
         p.reset();
     }
     if (redis && redis->running()) redis->signal(SIGCONT);
+    // The kit removes a server's directory with it: a run whose workspace
+    // stays keeps the servers' logs in servers/.
+    const bool keep = (!passed_ && !g_interrupted) || opt.keep;
+    if (keep) {
+        std::error_code ec;
+        fs::create_directories(work + "/servers", ec);
+        auto save = [&](const std::string& from, const std::string& to) {
+            fs::copy_file(from, work + "/servers/" + to, fs::copy_options::overwrite_existing, ec);
+        };
+        if (pg) save(pg->dir() + "/server.log", "postgresql.log");
+        if (redis) save(redis->dir() + "/redis.log", "redis.log");
+        for (std::size_t i = 0; cluster && i < cluster->size(); ++i)
+            save(cluster->node(i).dir() + "/redis.log", "node" + std::to_string(i + 1) + ".log");
+    }
     cluster.reset();
     redis.reset();
     pg.reset();
@@ -643,7 +657,7 @@ void Soak::cleanup() {
     net.reset();
     // A failed run keeps its logs and history; so does one that ended on
     // an error (its last line says what). An interrupted one does not.
-    if ((passed_ || g_interrupted) && !opt.keep) {
+    if (!keep) {
         std::error_code ec;
         fs::remove_all(work, ec);
     }
