@@ -60,16 +60,14 @@ build_extension() {
 }
 
 # Runs a PostgreSQL binary, as the "postgres" user when root (PostgreSQL
-# refuses to run as root), in the network namespace PG_NETNS when set (the
-# network soak's database host).
+# refuses to run as root).
 pg_run() {
-	local bin=$1 netns=()
+	local bin=$1
 	shift
-	[ -z "${PG_NETNS:-}" ] || netns=(ip netns exec "$PG_NETNS")
 	if [ "$(id -u)" -eq 0 ]; then
-		"${netns[@]}" runuser -u postgres -- "$PG_BIN/$bin" "$@"
+		runuser -u postgres -- "$PG_BIN/$bin" "$@"
 	else
-		"${netns[@]}" "$PG_BIN/$bin" "$@"
+		"$PG_BIN/$bin" "$@"
 	fi
 }
 
@@ -96,14 +94,12 @@ free_port() {
 }
 
 # Starts a throwaway PostgreSQL cluster (initdb, pg_ctl start; as the
-# "postgres" user when root; in the network namespace PG_NETNS when set):
-# pg_start DIR PORT [setting ...]. Sets PG_PID; the caller stops it with
-# pg_stop (or stop_servers).
+# "postgres" user when root): pg_start DIR PORT [setting ...]. Sets
+# PG_PID; the caller stops it with pg_stop (or stop_servers).
 pg_start() {
-	local dir=$1 port=$2 out netns=()
+	local dir=$1 port=$2 out
 	shift 2
-	[ -z "${PG_NETNS:-}" ] || netns=(ip netns exec "$PG_NETNS")
-	out=$("${netns[@]}" "$(testkit_path)" start pg --dir "$dir" --port "$port" -- "$@") || return 1
+	out=$("$(testkit_path)" start pg --dir "$dir" --port "$port" -- "$@") || return 1
 	PG_PID=$(sed -n 's/^PG_PID=//p' <<<"$out")
 }
 
