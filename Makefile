@@ -70,8 +70,13 @@ endif
 # too, so that adding, removing or renaming a part rebuilds the script.
 SQL_PARTS = $(sort $(wildcard sql/install/*.sql))
 
-sql/$(EXTENSION)--$(EXTVERSION).sql: $(SQL_PARTS) sql/install
-	cat $(SQL_PARTS) > $@.tmp
+# Every script, install or upgrade, starts with sql/preamble.sql (what the
+# script resolves, who may own the extension's schema) right after its
+# \echo guard: written once, put there by make.
+AFTER_GUARD = sed -e '/^\\echo .*\\quit$$/r sql/preamble.sql'
+
+sql/$(EXTENSION)--$(EXTVERSION).sql: $(SQL_PARTS) sql/install sql/preamble.sql
+	$(AFTER_GUARD) $(SQL_PARTS) > $@.tmp
 	mv $@.tmp $@
 
 # An upgrade script, as PgQ builds its own: the schema changes are written
@@ -91,8 +96,10 @@ ifneq ($(filter-out %--$(EXTVERSION).sql,$(UPGRADE_PARTS)),)
 $(error $(filter-out %--$(EXTVERSION).sql,$(UPGRADE_PARTS)): a hand part of an update to another version than $(EXTVERSION); freeze its built script in sql/released/ and remove it)
 endif
 
-sql/$(EXTENSION)--%--$(EXTVERSION).sql: sql/upgrade/%--$(EXTVERSION).sql sql/released/$(EXTENSION)--%.sql sql/upgrade.awk $(SQL_PARTS) sql/install
-	$(AWK) -f sql/upgrade.awk sql/released/$(EXTENSION)--$*.sql $< $(SQL_PARTS) > $@.tmp
+sql/$(EXTENSION)--%--$(EXTVERSION).sql: sql/upgrade/%--$(EXTVERSION).sql sql/released/$(EXTENSION)--%.sql sql/upgrade.awk $(SQL_PARTS) sql/install sql/preamble.sql
+	$(AWK) -f sql/upgrade.awk sql/released/$(EXTENSION)--$*.sql $< $(SQL_PARTS) > $@.body
+	$(AFTER_GUARD) $@.body > $@.tmp
+	rm $@.body
 	mv $@.tmp $@
 
 .PHONY: test demo bench soak checkver installcheck-preload deb

@@ -22,38 +22,10 @@
 
 \echo Use "ALTER EXTENSION pg_outbox UPDATE TO '0.2.0'" to load this file. \quit
 
--- What the script resolves, and who may own the extension's schema: as in
--- the install script (sql/install/00_schema_roles.sql). ALTER EXTENSION
--- UPDATE runs with the search_path CREATE EXTENSION would use.
-SET LOCAL search_path = pg_catalog, pg_temp;
-
--- The owner of the extension's schema can drop and rename what is in it:
--- it could move the extension's functions aside and put its own under
--- their names, which other roles and the extension's own code then call,
--- or drop the extension with the schema (and every event with it). Only a
--- role that could do as much anyway may own it: a superuser, the
--- installing role, or the database's owner (who can drop the database).
--- The same check runs on ALTER EXTENSION UPDATE.
-DO $owner$
-DECLARE
-	s record;
-BEGIN
-	SELECT n.nspname, o.rolname, o.rolsuper OR o.rolname = CURRENT_USER
-			   OR o.oid IN ('pg_database_owner'::pg_catalog.regrole::pg_catalog.oid, d.datdba) AS trusted
-	  INTO s
-	  FROM pg_catalog.pg_extension e
-	  JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace
-	  JOIN pg_catalog.pg_roles o ON o.oid = n.nspowner
-	  JOIN pg_catalog.pg_database d ON d.datname = pg_catalog.current_database()
-	 WHERE e.extname = 'pg_outbox';
-	IF NOT s.trusted THEN
-		RAISE EXCEPTION 'pg_outbox cannot be installed in schema "%": it is owned by role "%"', s.nspname, s.rolname
-			USING ERRCODE = 'insufficient_privilege',
-				  DETAIL = 'The owner of the extension''s schema could drop or rename the extension''s functions and put its own in their place, which the extension and its roles would then call; only a superuser, the installing role or the database''s owner may own it.',
-				  HINT = pg_catalog.format('Install pg_outbox in a schema owned by one of them, or change the owner of schema %I first (ALTER SCHEMA %I OWNER TO ...).', s.nspname, s.nspname);
-	END IF;
-END
-$owner$;
+-- (make puts sql/preamble.sql right after the \echo guard above: what the
+-- script resolves, and who may own the extension's schema, as in the
+-- install script. ALTER EXTENSION UPDATE runs with the search_path
+-- CREATE EXTENSION would use.)
 
 REVOKE ALL ON SCHEMA outbox FROM PUBLIC;
 

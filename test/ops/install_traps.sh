@@ -58,7 +58,7 @@ trap 'rm -rf "$work"' EXIT
 current=$(sed -n "s/^default_version[[:space:]]*=[[:space:]]*'\([^']*\)'.*/\1/p" "$root/pg_outbox.control")
 # The sources of the install and upgrade scripts (an upgrade script is its
 # hand part and the install parts' functions).
-scripts=("$root"/sql/install/*.sql "$root"/sql/upgrade/*.sql)
+scripts=("$root"/sql/preamble.sql "$root"/sql/install/*.sql "$root"/sql/upgrade/*.sql)
 
 # The names, one per line. Operators: every run of operator characters, as
 # PostgreSQL's lexer splits it (a multi-character operator ends in + or -
