@@ -1,0 +1,22 @@
+// The workloads, in the table's order: each is its own unit under
+// bench/workloads/.
+#include "bench.hpp"
+
+namespace pg_outbox::bench {
+
+void workload_fetch(Context&);
+void workload_coldstart(Context&);
+void workload_catchup(Context&);
+void workload_bloat(Context&);
+
+const std::vector<Workload>& workloads() {
+    static const std::vector<Workload> all{
+        {"fetch", workload_fetch},
+        {"coldstart", workload_coldstart},
+        {"catchup", workload_catchup},
+        {"bloat", workload_bloat},
+    };
+    return all;
+}
+
+}  // namespace pg_outbox::bench
