@@ -52,6 +52,8 @@ struct BenchError : std::runtime_error {
 std::string stats(std::vector<double> values);
 // A number as printf's "%.<digits>f".
 std::string fixed(double value, int digits);
+// The same, read back: a figure as the table's files held it.
+double rounded(double value, int digits);
 
 // The values a line "RESULT <name> <value>" of a program's output gives.
 std::string result(const std::string& output, const std::string& name);
@@ -115,6 +117,18 @@ public:
     // Creates database db with the extension.
     void create_database(const std::string& db);
     void drop_database(const std::string& db);
+    // A quiet start for the next measurement: nothing left for autovacuum
+    // to clean up behind the previous one, no checkpoint due.
+    void settle(const std::string& db);
+    // Rewinds every shard of group name of database db to the beginning,
+    // with no stream published to.
+    void rewind_shards(const std::string& db, const std::string& name);
+    // Starts a relay per shard of group name (n shards) of database db into
+    // the Redis at address, to streams outbox:{topic}:{shard}.
+    std::vector<std::unique_ptr<testing::Process>> start_shard_relays(const std::string& db, const std::string& name,
+                                                                      int n, const std::string& address,
+                                                                      const std::string& relay_path = {});
+    static void stop_all(std::vector<std::unique_ptr<testing::Process>>& processes);
 
     // ---- CPU time: the /proc sampler
     // CPU seconds (user and system) each process has used so far, by PID;

@@ -84,6 +84,8 @@ std::string fixed(double value, int digits) {
     return buf;
 }
 
+double rounded(double value, int digits) { return std::stod(fixed(value, digits)); }
+
 std::string result(const std::string& output, const std::string& name) {
     const std::string prefix = "RESULT " + name + " ";
     std::istringstream in(output);
@@ -270,6 +272,33 @@ void Context::create_database(const std::string& db) {
 }
 
 void Context::drop_database(const std::string& db) { psql("postgres", {"DROP DATABASE " + db}); }
+
+void Context::settle(const std::string& db) { psql(db, {"VACUUM", "CHECKPOINT"}); }
+
+void Context::rewind_shards(const std::string& db, const std::string& name) {
+    psql(db, {"SELECT outbox_rewind(name || CASE WHEN shards > 1 THEN '/' || shard ELSE '' END, 'beginning')\n"
+              "\t\tFROM outbox.groups WHERE name = '" + name + "'; UPDATE outbox.groups SET streams = '{}'"});
+}
+
+std::vector<std::unique_ptr<testing::Process>> Context::start_shard_relays(const std::string& db,
+                                                                           const std::string& name, int n,
+                                                                           const std::string& address,
+                                                                           const std::string& relay_path) {
+    std::vector<std::unique_ptr<testing::Process>> out;
+    for (int k = 0; k < n; ++k) {
+        const std::string group = n > 1 ? name + "/" + std::to_string(k) : name;
+        out.push_back(spawn({relay_path.empty() ? relay : relay_path, "publish", "--pg", conninfo(db), "--redis",
+                             address, "--group", group, "--batch-size", "1000", "--stream", "outbox:{topic}:{shard}",
+                             "--log-level", "warn"},
+                            "relay_" + std::to_string(k) + ".log"));
+    }
+    return out;
+}
+
+void Context::stop_all(std::vector<std::unique_ptr<testing::Process>>& processes) {
+    for (auto& p : processes) stop(p);
+    processes.clear();
+}
 
 std::map<pid_t, double> Context::cpu_snapshot(const std::vector<pid_t>& pids) {
     static const double hz = static_cast<double>(::sysconf(_SC_CLK_TCK));

@@ -3,7 +3,8 @@
 # run, on throwaway PostgreSQL and Redis servers on loopback. Prints a
 # markdown table and writes it to bench/results/. Asserts nothing. Each
 # workload is its own unit: a C++ file bench/workloads/<workload>.cpp run
-# by the program `pg_outbox_bench run` (fetch, coldstart, catchup, bloat),
+# by the program `pg_outbox_bench run` (fetch, drain, shards, coldstart,
+# catchup, bloat),
 # or, for the workloads not ported yet, a shell file
 # bench/workloads/<workload>.sh run here; both on the test kit's servers
 # (test/kit), their rows in one table, in the order below.
@@ -69,7 +70,7 @@ RELAY=build/relay/pg_outbox_relay
 TOOL=build/bench/pg_outbox_bench
 
 # The workloads the program runs; the others are the shell files'.
-PORTED="fetch coldstart catchup bloat"
+PORTED="fetch drain shards coldstart catchup bloat"
 ORDER="fetch emit drain shards scaling latency coldstart consume catchup bloat"
 
 throwaway_workspace bench
@@ -94,25 +95,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-program=()
-shell=()
-for workload in $ORDER; do
-	[[ " $ONLY " == *" $workload "* ]] || continue
-	if [[ " $PORTED " == *" $workload "* ]]; then program+=("$workload"); else shell+=("$workload"); fi
-done
-if [ "${#program[@]}" -gt 0 ]; then
-	# Its own servers, stopped when it ends; each workload's rows in $ROWS.
-	"$TOOL" run --only "$(IFS=,; echo "${program[*]}")" --relay "$RELAY" --results "" --rows-dir "$ROWS"
-fi
-if [ "${#shell[@]}" -gt 0 ]; then
-	say "starting PostgreSQL on 127.0.0.1:$PG_PORT and Redis on 127.0.0.1:$REDIS_PORT"
-	pg_start "$WORK/pg" "$PG_PORT" "shared_buffers = '1GB'" "max_wal_size = '8GB'" "checkpoint_timeout = '30min'" \
-		"max_connections = 50" "shared_preload_libraries = 'pg_outbox'"
-	MAIN_PG_PID=$PG_PID
-	redis_start "$WORK/redis" "$REDIS_PORT"
-	MAIN_REDIS_PID=$REDIS_PID
-fi
-REDIS="127.0.0.1:$REDIS_PORT"
 
 psql_db() {
 	local db=$1
@@ -201,6 +183,26 @@ row() { echo "| $* |" >>"$ROWS/$workload.md"; }
 
 # The payload of every workload: about 200 bytes of JSON.
 PAYLOAD='{"order_id": 1234567, "customer": "customer-000000001", "amount": 12345, "currency": "EUR", "status": "confirmed", "note": "lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod"}'
+
+program=()
+shell=()
+for workload in $ORDER; do
+	[[ " $ONLY " == *" $workload "* ]] || continue
+	if [[ " $PORTED " == *" $workload "* ]]; then program+=("$workload"); else shell+=("$workload"); fi
+done
+if [ "${#program[@]}" -gt 0 ]; then
+	# Its own servers, stopped when it ends; each workload's rows in $ROWS.
+	"$TOOL" run --only "$(IFS=,; echo "${program[*]}")" --relay "$RELAY" --results "" --rows-dir "$ROWS"
+fi
+if [ "${#shell[@]}" -gt 0 ]; then
+	say "starting PostgreSQL on 127.0.0.1:$PG_PORT and Redis on 127.0.0.1:$REDIS_PORT"
+	pg_start "$WORK/pg" "$PG_PORT" "shared_buffers = '1GB'" "max_wal_size = '8GB'" "checkpoint_timeout = '30min'" \
+		"max_connections = 50" "shared_preload_libraries = 'pg_outbox'"
+	MAIN_PG_PID=$PG_PID
+	redis_start "$WORK/redis" "$REDIS_PORT"
+	MAIN_REDIS_PID=$REDIS_PID
+fi
+REDIS="127.0.0.1:$REDIS_PORT"
 
 # The shell workloads, each in its own file (bench/workloads/NAME.sh, a
 # function workload_NAME that runs on the servers above, with the helpers

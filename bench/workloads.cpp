@@ -5,6 +5,8 @@
 namespace pg_outbox::bench {
 
 void workload_fetch(Context&);
+void workload_drain(Context&);
+void workload_shards(Context&);
 void workload_coldstart(Context&);
 void workload_catchup(Context&);
 void workload_bloat(Context&);
@@ -12,6 +14,8 @@ void workload_bloat(Context&);
 const std::vector<Workload>& workloads() {
     static const std::vector<Workload> all{
         {"fetch", workload_fetch},
+        {"drain", workload_drain},
+        {"shards", workload_shards},
         {"coldstart", workload_coldstart},
         {"catchup", workload_catchup},
         {"bloat", workload_bloat},
