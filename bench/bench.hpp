@@ -34,6 +34,8 @@ extern std::atomic<bool> g_interrupted;
 void nap(double seconds);
 // Seconds since the epoch, with a fraction.
 double epoch_now();
+// The cores this process may run on (nproc).
+int cores();
 
 // What a program said and how it ended.
 struct RunResult {
@@ -81,6 +83,10 @@ public:
     std::unique_ptr<testing::PgServer> pg;
     std::unique_ptr<testing::RedisServer> redis;
     std::string redis_address() const { return redis->address(); }
+    // Another PostgreSQL server with the benchmark's settings and more, in
+    // <work>/<name>, stopped when the handle goes (port 0: a free one).
+    std::unique_ptr<testing::PgServer> start_pg(const std::string& name, const std::vector<std::string>& more,
+                                                int port = 0);
     std::string conninfo(const std::string& db) const;
 
     // ---- programs
@@ -93,9 +99,10 @@ public:
     std::string must(const std::vector<std::string>& argv, std::chrono::seconds timeout = std::chrono::hours(2));
     // psql on database db, -X -q -v ON_ERROR_STOP=1, each statement its own
     // -c (and its own transaction); returns the output.
-    std::string psql(const std::string& db, const std::vector<std::string>& statements);
+    // port: another server's (0: the main one).
+    std::string psql(const std::string& db, const std::vector<std::string>& statements, int port = 0);
     // psql -At: the unaligned output, trailing newline removed.
-    std::string value(const std::string& db, const std::string& sql);
+    std::string value(const std::string& db, const std::string& sql, int port = 0);
     // A child process in the background, its output in <work>/<log>;
     // stopped (SIGTERM, SIGKILL after 60 s) when the handle goes.
     std::unique_ptr<testing::Process> spawn(const std::vector<std::string>& argv, const std::string& log);
@@ -103,7 +110,7 @@ public:
     static void stop(std::unique_ptr<testing::Process>& process);
     // pgbench -n against database db with these options and scripts;
     // returns the tps pgbench reports.
-    double pgbench(const std::string& db, const std::vector<std::string>& options);
+    double pgbench(const std::string& db, const std::vector<std::string>& options, int port = 0);
     // Writes a file under work; returns its path.
     std::string write(const std::string& name, const std::string& text);
 
@@ -145,8 +152,12 @@ public:
     void row(const std::string& cells);
     void begin_workload(const std::string& name);
     const std::string& table() const { return table_; }
+    // Draws a chart with gnuplot (when installed) from a script whose
+    // output is @OUTPUT@: <chart prefix>-<name>.png, beside the report.
+    void chart(const std::string& name, const std::string& script);
     // Paths of the charts drawn, "name:path".
     std::vector<std::string> charts;
+    std::string chart_prefix;
 
     // Announces a step, as scripts/lib.sh's say did.
     static void say(const std::string& line);
@@ -170,7 +181,9 @@ const std::vector<Workload>& workloads();
 
 // The subcommand: runs the workloads named (all when empty) and writes the
 // report to bench/results/<time>.md under results_dir. Returns the exit status.
+// chart_prefix: where the charts go (<prefix>-<name>.png); by default
+// beside the report.
 int run_benchmark(const std::vector<std::string>& only, const std::string& relay, const std::string& results_dir,
-                  const std::string& rows_dir);
+                  const std::string& rows_dir, const std::string& chart_prefix);
 
 }  // namespace pg_outbox::bench

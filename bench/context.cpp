@@ -68,6 +68,16 @@ std::string chomp(std::string s) {
     return s;
 }
 
+// Whether a program of that name is on PATH.
+bool on_path(const std::string& name) {
+    const char* path = std::getenv("PATH");
+    std::istringstream in(path ? path : "");
+    std::string dir;
+    while (std::getline(in, dir, ':'))
+        if (!dir.empty() && ::access((dir + "/" + name).c_str(), X_OK) == 0) return true;
+    return false;
+}
+
 }  // namespace
 
 std::string stats(std::vector<double> values) {
@@ -128,6 +138,7 @@ Context::Context(std::string relay_path, std::string self_path, std::string rows
       relay(std::move(relay_path)),
       self(std::move(self_path)),
       rows_dir_(std::move(rows_dir)) {
+    if (!rows_dir_.empty()) fs::create_directories(rows_dir_);
     work = testing::make_temp_dir("pg_outbox_bench.");
     fs::permissions(work, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
                               fs::perms::others_read | fs::perms::others_exec);
@@ -136,10 +147,7 @@ Context::Context(std::string relay_path, std::string self_path, std::string rows
     say("starting PostgreSQL on 127.0.0.1:" + std::to_string(pg_port) + " and Redis on 127.0.0.1:" +
         std::to_string(redis_port));
     // Production's durability: fsync and synchronous_commit stay on.
-    pg = std::make_unique<testing::PgServer>(
-        std::vector<std::string>{"shared_buffers = '1GB'", "max_wal_size = '8GB'", "checkpoint_timeout = '30min'",
-                                 "max_connections = 50", "shared_preload_libraries = 'pg_outbox'"},
-        testing::Placement{work + "/pg", pg_port, false});
+    pg = start_pg("pg", {}, pg_port);
     redis = std::make_unique<testing::RedisServer>(false, std::vector<std::string>{},
                                                    testing::Placement{work + "/redis", redis_port, false});
 }
@@ -150,6 +158,14 @@ Context::~Context() {
     pg.reset();
     std::error_code ec;
     fs::remove_all(work, ec);
+}
+
+std::unique_ptr<testing::PgServer> Context::start_pg(const std::string& name, const std::vector<std::string>& more,
+                                                     int port) {
+    std::vector<std::string> settings{"shared_buffers = '1GB'", "max_wal_size = '8GB'", "checkpoint_timeout = '30min'",
+                                      "max_connections = 50", "shared_preload_libraries = 'pg_outbox'"};
+    settings.insert(settings.end(), more.begin(), more.end());
+    return std::make_unique<testing::PgServer>(settings, testing::Placement{work + "/" + name, port, false});
 }
 
 void Context::say(const std::string& line) { std::cout << "==> " << line << std::endl; }
@@ -191,16 +207,16 @@ std::string Context::must(const std::vector<std::string>& argv, std::chrono::sec
     return r.output;
 }
 
-std::string Context::psql(const std::string& db, const std::vector<std::string>& statements) {
+std::string Context::psql(const std::string& db, const std::vector<std::string>& statements, int port) {
     std::vector<std::string> argv{"psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1",
-                                  "-p", std::to_string(pg->port()), "-U", "postgres", "-d", db};
+                                  "-p", std::to_string(port ? port : pg->port()), "-U", "postgres", "-d", db};
     for (const auto& s : statements) argv.insert(argv.end(), {"-c", s});
     return must(argv);
 }
 
-std::string Context::value(const std::string& db, const std::string& sql) {
+std::string Context::value(const std::string& db, const std::string& sql, int port) {
     return chomp(must({"psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p",
-                       std::to_string(pg->port()), "-U", "postgres", "-d", db, "-At", "-c", sql}));
+                       std::to_string(port ? port : pg->port()), "-U", "postgres", "-d", db, "-At", "-c", sql}));
 }
 
 std::unique_ptr<testing::Process> Context::spawn(const std::vector<std::string>& argv, const std::string& log) {
@@ -217,8 +233,8 @@ void Context::stop(std::unique_ptr<testing::Process>& process) {
     process.reset();
 }
 
-double Context::pgbench(const std::string& db, const std::vector<std::string>& options) {
-    std::vector<std::string> argv{"pgbench", "-n", "-h", "127.0.0.1", "-p", std::to_string(pg->port()), "-U",
+double Context::pgbench(const std::string& db, const std::vector<std::string>& options, int port) {
+    std::vector<std::string> argv{"pgbench", "-n", "-h", "127.0.0.1", "-p", std::to_string(port ? port : pg->port()), "-U",
                                   "postgres"};
     argv.insert(argv.end(), options.begin(), options.end());
     argv.push_back(db);
@@ -345,6 +361,17 @@ std::vector<pid_t> Context::pg_processes() const {
     return out;
 }
 
+void Context::chart(const std::string& name, const std::string& script) {
+    if (chart_prefix.empty() || !on_path("gnuplot")) return;
+    const std::string png = chart_prefix + "-" + name + ".png";
+    std::string text = script;
+    const auto at = text.find("@OUTPUT@");
+    if (at != std::string::npos) text.replace(at, 8, png);
+    must({"gnuplot", write(name + ".gp", text)});
+    charts.push_back(name + ":" + png);
+    if (!rows_dir_.empty()) std::ofstream(rows_dir_ + "/charts", std::ios::app) << name << ":" << png << "\n";
+}
+
 void Context::begin_workload(const std::string& name) { workload_ = name; }
 
 void Context::row(const std::string& cells) {
@@ -359,12 +386,16 @@ namespace {
 
 void on_signal(int) { g_interrupted = true; }
 
+}  // namespace
+
 int cores() {
     cpu_set_t set;
     CPU_ZERO(&set);
     if (::sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
     return static_cast<int>(std::thread::hardware_concurrency());
 }
+
+namespace {
 
 std::string first_line_field(const std::string& text, int index) {
     std::istringstream in(text.substr(0, text.find('\n')));
@@ -377,7 +408,7 @@ std::string first_line_field(const std::string& text, int index) {
 }  // namespace
 
 int run_benchmark(const std::vector<std::string>& only, const std::string& relay, const std::string& results_dir,
-                  const std::string& rows_dir) {
+                  const std::string& rows_dir, const std::string& chart_prefix) {
     for (const auto& name : only) {
         const auto& all = workloads();
         if (std::none_of(all.begin(), all.end(), [&](const Workload& w) { return name == w.name; })) {
@@ -394,15 +425,20 @@ int run_benchmark(const std::vector<std::string>& only, const std::string& relay
     std::string report;
     try {
         Context ctx(relay, self, rows_dir);
+        const std::time_t t = std::time(nullptr);
+        char stamp[32], when[32];
+        std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H%M%SZ", std::gmtime(&t));
+        std::strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", std::gmtime(&t));
+        ctx.chart_prefix = chart_prefix;
+        if (ctx.chart_prefix.empty() && !results_dir.empty()) {
+            fs::create_directories(results_dir);
+            ctx.chart_prefix = fs::absolute(results_dir).string() + "/" + stamp;
+        }
         for (const auto& w : workloads()) {
             if (!only.empty() && std::find(only.begin(), only.end(), w.name) == only.end()) continue;
             ctx.begin_workload(w.name);
             w.run(ctx);
         }
-        const std::time_t t = std::time(nullptr);
-        char stamp[32], when[32];
-        std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H%M%SZ", std::gmtime(&t));
-        std::strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", std::gmtime(&t));
         long mem_kb = 0;
         {
             std::istringstream in(read_file("/proc/meminfo"));

@@ -3,13 +3,12 @@
 # run, on throwaway PostgreSQL and Redis servers on loopback. Prints a
 # markdown table and writes it to bench/results/. Asserts nothing. Each
 # workload is its own unit: a C++ file bench/workloads/<workload>.cpp run
-# by the program `pg_outbox_bench run` (fetch, drain, shards, coldstart,
-# catchup, bloat),
-# or, for the workloads not ported yet, a shell file
-# bench/workloads/<workload>.sh run here; both on the test kit's servers
-# (test/kit), their rows in one table, in the order below.
+# by the program `pg_outbox_bench run` (bench/README.md), or, for consume,
+# not ported yet, a shell file bench/workloads/consume.sh run here after
+# it; both on the test kit's servers (test/kit), their rows in one table,
+# in the order below.
 #
-#   BENCH_ONLY="fetch emit drain shards scaling latency coldstart consume catchup bloat"   workloads (default: all)
+#   BENCH_ONLY="fetch advance emit drain shards scaling latency coldstart consume catchup bloat"   workloads (default: all)
 #   BENCH_ROUNDS=3                         interleaved rounds per workload
 #   BENCH_EVENTS=1000000                   events drained per round
 #   BENCH_EMIT_SECONDS=10 BENCH_BULK=200000 emit: pgbench duration per run; rows of a bulk emit
@@ -24,6 +23,9 @@
 #   BENCH_BACKLOGS="10000 1000000 5000000" catchup: backlogs behind the cursor
 #   BENCH_BLOAT=1000000                    bloat: events through emit, publish, retention
 #   BENCH_FETCH_SECONDS=5                  fetch: pgbench duration per call measured
+#   BENCH_ADVANCE_SECONDS=3 BENCH_BASE_DESTDIR=dir
+#                                          advance: pgbench duration per script; a PostgreSQL tree
+#                                          with another build installed, measured beside this one
 #   BENCH_SCALING_EVENTS=500000 BENCH_SCALING_SHARDS="1 2 4" BENCH_SCALING_TARGETS="redis cluster"
 #   BENCH_SCALING_EMIT_RATE=20000 BENCH_SCALING_ROUNDS=$BENCH_ROUNDS BENCH_SCALING_TIMEOUT=300
 #                                          scaling: backlog drained per point; shard counts; one Redis
@@ -38,7 +40,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
-ONLY=${BENCH_ONLY:-fetch emit drain shards scaling latency coldstart consume catchup bloat}
+ONLY=${BENCH_ONLY:-fetch advance emit drain shards scaling latency coldstart consume catchup bloat}
 ROUNDS=${BENCH_ROUNDS:-3}
 EVENTS=${BENCH_EVENTS:-1000000}
 BURST=${BENCH_BURST:-500000}
@@ -70,8 +72,8 @@ RELAY=build/relay/pg_outbox_relay
 TOOL=build/bench/pg_outbox_bench
 
 # The workloads the program runs; the others are the shell files'.
-PORTED="fetch drain shards coldstart catchup bloat"
-ORDER="fetch emit drain shards scaling latency coldstart consume catchup bloat"
+PORTED="fetch advance emit drain shards scaling latency coldstart catchup bloat"
+ORDER="fetch advance emit drain shards scaling latency coldstart consume catchup bloat"
 
 throwaway_workspace bench
 ROWS=$WORK/rows
@@ -190,9 +192,13 @@ for workload in $ORDER; do
 	[[ " $ONLY " == *" $workload "* ]] || continue
 	if [[ " $PORTED " == *" $workload "* ]]; then program+=("$workload"); else shell+=("$workload"); fi
 done
+mkdir -p bench/results
+out="bench/results/$(date -u +%Y-%m-%dT%H%M%SZ).md"
 if [ "${#program[@]}" -gt 0 ]; then
-	# Its own servers, stopped when it ends; each workload's rows in $ROWS.
-	"$TOOL" run --only "$(IFS=,; echo "${program[*]}")" --relay "$RELAY" --results "" --rows-dir "$ROWS"
+	# Its own servers, stopped when it ends; each workload's rows in
+	# $ROWS, its charts beside the table (listed in $ROWS/charts).
+	"$TOOL" run --only "$(IFS=,; echo "${program[*]}")" --relay "$RELAY" --results "" --rows-dir "$ROWS" \
+		--chart-prefix "$PWD/${out%.md}"
 fi
 if [ "${#shell[@]}" -gt 0 ]; then
 	say "starting PostgreSQL on 127.0.0.1:$PG_PORT and Redis on 127.0.0.1:$REDIS_PORT"
@@ -217,76 +223,9 @@ for workload in $ORDER; do
 	[ ! -f "$ROWS/$workload.md" ] || cat "$ROWS/$workload.md" >>"$TABLE"
 done
 
-mkdir -p bench/results
-out="bench/results/$(date -u +%Y-%m-%dT%H%M%SZ).md"
 # Charts, beside the table: PNG files named after it.
 charts=()
-if command -v gnuplot >/dev/null; then
-	if [ -s "$WORK/scaling.dat" ]; then
-		# one line per block of scaling.dat (target and emitter state)
-		plots=()
-		i=0
-		while IFS= read -r title; do
-			plots+=("'$WORK/scaling.dat' index $i using 1:2:3:4 with yerrorlines lw 2 pt 7 title '$title'")
-			i=$((i + 1))
-		done < <(sed -n 's/^# //p' "$WORK/scaling.dat")
-		gnuplot <<-GNUPLOT
-			set terminal pngcairo size 960,600 font ',11'
-			set output '${out%.md}-scaling.png'
-			set title "Drain of a $SCALE_EVENTS-event backlog, one relay per shard ($(nproc) cores, everything on one machine)"
-			set xlabel 'shards (relays)'
-			set ylabel 'events/s published (median, bars: min-max of $SCALE_ROUNDS rounds)'
-			set logscale x 2
-			set xtics ($(echo "$SCALE_SHARDS" | sed 's/ /, /g'))
-			set xrange [0.8:$(echo "$SCALE_SHARDS" | awk '{print $NF * 1.25}')]
-			set yrange [0:*]
-			set format y '%.0s%c'
-			set key bottom right
-			set grid
-			plot $(IFS=,; echo "${plots[*]}")
-		GNUPLOT
-		charts+=("scaling:${out%.md}-scaling.png")
-	fi
-	plots=()
-	for rate in $RATES; do
-		for mode in listen poll xid8; do
-			f=$WORK/latdist_${mode}_$rate
-			[ -s "$f" ] || continue
-			# percentile on a "nines" axis: x = -log10(1 - q), up to the
-			# largest sample
-			sort -g "$f" | awk '{a[NR] = $1} END {
-				for (x = 0; x <= 6; x += 0.02) {
-					i = int((1 - 10 ^ -x) * NR) + 1
-					if (i >= NR) break
-					print x, a[i]
-				}
-				print log(NR) / log(10), a[NR]
-			}' >"$f.pct"
-			label="commit order, woken by commits"
-			[ "$mode" = poll ] && label="commit order, polling every 100 ms"
-			[ "$mode" = xid8 ] && label="xid8 order, woken by commits"
-			plots+=("'$f.pct' using 1:2 with lines lw 2 title '$rate tx/s, $label'")
-		done
-	done
-	if [ "${#plots[@]}" -gt 0 ]; then
-		gnuplot <<-GNUPLOT
-			set terminal pngcairo size 960,600 font ',11'
-			set output '${out%.md}-latency.png'
-			set title "Emit to visible in Redis: latency by percentile (every round pooled, $SECONDS_LAT s each)"
-			set xlabel 'percentile'
-			set ylabel 'ms'
-			set logscale y
-			set xtics ('50' log10(2), '90' 1, '99' 2, '99.9' 3, '99.99' 4, '99.999' 5)
-			set xrange [0:*]
-			set autoscale xfixmax
-			set yrange [0.1:*]
-			set key bottom right
-			set grid
-			plot $(IFS=,; echo "${plots[*]}")
-		GNUPLOT
-		charts+=("latency:${out%.md}-latency.png")
-	fi
-fi
+if [ -f "$ROWS/charts" ]; then mapfile -t charts <"$ROWS/charts"; fi
 {
 	echo "# pg_outbox benchmark, $(date -u '+%Y-%m-%d %H:%M UTC')"
 	echo

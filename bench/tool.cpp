@@ -638,8 +638,10 @@ int main(int argc, char** argv) {
     run->add_option("--relay", relay, "the pg_outbox_relay program");
     run->add_option("--results", results, "where the report goes (\"\": printed only)");
     run->add_option("--rows-dir", rows_dir, "also writes each workload's rows to DIR/<workload>.md");
+    std::string chart_prefix;
+    run->add_option("--chart-prefix", chart_prefix, "charts go to PREFIX-<name>.png (default: beside the report)");
     CLI11_PARSE(app, argc, argv);
-    if (run->parsed()) return pg_outbox::bench::run_benchmark(only, relay, results, rows_dir);
+    if (run->parsed()) return pg_outbox::bench::run_benchmark(only, relay, results, rows_dir, chart_prefix);
     if (hc->parsed()) {
         if (!hand.bare && (hand.pg.empty() || hand.handler.empty() == hand.set_sql.empty())) {
             std::fprintf(stderr, "hand-consume: --pg and one of --handler and --set-sql are needed unless --bare\n");

@@ -5,8 +5,12 @@
 namespace pg_outbox::bench {
 
 void workload_fetch(Context&);
+void workload_advance(Context&);
+void workload_emit(Context&);
 void workload_drain(Context&);
 void workload_shards(Context&);
+void workload_scaling(Context&);
+void workload_latency(Context&);
 void workload_coldstart(Context&);
 void workload_catchup(Context&);
 void workload_bloat(Context&);
@@ -14,8 +18,12 @@ void workload_bloat(Context&);
 const std::vector<Workload>& workloads() {
     static const std::vector<Workload> all{
         {"fetch", workload_fetch},
+        {"advance", workload_advance},
+        {"emit", workload_emit},
         {"drain", workload_drain},
         {"shards", workload_shards},
+        {"scaling", workload_scaling},
+        {"latency", workload_latency},
         {"coldstart", workload_coldstart},
         {"catchup", workload_catchup},
         {"bloat", workload_bloat},
