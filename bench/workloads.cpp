@@ -12,6 +12,7 @@ void workload_shards(Context&);
 void workload_scaling(Context&);
 void workload_latency(Context&);
 void workload_coldstart(Context&);
+void workload_consume(Context&);
 void workload_catchup(Context&);
 void workload_bloat(Context&);
 
@@ -25,6 +26,7 @@ const std::vector<Workload>& workloads() {
         {"scaling", workload_scaling},
         {"latency", workload_latency},
         {"coldstart", workload_coldstart},
+        {"consume", workload_consume},
         {"catchup", workload_catchup},
         {"bloat", workload_bloat},
     };
