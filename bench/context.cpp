@@ -475,7 +475,10 @@ int run_benchmark(const std::vector<std::string>& only, const std::string& relay
             fs::create_directories(results_dir);
             const std::string path = results_dir + "/" + stamp + ".md";
             std::ofstream(path) << report;
-            std::cout << "\n" << report << "\nwritten to " << path << "\n";
+            std::cout << "\n" << report << "\nwritten to " << path;
+            for (std::size_t i = 0; i < ctx.charts.size(); ++i)
+                std::cout << (i ? " " : " and ") << ctx.charts[i].substr(ctx.charts[i].find(':') + 1);
+            std::cout << "\n";
         }
     } catch (const Interrupted&) {
         std::cerr << "pg_outbox_bench run: interrupted\n";
