@@ -452,9 +452,15 @@ int run_benchmark(const std::vector<std::string>& only, const std::string& relay
         utsname u{};
         ::uname(&u);
         const std::string pg_version = first_line_field(ctx.must({testing::pg_bin() + "/postgres", "--version"}), 2);
-        std::string redis_version = ctx.must({"redis-server", "--version"});
-        const auto v = redis_version.find("v=");
-        redis_version = v == std::string::npos ? "?" : first_line_field(redis_version.substr(v + 2), 0);
+        // The version of the Redis server the run used, as it reports it.
+        std::string redis_version = "?";
+        {
+            auto c = ctx.redis->connect();
+            auto info = c.command_raw({"INFO", "server"});
+            const std::string text = info->str ? std::string(info->str, info->len) : "";
+            const auto v = text.find("redis_version:");
+            if (v != std::string::npos) redis_version = text.substr(v + 14, text.find_first_of("\r\n", v) - v - 14);
+        }
         std::ostringstream out;
         out << "# pg_outbox benchmark, " << when << "\n\n";
         out << "Machine: " << cores() << " cores, " << fixed(static_cast<double>(mem_kb) / 1048576, 0) << " GiB, "

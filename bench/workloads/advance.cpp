@@ -78,6 +78,7 @@ std::vector<std::pair<std::string, double>> measure(Context& ctx, const Server& 
         std::string text;
         if (!(l >> latency >> failures)) continue;
         std::getline(l >> std::ws, text);
+        if (!text.empty() && text.back() == ';') text.pop_back();
         ms.emplace_back(text, latency);
     }
     return ms;
