@@ -1,5 +1,10 @@
-// pg_outbox_bench: baselines and probes for bench/run.sh.
+// pg_outbox_bench: the benchmark (run) and its baselines and probes.
 //
+//   run           the benchmark on throwaway servers: the workloads of
+//                 bench/workloads/ (--only names some), each figure beside a
+//                 baseline measured in the same run; the table goes to
+//                 bench/results/ (bench/README.md). The subcommands below
+//                 are the baselines it runs as child processes.
 //   xadd-ceiling  the same entries as the relay publishes (prev included), loaded into memory
 //                 first, then appended with pipelined XADD: the ceiling
 //   naive-relay   the status-column outbox relay: SELECT ... FOR UPDATE SKIP
@@ -52,6 +57,7 @@
 #include "pg_outbox/event.hpp"
 #include "pg_outbox/pg.hpp"
 #include "pg_outbox/redis.hpp"
+#include "bench.hpp"
 
 using namespace pg_outbox;
 using Clock = std::chrono::steady_clock;
@@ -625,7 +631,17 @@ int main(int argc, char** argv) {
     int interval_ms = 200;
     wr->add_option("--interval", interval_ms, "milliseconds between polls: each poll costs the server its query")
         ->check(CLI::Range(1, 60000));
+    auto* run = app.add_subcommand("run", "the benchmark: its workloads on throwaway servers");
+    std::vector<std::string> only;
+    std::string relay = PG_OUTBOX_RELAY_PATH, results = "bench/results", rows_dir;
+    run->add_option("--only", only, "workloads to run (default: all), comma-separated")->delimiter(',');
+    run->add_option("--relay", relay, "the pg_outbox_relay program");
+    run->add_option("--results", results, "where the report goes (\"\": printed only)");
+    run->add_option("--rows-dir", rows_dir, "also writes each workload's rows to DIR/<workload>.md");
+    std::string chart_prefix;
+    run->add_option("--chart-prefix", chart_prefix, "charts go to PREFIX-<name>.png (default: beside the report)");
     CLI11_PARSE(app, argc, argv);
+    if (run->parsed()) return pg_outbox::bench::run_benchmark(only, relay, results, rows_dir, chart_prefix);
     if (hc->parsed()) {
         if (!hand.bare && (hand.pg.empty() || hand.handler.empty() == hand.set_sql.empty())) {
             std::fprintf(stderr, "hand-consume: --pg and one of --handler and --set-sql are needed unless --bare\n");
