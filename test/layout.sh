@@ -263,7 +263,7 @@ SERVER_START='redis-server[[:space:]]+(--port|--sentinel|[^[:space:]]+\.conf)|\b
 only_the_kit_starts_servers() {
 	local hits
 	hits=$(grep -nE "$SERVER_START" scripts/*.sh test/*.sh test/*/*.sh bench/*.sh examples/*.sh \
-		relay/tests/*.cpp relay/tests/*.hpp bench/*.cpp test/soak/*.cpp 2>/dev/null |
+		relay/tests/*.cpp relay/tests/*.hpp bench/*.cpp bench/*.hpp bench/workloads/*.cpp test/soak/*.cpp 2>/dev/null |
 		grep -vE '^test/layout\.sh:|^[^:]+:[0-9]+:[[:space:]]*(#|//)' || true)
 	[ -z "$hits" ] || { echo "# $hits" >&2; return 1; }
 }
