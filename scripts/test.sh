@@ -9,7 +9,10 @@
 # installed, the demo on them, removed), a soak test in each order, one of
 # a sharded group on a Redis Cluster and one of network faults (skipped,
 # and counted so, where the machine cannot make network namespaces).
-# Ends with ctest's summary; a failed test's output is printed in full.
+# Ends with ctest's summary line ("N% tests passed, N tests failed out
+# of N"), printed again last, after the label times and the list of
+# failed tests that ctest prints after it; a failed test's output is
+# printed in full.
 #
 # Arguments go to ctest: scripts/test.sh -L regress runs one label,
 # scripts/test.sh -R '^soak/' some tests (ctest -N in build/ lists them).
@@ -29,4 +32,7 @@ cmake --build build -j"$(nproc)" >"$log" 2>&1 || { cat "$log"; exit 1; }
 
 say "every test, two at a time, those that need the machine alone one at a time"
 cd build
-ctest --output-on-failure --timeout 300 -j2 "$@"
+rc=0
+ctest --output-on-failure --timeout 300 -j2 "$@" | tee "$log" || rc=$?
+grep -E '^[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -n 1 || true
+exit "$rc"
