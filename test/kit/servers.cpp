@@ -575,17 +575,32 @@ RedisClusterServers::RedisClusterServers(int masters, int replicas, std::chrono:
                                          const std::vector<std::string>& extra, const Placement& placement) {
     const int n = masters * (1 + replicas);
     for (int i = 0; i < n; ++i) {
-        // The cluster bus listens on a port of its own: port + 10000 may
-        // be taken, or above 65535.
-        std::vector<std::string> args{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                                      "--cluster-node-timeout", std::to_string(node_timeout.count()),
-                                      "--cluster-port", std::to_string(free_port()),
-                                      "--repl-diskless-sync-delay", "0"};
-        args.insert(args.end(), extra.begin(), extra.end());
         Placement node;
         if (!placement.dir.empty()) node.dir = placement.dir + "/node" + std::to_string(i + 1);
         node.detached = placement.detached;
-        nodes_.push_back(std::make_unique<RedisServer>(false, std::move(args), node));
+        // The cluster bus listens on a port of its own: port + 10000 may
+        // be taken, or above 65535. A port found free is not reserved: a
+        // server of another test running beside this one may bind it
+        // first, and the node then exits at once. Such a node is started
+        // again on other ports, a few times.
+        for (int attempt = 1;; ++attempt) {
+            std::vector<std::string> args{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                                          "--cluster-node-timeout", std::to_string(node_timeout.count()),
+                                          "--cluster-port", std::to_string(free_port()),
+                                          "--repl-diskless-sync-delay", "0"};
+            args.insert(args.end(), extra.begin(), extra.end());
+            try {
+                nodes_.push_back(std::make_unique<RedisServer>(false, std::move(args), node));
+                break;
+            } catch (const std::runtime_error& e) {
+                if (attempt == 5 || std::string_view(e.what()).find("Address already in use") == std::string_view::npos)
+                    throw;
+                if (!node.dir.empty()) {
+                    std::error_code ec;
+                    fs::remove(node.dir + "/nodes.conf", ec);
+                }
+            }
+        }
     }
     std::vector<std::string> args{"--cluster", "create"};
     for (auto& node : nodes_) args.push_back(node->address());
