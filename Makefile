@@ -1,8 +1,8 @@
 # pg_outbox: PGXS build of the extension, plus entry points for the whole
 # project (tests, demo, benchmarks). The relay is built by CMakeLists.txt.
 
-EXTENSION = pg_outbox
-EXTVERSION = $(shell sed -n "s/^default_version[[:space:]]*=[[:space:]]*'\([^']*\)'.*/\1/p" $(EXTENSION).control)
+EXTENSION = pg_outbox pg_outbox_sql
+EXTVERSION = $(shell sed -n "s/^default_version[[:space:]]*=[[:space:]]*'\([^']*\)'.*/\1/p" pg_outbox.control)
 
 MODULE_big = pg_outbox
 OBJS = \
@@ -27,30 +27,38 @@ OBJS = \
 	extension/xact.o \
 	extension/worker.o
 
+# Two engines behind one API, two extensions: pg_outbox (the C engine, with
+# pg_outbox.so) and pg_outbox_sql (the SQL engine: SQL and PL/pgSQL only,
+# for servers where no C extension may be installed). Their install
+# scripts are built from the same parts of sql/install/, each with its
+# engine's functions from sql/engine/c/ or sql/engine/sql/ (below), and
+# sql/pg_outbox_sql.sql is the SQL engine as a plain script, for psql -f.
+#
 # The install script and the upgrade scripts to this version are built
-# from sql/install/ and sql/upgrade/ (below).
+# from sql/install/ and sql/upgrade/ (below). The SQL engine has no
+# version before 0.2.0, so no upgrade script yet.
 UPGRADE_PARTS = $(sort $(wildcard sql/upgrade/*--*.sql))
-UPGRADE_SCRIPTS = $(patsubst sql/upgrade/%,sql/$(EXTENSION)--%,$(UPGRADE_PARTS))
-DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql $(UPGRADE_SCRIPTS)
+UPGRADE_SCRIPTS = $(patsubst sql/upgrade/%,sql/pg_outbox--%,$(UPGRADE_PARTS))
+DATA_built = sql/pg_outbox--$(EXTVERSION).sql sql/pg_outbox_sql--$(EXTVERSION).sql $(UPGRADE_SCRIPTS)
 # The scripts of released versions, frozen: their install scripts (kept so
 # that an older version can be installed and updated, as the upgrade test
 # does) and the upgrade scripts between them.
-DATA = $(wildcard sql/released/$(EXTENSION)--*.sql)
+DATA = $(wildcard sql/released/pg_outbox--*.sql)
 
 REGRESS = install emit emit_errors emit_drivers groups group_names feed group_ops packed skip privileges explain inbox inbox_entries inbox_consumers maintain drop
-REGRESS_OPTS = --inputdir=test --outputdir=test --load-extension=$(EXTENSION)
+REGRESS_OPTS = --inputdir=test --outputdir=test --load-extension=pg_outbox
 # Specs whose setup or teardown truncates the event table wait for the
 # maintenance lock first: on a preloaded cluster a background maintenance run
 # could otherwise deadlock with the TRUNCATE.
 ISOLATION = xid_order emit_ids abort_savepoint open_tx prepared two_relays inbox_race inbox_isolation maintain_concurrent rewind_leader holders_privacy lease
-ISOLATION_OPTS = --inputdir=test --outputdir=test/isolation --load-extension=$(EXTENSION)
+ISOLATION_OPTS = --inputdir=test --outputdir=test/isolation --load-extension=pg_outbox
 
 # Tests that need pg_outbox in shared_preload_libraries (the commit order):
 # make installcheck-preload, against a server that preloads it.
 PRELOAD_REGRESS = commit_order shards skip_commit
 PRELOAD_ISOLATION = commit_inversion commit_open_tx commit_abort_gap commit_window
 
-EXTRA_CLEAN = test/results test/isolation test/regression.diffs test/regression.out
+EXTRA_CLEAN = sql/c_engine.parts test/results test/isolation test/regression.diffs test/regression.out
 
 PG_CPPFLAGS = -Wall -Wmissing-prototypes -Wpointer-arith -Wendif-labels
 
@@ -66,17 +74,33 @@ all:
 endif
 
 # The install script is built from its parts in sql/install/, concatenated
-# in name order (00_schema_roles.sql first). The directory is a prerequisite
-# too, so that adding, removing or renaming a part rebuilds the script.
+# in name order (00_schema_roles.sql first), with the engine's functions put
+# in by sql/engine.awk. The directories are prerequisites too, so that
+# adding, removing or renaming a part rebuilds the script.
 SQL_PARTS = $(sort $(wildcard sql/install/*.sql))
+C_ENGINE_PARTS = $(wildcard sql/engine/c/*.sql)
+SQL_ENGINE_PARTS = $(wildcard sql/engine/sql/*.sql)
 
 # Every script, install or upgrade, starts with sql/preamble.sql (what the
 # script resolves, who may own the extension's schema) right after its
 # \echo guard: written once, put there by make.
 AFTER_GUARD = sed -e '/^\\echo .*\\quit$$/r sql/preamble.sql'
 
-sql/$(EXTENSION)--$(EXTVERSION).sql: $(SQL_PARTS) sql/install sql/preamble.sql
-	$(AFTER_GUARD) $(SQL_PARTS) > $@.tmp
+# The parts with the C engine's functions: the install script's body, and
+# what sql/upgrade.awk takes the functions from.
+sql/c_engine.parts: $(SQL_PARTS) sql/install sql/engine.awk $(C_ENGINE_PARTS) sql/engine/c
+	$(AWK) -v engine=c -v version=$(EXTVERSION) -f sql/engine.awk $(SQL_PARTS) > $@.tmp
+	mv $@.tmp $@
+
+sql/pg_outbox--$(EXTVERSION).sql: sql/c_engine.parts sql/preamble.sql
+	$(AFTER_GUARD) sql/c_engine.parts > $@.tmp
+	mv $@.tmp $@
+
+# The SQL engine's script names its extension in the \echo guard.
+sql/pg_outbox_sql--$(EXTVERSION).sql: $(SQL_PARTS) sql/install sql/engine.awk $(SQL_ENGINE_PARTS) sql/engine/sql sql/preamble.sql
+	$(AWK) -v engine=sql -v version=$(EXTVERSION) -v fallback=$(ENGINE_FALLBACK) -f sql/engine.awk $(SQL_PARTS) \
+		| sed -e 's/^\(\\echo Use "CREATE EXTENSION pg_outbox\)"/\1_sql"/' \
+		| $(AFTER_GUARD) > $@.tmp
 	mv $@.tmp $@
 
 # An upgrade script, as PgQ builds its own: the schema changes are written
@@ -96,8 +120,8 @@ ifneq ($(filter-out %--$(EXTVERSION).sql,$(UPGRADE_PARTS)),)
 $(error $(filter-out %--$(EXTVERSION).sql,$(UPGRADE_PARTS)): a hand part of an update to another version than $(EXTVERSION); freeze its built script in sql/released/ and remove it)
 endif
 
-sql/$(EXTENSION)--%--$(EXTVERSION).sql: sql/upgrade/%--$(EXTVERSION).sql sql/released/$(EXTENSION)--%.sql sql/upgrade.awk $(SQL_PARTS) sql/install sql/preamble.sql
-	$(AWK) -f sql/upgrade.awk sql/released/$(EXTENSION)--$*.sql $< $(SQL_PARTS) > $@.body
+sql/pg_outbox--%--$(EXTVERSION).sql: sql/upgrade/%--$(EXTVERSION).sql sql/released/pg_outbox--%.sql sql/upgrade.awk sql/c_engine.parts sql/preamble.sql
+	$(AWK) -f sql/upgrade.awk sql/released/pg_outbox--$*.sql $< sql/c_engine.parts > $@.body
 	$(AFTER_GUARD) $@.body > $@.tmp
 	rm $@.body
 	mv $@.tmp $@
@@ -131,7 +155,7 @@ soak:
 # changelog's latest entry must agree.
 checkver:
 	@grep -q '"version": "$(EXTVERSION)"' META.json || \
-		{ echo "META.json version does not match $(EXTENSION).control ($(EXTVERSION))" >&2; exit 1; }
+		{ echo "META.json version does not match pg_outbox.control ($(EXTVERSION))" >&2; exit 1; }
 	@head -n 1 debian/changelog | grep -q '^pg-outbox ($(EXTVERSION)) ' || \
-		{ echo "debian/changelog's latest version does not match $(EXTENSION).control ($(EXTVERSION))" >&2; exit 1; }
+		{ echo "debian/changelog's latest version does not match pg_outbox.control ($(EXTVERSION))" >&2; exit 1; }
 	@echo "version $(EXTVERSION) consistent"

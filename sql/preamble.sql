@@ -38,7 +38,7 @@ BEGIN
 	  JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace
 	  JOIN pg_catalog.pg_roles o ON o.oid = n.nspowner
 	  JOIN pg_catalog.pg_database d ON d.datname = pg_catalog.current_database()
-	 WHERE e.extname = 'pg_outbox';
+	 WHERE e.extname IN ('pg_outbox', 'pg_outbox_sql');
 	IF NOT s.trusted THEN
 		RAISE EXCEPTION 'pg_outbox cannot be installed in schema "%": it is owned by role "%"', s.nspname, s.rolname
 			USING ERRCODE = 'insufficient_privilege',

@@ -28,9 +28,24 @@
 -- (make puts sql/preamble.sql right after the \echo guard above: what the
 -- script resolves, and who may own the extension's schema.)
 
+-- One engine per database: both keep their state in schema "outbox".
+DO $installed$
+BEGIN
+	IF pg_catalog.to_regnamespace('outbox') IS NOT NULL THEN
+		RAISE EXCEPTION 'pg_outbox is installed in database "%" already, or another schema is named "outbox"',
+				pg_catalog.current_database()
+			USING ERRCODE = 'duplicate_schema',
+				  DETAIL = 'pg_outbox keeps its events, groups and inbox in schema "outbox"; its C engine (pg_outbox) and its SQL engine (pg_outbox_sql) both do, so a database has one of them.',
+				  HINT = 'SELECT * FROM outbox.engine() names the engine installed; to change engines, follow "Moving between engines" in the README.';
+	END IF;
+END
+$installed$;
+
 CREATE SCHEMA outbox;
 COMMENT ON SCHEMA outbox IS 'pg_outbox storage and internals';
 REVOKE ALL ON SCHEMA outbox FROM PUBLIC;
+
+-- @engine identity@
 
 --
 -- Roles. Roles are cluster-wide: the first database to install the
@@ -104,8 +119,10 @@ CREATE TRIGGER config_replace BEFORE INSERT ON outbox.config
 --
 REVOKE ALL ON TABLE outbox.config FROM PUBLIC;
 REVOKE ALL ON FUNCTION
+	outbox.engine(),
 	outbox.config_replace()
 FROM PUBLIC;
 
 GRANT USAGE ON SCHEMA outbox TO outbox_writer, outbox_relay, outbox_consumer, outbox_admin;
+GRANT EXECUTE ON FUNCTION outbox.engine() TO outbox_writer, outbox_relay, outbox_consumer, outbox_admin;
 GRANT SELECT, UPDATE ON outbox.config TO outbox_admin;

@@ -128,10 +128,19 @@ RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+	ext name;
 BEGIN
-	IF member <> EXISTS (SELECT 1 FROM pg_depend d
-						  WHERE d.classid = 'pg_class'::regclass AND d.objid = rel AND d.deptype = 'e') THEN
-		EXECUTE format('ALTER EXTENSION pg_outbox %s TABLE %s', CASE WHEN member THEN 'ADD' ELSE 'DROP' END, rel);
+	-- pg_outbox, pg_outbox_sql, or none: the SQL engine installed by a plain
+	-- script (sql/pg_outbox_sql.sql) has no extension to be a member of.
+	SELECT x.extname INTO ext
+	  FROM pg_depend d JOIN pg_extension x ON x.oid = d.refobjid
+	 WHERE d.classid = 'pg_class'::regclass AND d.objid = 'outbox.config'::regclass
+	   AND d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e';
+	IF ext IS NOT NULL AND member <> EXISTS (SELECT 1 FROM pg_depend d
+											  WHERE d.classid = 'pg_class'::regclass AND d.objid = rel
+												AND d.deptype = 'e') THEN
+		EXECUTE format('ALTER EXTENSION %I %s TABLE %s', ext, CASE WHEN member THEN 'ADD' ELSE 'DROP' END, rel);
 	END IF;
 END
 $$;
@@ -207,46 +216,12 @@ CREATE VIEW outbox.feed AS
 	 ORDER BY e.txid, e.seq;
 COMMENT ON VIEW outbox.feed IS 'pg_outbox: committed events below the horizon, in feed order';
 
--- The commit horizon: every commit ticket at or below it is final. Read it
--- before the snapshot that reads the markers, in an earlier statement.
-CREATE FUNCTION outbox.commit_horizon()
-RETURNS bigint
-AS 'MODULE_PATHNAME', 'outbox_commit_horizon'
-LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
-COMMENT ON FUNCTION outbox.commit_horizon() IS 'pg_outbox: commit horizon; every commit ticket at or below it is final (needs preloading)';
-
-CREATE FUNCTION outbox.commit_order_available()
-RETURNS boolean
-AS 'MODULE_PATHNAME', 'outbox_commit_order_available'
-LANGUAGE C VOLATILE STRICT PARALLEL SAFE;
-COMMENT ON FUNCTION outbox.commit_order_available() IS 'pg_outbox: whether this server orders commits (pg_outbox preloaded, not a standby)';
-
--- Waits until no prepared transaction that emitted is pending, and keeps
--- new ones out until the end of the transaction.
-CREATE FUNCTION outbox.commit_order_lock()
-RETURNS void
-AS 'MODULE_PATHNAME', 'outbox_commit_order_lock'
-LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
-COMMENT ON FUNCTION outbox.commit_order_lock() IS 'pg_outbox: waits for prepared transactions that emitted, and keeps new ones out';
+-- @engine commit_order@
 
 --
 -- Emission (C).
 --
-CREATE FUNCTION @extschema@.outbox_emit(topic text, key text, payload jsonb,
-										headers jsonb DEFAULT NULL, event_id uuid DEFAULT NULL)
-RETURNS uuid
-AS 'MODULE_PATHNAME', 'outbox_emit'
-LANGUAGE C VOLATILE PARALLEL UNSAFE;
-COMMENT ON FUNCTION @extschema@.outbox_emit(text, text, jsonb, jsonb, uuid) IS
-	'pg_outbox: writes one event in the current transaction and returns its event id';
-
-CREATE FUNCTION @extschema@.outbox_emit_many(topic text, keys text[], payloads jsonb[],
-											 headers jsonb[] DEFAULT NULL, event_ids uuid[] DEFAULT NULL)
-RETURNS SETOF uuid
-AS 'MODULE_PATHNAME', 'outbox_emit_many'
-LANGUAGE C VOLATILE PARALLEL UNSAFE ROWS 1000;
-COMMENT ON FUNCTION @extschema@.outbox_emit_many(text, text[], jsonb[], jsonb[], uuid[]) IS
-	'pg_outbox: writes one event per array element in the current transaction and returns their event ids in order';
+-- @engine emit@
 
 --
 -- Privileges: writers emit; relays read the feed and its horizons.

@@ -71,38 +71,7 @@ $$;
 COMMENT ON FUNCTION outbox.commit_backlog(bigint, bigint, text[], bigint, xid8, integer, integer) IS
 	'pg_outbox: the events after a commit-order cursor and up to a commit horizon, of some topics or all, of one shard or all, in commit order';
 
--- The next batch after the group's cursor. Takes the group's leadership for
--- this session when it is free (outbox.lead()); returns nothing while
--- another session leads. fetch.c decides where the batch lies from the
--- group's row (leadership, generation, horizons, "after") and feed.c reads
--- it by index, without planning a query: the head of outbox.backlog() (xid8
--- order) or outbox.commit_backlog() (commit order), in feed order. A batch costs
--- O(batch) at any backlog (I-10), and a relay that keeps up with a trickle
--- of commits, fetching many small batches a second, does not pay for a
--- plan each time. With "wait", an empty batch waits for a commit that
--- emitted (pg_outbox preloaded, READ COMMITTED), up to that long.
-CREATE FUNCTION @extschema@.outbox_fetch(group_name text, batch_size integer DEFAULT 1000, after text DEFAULT NULL,
-										 wait interval DEFAULT NULL)
-RETURNS TABLE (pos text, txid xid8, seq bigint, event_id uuid, topic text, key text,
-			   payload jsonb, headers jsonb, created_at timestamptz)
-AS 'MODULE_PATHNAME', 'outbox_fetch'
-LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER ROWS 1000
-SET search_path = pg_catalog, pg_temp;
-COMMENT ON FUNCTION @extschema@.outbox_fetch(text, integer, text, interval) IS
-	'pg_outbox: the next batch of the group''s feed after its cursor (or after a later position); empty while another session leads the group';
-
--- The same batch packed in one bytea for the relay: the fields it writes to
--- its streams, as text, each with its length (the format is described in
--- extension/pack.c and the README). Sending one value costs the server a
--- fraction of sending the rows.
-CREATE FUNCTION @extschema@.outbox_fetch_packed(group_name text, batch_size integer DEFAULT 1000,
-												after text DEFAULT NULL, wait interval DEFAULT NULL)
-RETURNS bytea
-AS 'MODULE_PATHNAME', 'outbox_fetch_packed'
-LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp;
-COMMENT ON FUNCTION @extschema@.outbox_fetch_packed(text, integer, text, interval) IS
-	'pg_outbox: outbox_fetch()''s batch packed in one value, for the relay';
+-- @engine fetch@
 
 -- A group's last positions per stream (outbox.groups.streams), bounded:
 -- every stream above "keep_after" (the cursor: a rewind leaves positions
@@ -168,29 +137,7 @@ $$;
 COMMENT ON FUNCTION outbox.recorded_streams(outbox.groups, jsonb, text) IS
 	'pg_outbox: a group''s last positions per stream with new ones merged in, bounded when a new stream comes';
 
--- Moves the cursor forward to the last published position. Only the leader
--- may; a position behind the cursor is refused (see outbox_rewind). The
--- last position per stream is recorded with it, bounded
--- (outbox.recorded_streams()), so that a group writing to ever new
--- streams does not rewrite an ever larger row. In C beside fetch
--- (advance.c): both pass the same leader and generation checks.
-CREATE FUNCTION @extschema@.outbox_advance(group_name text, pos text, streams jsonb DEFAULT NULL)
-RETURNS void
-AS 'MODULE_PATHNAME', 'outbox_advance'
-LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp;
-COMMENT ON FUNCTION @extschema@.outbox_advance(text, text, jsonb) IS
-	'pg_outbox: moves the group''s cursor forward to the last published position (leader only), recording the last position per stream';
-
--- A relay is about to wait for a notification: the next commit that
--- emitted sends one. True when notifications are sent on demand like this
--- (pg_outbox is preloaded), false when every such commit notifies anyway.
-CREATE FUNCTION @extschema@.outbox_relay_waiting()
-RETURNS boolean
-AS 'MODULE_PATHNAME', 'outbox_relay_waiting'
-LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
-COMMENT ON FUNCTION @extschema@.outbox_relay_waiting() IS
-	'pg_outbox: a relay waits for a notification; the next committing transaction that emitted sends one';
+-- @engine advance@
 
 -- Takes the group's leadership for this session if it is free.
 CREATE FUNCTION @extschema@.outbox_lead(group_name text)

@@ -137,21 +137,7 @@ COMMENT ON TABLE outbox.consumers IS 'pg_outbox: registered inbox consumers and 
 COMMENT ON COLUMN outbox.consumers.owner IS 'members of this role (and of outbox_admin) may apply, consume, dead-letter and replay for the consumer';
 SELECT pg_catalog.pg_extension_config_dump('outbox.consumers', '');
 
--- Errors when no consumer can have the name (C: the one definition of the
--- rules).
-CREATE FUNCTION outbox.consumer_name_check(consumer text)
-RETURNS void
-AS 'MODULE_PATHNAME', 'outbox_consumer_name_check'
-LANGUAGE C IMMUTABLE PARALLEL SAFE;
-COMMENT ON FUNCTION outbox.consumer_name_check(text) IS 'pg_outbox: errors when a consumer name is NULL, empty, over 255 bytes or holds control characters';
-
--- Errors unless the current role may act for the consumer (C).
-CREATE FUNCTION @extschema@.inbox_consumer_check(consumer text)
-RETURNS void
-AS 'MODULE_PATHNAME', 'outbox_inbox_consumer_check'
-LANGUAGE C STABLE PARALLEL RESTRICTED;
-COMMENT ON FUNCTION @extschema@.inbox_consumer_check(text) IS
-	'pg_outbox: errors (42501) unless the consumer is registered and the current role may act for it';
+-- @engine consumers@
 
 -- Errors unless a consumer's owner is a role that exists.
 CREATE FUNCTION outbox.consumer_owner_check(owner regrole)
@@ -311,24 +297,7 @@ COMMENT ON FUNCTION outbox.entry_field(bytea[], text) IS 'pg_outbox: the value o
 -- Applying.
 --
 
--- Records in the inbox the events a consumer applies now, once: for each
--- event, the payload applied before under its id (by an earlier
--- transaction or an earlier event of the same batch), NULL when it is new
--- and recorded now. Takes each event's inbox lock first, in the order of
--- their keys; at REPEATABLE READ and SERIALIZABLE, 40001 when an apply
--- committed after the transaction's snapshot (C, extension/consume.c).
--- Its lookups read the inbox by its unique indexes: a partition analyzed
--- while empty must not get a plan that scans it whole for every event of
--- every batch as it fills.
-CREATE FUNCTION outbox.inbox_record(consumer text, event_ids uuid[], payloads jsonb[])
-RETURNS jsonb[]
-AS 'MODULE_PATHNAME', 'outbox_inbox_record'
-LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off
-SET jit = off;
-COMMENT ON FUNCTION outbox.inbox_record(text, uuid[], jsonb[]) IS
-	'pg_outbox: records the events a consumer applies in the inbox, once; returns for each the payload applied before (NULL when new); granted to nobody';
+-- @engine inbox_record@
 
 -- The body of inbox_apply(), which checks the consumer first. Applies an
 -- event for a consumer, once: true the first time (the caller applies its
@@ -362,12 +331,7 @@ $$;
 COMMENT ON FUNCTION outbox.inbox_apply_unchecked(text, uuid, jsonb) IS
 	'pg_outbox: body of inbox_apply(), called after its consumer check; granted to nobody';
 
-CREATE FUNCTION @extschema@.inbox_apply(consumer text, event_id uuid, payload jsonb)
-RETURNS boolean
-AS 'MODULE_PATHNAME', 'outbox_inbox_checked'
-LANGUAGE C VOLATILE PARALLEL UNSAFE;
-COMMENT ON FUNCTION @extschema@.inbox_apply(text, uuid, jsonb) IS
-	'pg_outbox: records that a consumer applies an event; true the first time, false for a redelivery, SQLSTATE OB001 for another payload under the same id';
+-- @engine inbox_apply@
 
 --
 -- Dead letters: entries a consumer gave up on, kept with why.
@@ -503,43 +467,7 @@ $$;
 COMMENT ON FUNCTION outbox.inbox_dead_letter_unchecked(text, text, text, bytea[], text, text, integer) IS
 	'pg_outbox: body of inbox_dead_letter() from raw fields, called after its consumer check; granted to nobody';
 
-CREATE FUNCTION @extschema@.inbox_dead_letter(consumer text, stream text, entry_id text, event_id uuid,
-											  topic text, key text, payload jsonb, headers jsonb,
-											  reason text, sqlstate text DEFAULT NULL, deliveries integer DEFAULT 1)
-RETURNS bigint
-AS 'MODULE_PATHNAME', 'outbox_inbox_checked'
-LANGUAGE C VOLATILE PARALLEL UNSAFE;
-COMMENT ON FUNCTION @extschema@.inbox_dead_letter(text, text, text, uuid, text, text, jsonb, jsonb, text, text, integer) IS
-	'pg_outbox: records a stream entry a consumer gave up on, from typed values, with the reason; returns the dead letter id';
-
-CREATE FUNCTION @extschema@.inbox_dead_letter(consumer text, stream text, entry_id text, fields bytea[],
-											  reason text, sqlstate text DEFAULT NULL, deliveries integer DEFAULT 1)
-RETURNS bigint
-AS 'MODULE_PATHNAME', 'outbox_inbox_checked'
-LANGUAGE C VOLATILE PARALLEL UNSAFE;
-COMMENT ON FUNCTION @extschema@.inbox_dead_letter(text, text, text, bytea[], text, text, integer) IS
-	'pg_outbox: records a stream entry a consumer gave up on, from its raw fields kept as received, with the reason; returns the dead letter id';
-
--- Applies a batch of stream entries for a consumer: decodes each entry's
--- fields, records the events in the inbox, and runs the handler for each
--- new one, in the order of the entries. Fields come as bytes, as they were
--- in the stream. By default the batch applies as one: no subtransaction,
--- one transaction id. An entry found malformed (its field is no UTF-8
--- text, its event id no uuid, its payload no JSON), a duplicate or a
--- conflict is reported alone; what raises (a failing handler, a number
--- beyond numeric's range) aborts the call. With isolate => true (at most 64
--- entries) each entry applies in a subtransaction of its own, and what
--- raises fails its entry alone ('malformed' or 'failed'). Runs as the
--- caller, with the caller's search_path, so the handler runs with the
--- consumer's own privileges and names (C, extension/consume.c).
-CREATE FUNCTION @extschema@.inbox_consume(consumer text, handler text, event_ids bytea[], topics bytea[],
-										  keys bytea[], payloads bytea[], headers bytea[],
-										  isolate boolean DEFAULT false)
-RETURNS TABLE (ord integer, status text, error_code text, error_message text)
-AS 'MODULE_PATHNAME', 'outbox_inbox_consume'
-LANGUAGE C VOLATILE PARALLEL UNSAFE;
-COMMENT ON FUNCTION @extschema@.inbox_consume(text, text, bytea[], bytea[], bytea[], bytea[], bytea[], boolean) IS
-	'pg_outbox: applies a batch of entries (fields as bytes) through the inbox and a handler, as one transaction, or each in a subtransaction with isolate; returns applied, duplicate, conflict, malformed or failed per entry';
+-- @engine inbox_consume@
 
 -- Body of outbox.dead_letter_take(): locks a dead letter, marks it
 -- replayed, and returns it.
@@ -561,14 +489,7 @@ $$;
 COMMENT ON FUNCTION outbox.dead_letter_take_unchecked(bigint) IS
 	'pg_outbox: body of outbox.dead_letter_take(), called after its consumer check; granted to nobody';
 
--- Locks a dead letter of a consumer the caller may act for, marks it
--- replayed (in the caller's transaction) and returns it.
-CREATE FUNCTION outbox.dead_letter_take(dead_letter_id bigint)
-RETURNS outbox.dead_letters
-AS 'MODULE_PATHNAME', 'outbox_inbox_checked'
-LANGUAGE C VOLATILE PARALLEL UNSAFE;
-COMMENT ON FUNCTION outbox.dead_letter_take(bigint) IS
-	'pg_outbox: locks a dead letter, marks it replayed and returns it, for inbox_replay()';
+-- @engine dead_letter_take@
 
 -- Applies a dead letter again with its original event id (so the inbox
 -- still dedupes it), through a handler, in the caller's transaction.

@@ -79,11 +79,7 @@ END
 $$;
 COMMENT ON FUNCTION outbox.retire_blocker(regclass, xid8, xid8) IS 'pg_outbox: why an event partition may not be retired yet, or NULL';
 
-CREATE FUNCTION outbox.try_maintenance_lock()
-RETURNS boolean
-AS 'MODULE_PATHNAME', 'outbox_try_maintenance_lock'
-LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
-COMMENT ON FUNCTION outbox.try_maintenance_lock() IS 'pg_outbox: takes the maintenance lock for this transaction if free';
+-- @engine maintenance_lock@
 
 -- Runs everything maintenance does, once; idempotent. When another run
 -- holds the maintenance lock it returns at once. Each step that takes a
@@ -462,16 +458,7 @@ $$;
 COMMENT ON FUNCTION @extschema@.outbox_maintenance_status() IS
 	'pg_outbox: when maintenance last started and finished';
 
--- The last background maintenance run of each database of the cluster, as
--- the launcher and its workers record it in shared memory (pg_outbox
--- preloaded; else 55000): databases without the extension are listed too.
-CREATE FUNCTION @extschema@.outbox_maintenance_databases()
-RETURNS TABLE (database name, runs bigint, last_outcome text, last_started_at timestamptz,
-			   last_finished_at timestamptz)
-AS 'MODULE_PATHNAME', 'outbox_maintenance_databases'
-LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
-COMMENT ON FUNCTION @extschema@.outbox_maintenance_databases() IS
-	'pg_outbox: the last background maintenance run of each database of the cluster: runs, outcome, start and end';
+-- @engine maintenance_databases@
 
 
 --
