@@ -58,7 +58,20 @@ ISOLATION_OPTS = --inputdir=test --outputdir=test/isolation --load-extension=pg_
 PRELOAD_REGRESS = commit_order shards skip_commit
 PRELOAD_ISOLATION = commit_inversion commit_open_tx commit_abort_gap commit_window
 
-EXTRA_CLEAN = sql/c_engine.parts test/results test/isolation test/regression.diffs test/regression.out
+# The conformance suite: the same tests on the SQL engine (make
+# installcheck-sql-engine), from copies in test/engine_sql/ that name the
+# extension pg_outbox_sql and show no error's CONTEXT (PL/pgSQL adds its
+# line numbers where C has none); the expected output is the same. The tests
+# of what only the C engine has are left out here, listed with the reason
+# in README.md ("Choosing an engine"); the SQL engine's own refusals are
+# tested in SQL_ENGINE_REGRESS.
+C_ONLY_REGRESS =
+C_ONLY_ISOLATION =
+SQL_ENGINE_REGRESS =
+SHARED_REGRESS = $(filter-out $(C_ONLY_REGRESS),$(REGRESS))
+SHARED_ISOLATION = $(filter-out $(C_ONLY_ISOLATION),$(ISOLATION))
+
+EXTRA_CLEAN = test/engine_sql sql/c_engine.parts test/results test/isolation test/regression.diffs test/regression.out
 
 PG_CPPFLAGS = -Wall -Wmissing-prototypes -Wpointer-arith -Wendif-labels
 
@@ -126,7 +139,7 @@ sql/pg_outbox--%--$(EXTVERSION).sql: sql/upgrade/%--$(EXTVERSION).sql sql/releas
 	rm $@.body
 	mv $@.tmp $@
 
-.PHONY: test demo bench soak checkver installcheck-preload deb
+.PHONY: test demo bench soak checkver installcheck-preload installcheck-sql-engine deb
 
 # Everything on a fresh Debian 12 machine: packages, build, throwaway servers, tests.
 test:
@@ -141,6 +154,28 @@ deb:
 
 installcheck-preload:
 	$(MAKE) installcheck REGRESS="$(PRELOAD_REGRESS)" ISOLATION="$(PRELOAD_ISOLATION)"
+
+ENGINE_SQL_DIR = test/engine_sql
+ENGINE_SQL_SED = -e 's/EXTENSION pg_outbox\b/EXTENSION pg_outbox_sql/g' -e "s/extname = 'pg_outbox'/extname = 'pg_outbox_sql'/g"
+
+installcheck-sql-engine:
+	rm -rf $(ENGINE_SQL_DIR)
+	mkdir -p $(ENGINE_SQL_DIR)/sql $(ENGINE_SQL_DIR)/expected $(ENGINE_SQL_DIR)/specs
+	for t in $(SHARED_REGRESS); do \
+		{ echo '\set SHOW_CONTEXT never'; sed $(ENGINE_SQL_SED) test/sql/$$t.sql; } > $(ENGINE_SQL_DIR)/sql/$$t.sql && \
+		{ echo '\set SHOW_CONTEXT never'; sed $(ENGINE_SQL_SED) test/expected/$$t.out; } > $(ENGINE_SQL_DIR)/expected/$$t.out || exit 1; \
+	done
+	for t in $(SQL_ENGINE_REGRESS); do \
+		cp test/sql/$$t.sql $(ENGINE_SQL_DIR)/sql/ && cp test/expected/$$t.out $(ENGINE_SQL_DIR)/expected/ || exit 1; \
+	done
+	for t in $(SHARED_ISOLATION); do \
+		sed $(ENGINE_SQL_SED) test/specs/$$t.spec > $(ENGINE_SQL_DIR)/specs/$$t.spec && \
+		sed $(ENGINE_SQL_SED) test/expected/$$t.out > $(ENGINE_SQL_DIR)/expected/$$t.out || exit 1; \
+	done
+	$(pg_regress_installcheck) --inputdir=$(ENGINE_SQL_DIR) --outputdir=$(ENGINE_SQL_DIR) --load-extension=pg_outbox_sql \
+		$(SHARED_REGRESS) $(SQL_ENGINE_REGRESS)
+	$(pg_isolation_regress_installcheck) --inputdir=$(ENGINE_SQL_DIR) --outputdir=$(ENGINE_SQL_DIR)/isolation \
+		--load-extension=pg_outbox_sql $(SHARED_ISOLATION)
 
 # Benchmarks on throwaway servers; they print tables (see bench/README.md).
 bench:
