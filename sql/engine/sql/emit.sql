@@ -17,6 +17,16 @@
 -- again (C goes on from the rolled-back numbers); positions stay unique
 -- and in emission order either way.
 --
+-- Generated event ids are version 7 UUIDs, as in C: 48 bits of Unix
+-- milliseconds, the version, 12 random bits, the variant, 32 random bits
+-- and the low 30 bits of the event's number from outbox.emit_seq. The
+-- random bits come from random() (a generator seeded per backend from a
+-- strong source), not from gen_random_uuid(), whose strong randomness per
+-- call would cost an emit more than its INSERT; the sequence's number,
+-- never handed out twice in a database, keeps two ids of one database
+-- apart even where random() was made repeatable by setseed(). (The C
+-- engine draws its 74 random bits from a pool of strong random bytes.)
+--
 -- The functions write as the extension's owner (SECURITY DEFINER), where
 -- the C engine writes the rows through the table access method without a
 -- privilege check: callers need EXECUTE on them, not INSERT on the table,
@@ -36,111 +46,124 @@ AS $$
 #variable_conflict use_variable
 DECLARE
 	lim bigint;
-	setting text := current_setting('pg_outbox.max_payload_size', true);
+	setting text;
 	size bigint;
 	hsize bigint;
 	text_size bigint;
 	offs text;
 	now timestamptz;
-	id uuid := event_id;
+	id uuid;
 	n bigint;
 	m text[];
 	msg text;
 	detail text;
 BEGIN
-	IF topic IS NULL THEN
-		RAISE EXCEPTION 'topic must not be null' USING ERRCODE = 'null_value_not_allowed';
-	END IF;
-	IF octet_length(topic) = 0 THEN
-		RAISE EXCEPTION 'topic must not be empty' USING ERRCODE = 'invalid_parameter_value';
-	ELSIF octet_length(topic) > 255 THEN
-		RAISE EXCEPTION 'topic is too long' USING ERRCODE = 'program_limit_exceeded',
-			DETAIL = format('The topic is %s bytes; the limit is 255 bytes.', octet_length(topic));
-	END IF;
-	IF octet_length(key) > 1024 THEN
-		RAISE EXCEPTION 'key is too long' USING ERRCODE = 'program_limit_exceeded',
-			DETAIL = format('The key is %s bytes; the limit is 1024 bytes.', octet_length(key));
-	END IF;
-	IF payload IS NULL THEN
-		RAISE EXCEPTION 'payload must not be null' USING ERRCODE = 'null_value_not_allowed',
-			HINT = 'Use ''{}'' or ''null''::jsonb for an event without a payload.';
-	END IF;
-	IF headers IS NOT NULL AND jsonb_typeof(headers) <> 'object' THEN
-		RAISE EXCEPTION 'headers must be a JSON object' USING ERRCODE = 'invalid_parameter_value',
-			HINT = 'Pass NULL for no headers.';
-	END IF;
+	-- Every check of the C engine, in its order, where one of them could
+	-- fail; most calls pass them all in this one expression. (A value's
+	-- size as jsonb is read from the datum here, which is at most 3 bytes
+	-- short of the C engine's count for a value with a short header, and
+	-- less for a compressed one: both take the full checks.)
+	IF topic IS NULL OR octet_length(topic) NOT BETWEEN 1 AND 255 OR octet_length(key) > 1024 OR payload IS NULL
+	   OR (headers IS NOT NULL AND jsonb_typeof(headers) <> 'object')
+	   OR coalesce(nullif(current_setting('pg_outbox.max_payload_size', true), ''), '1MB') <> '1MB'
+	   OR pg_column_size(payload) + coalesce(pg_column_size(headers), 0) > 1048570
+	   OR pg_column_compression(payload) IS NOT NULL OR pg_column_compression(headers) IS NOT NULL
+	   OR octet_length(payload::text) + coalesce(octet_length(headers::text), 0) > 1048576
+	   OR current_setting('transaction_read_only') = 'on' THEN
+		IF topic IS NULL THEN
+			RAISE EXCEPTION 'topic must not be null' USING ERRCODE = 'null_value_not_allowed';
+		END IF;
+		IF octet_length(topic) = 0 THEN
+			RAISE EXCEPTION 'topic must not be empty' USING ERRCODE = 'invalid_parameter_value';
+		ELSIF octet_length(topic) > 255 THEN
+			RAISE EXCEPTION 'topic is too long' USING ERRCODE = 'program_limit_exceeded',
+				DETAIL = format('The topic is %s bytes; the limit is 255 bytes.', octet_length(topic));
+		END IF;
+		IF octet_length(key) > 1024 THEN
+			RAISE EXCEPTION 'key is too long' USING ERRCODE = 'program_limit_exceeded',
+				DETAIL = format('The key is %s bytes; the limit is 1024 bytes.', octet_length(key));
+		END IF;
+		IF payload IS NULL THEN
+			RAISE EXCEPTION 'payload must not be null' USING ERRCODE = 'null_value_not_allowed',
+				HINT = 'Use ''{}'' or ''null''::jsonb for an event without a payload.';
+		END IF;
+		IF headers IS NOT NULL AND jsonb_typeof(headers) <> 'object' THEN
+			RAISE EXCEPTION 'headers must be a JSON object' USING ERRCODE = 'invalid_parameter_value',
+				HINT = 'Pass NULL for no headers.';
+		END IF;
 
-	-- pg_outbox.max_payload_size: payload and headers, as jsonb and as
-	-- JSON text (what the relay publishes).
-	-- pg_outbox.max_payload_size, as set (a placeholder's text) or shown
-	-- (by a backend that loaded pg_outbox.so for another database).
-	IF setting IS NULL OR setting = '' THEN
-		lim := 1048576;
-	ELSE
-		m := regexp_match(setting, '^\s*([0-9]{1,12})\s*(B|kB|MB|GB|TB)?\s*$');
-		IF m IS NULL THEN
-			RAISE EXCEPTION 'invalid value for parameter "pg_outbox.max_payload_size": "%"', setting
-				USING ERRCODE = 'invalid_parameter_value',
-					  HINT = 'Valid units for this parameter are "B", "kB", "MB", "GB", and "TB".';
-		END IF;
-		lim := m[1]::bigint * CASE coalesce(m[2], 'B') WHEN 'B' THEN 1 WHEN 'kB' THEN 1024 WHEN 'MB' THEN 1048576
-								   WHEN 'GB' THEN 1073741824 ELSE 1099511627776 END;
-		IF lim < 1024 OR lim > 268435456 THEN
-			RAISE EXCEPTION '% B is outside the valid range for parameter "pg_outbox.max_payload_size" (1024 .. 268435456)', lim
-				USING ERRCODE = 'invalid_parameter_value';
-		END IF;
-	END IF;
-	-- The size of the values as jsonb, whatever their storage (#> '{}'
-	-- returns the value detoasted, as C reads it).
-	size := pg_column_size(payload #> '{}');
-	hsize := coalesce(pg_column_size(headers #> '{}'), 0);
-	IF size + hsize > lim THEN
-		IF headers IS NULL THEN
-			msg := 'payload is too large';
-			detail := format('The payload is %s bytes as jsonb; pg_outbox.max_payload_size is %s bytes.', size, lim);
+		-- pg_outbox.max_payload_size: payload and headers, as jsonb and as
+		-- JSON text (what the relay publishes), as set (a placeholder's
+		-- text) or shown (by a backend that loaded pg_outbox.so for another
+		-- database).
+		setting := current_setting('pg_outbox.max_payload_size', true);
+		IF setting IS NULL OR setting = '' THEN
+			lim := 1048576;
 		ELSE
-			msg := 'payload and headers are too large';
-			detail := format('The payload is %s bytes and the headers are %s bytes as jsonb; pg_outbox.max_payload_size, which counts both, is %s bytes.',
-							 size, hsize, lim);
+			m := regexp_match(setting, '^\s*([0-9]{1,12})\s*(B|kB|MB|GB|TB)?\s*$');
+			IF m IS NULL THEN
+				RAISE EXCEPTION 'invalid value for parameter "pg_outbox.max_payload_size": "%"', setting
+					USING ERRCODE = 'invalid_parameter_value',
+						  HINT = 'Valid units for this parameter are "B", "kB", "MB", "GB", and "TB".';
+			END IF;
+			lim := m[1]::bigint * CASE coalesce(m[2], 'B') WHEN 'B' THEN 1 WHEN 'kB' THEN 1024 WHEN 'MB' THEN 1048576
+									   WHEN 'GB' THEN 1073741824 ELSE 1099511627776 END;
+			IF lim < 1024 OR lim > 268435456 THEN
+				RAISE EXCEPTION '% B is outside the valid range for parameter "pg_outbox.max_payload_size" (1024 .. 268435456)', lim
+					USING ERRCODE = 'invalid_parameter_value';
+			END IF;
 		END IF;
-		RAISE EXCEPTION USING MESSAGE = msg, ERRCODE = 'program_limit_exceeded', DETAIL = detail,
-			HINT = 'Store large content elsewhere and emit a reference to it, or raise pg_outbox.max_payload_size.';
-	END IF;
-	-- As JSON text: printed, as jsonb's output function prints it.
-	text_size := octet_length(payload::text) + coalesce(octet_length(headers::text), 0);
-	IF text_size > lim THEN
-		IF headers IS NULL THEN
-			msg := 'payload is too large';
-			detail := format('The payload is %s bytes as jsonb but prints as %s bytes of JSON text, as the relay publishes it; pg_outbox.max_payload_size is %s bytes.',
-							 size, text_size, lim);
-		ELSE
-			msg := 'payload and headers are too large';
-			detail := format('The payload and headers are %s bytes as jsonb but print as %s bytes of JSON text, as the relay publishes them; pg_outbox.max_payload_size, which counts both, is %s bytes.',
-							 size + hsize, text_size, lim);
+		-- The size of the values as jsonb, whatever their storage (#> '{}'
+		-- returns the value detoasted, as C reads it).
+		size := pg_column_size(payload #> '{}');
+		hsize := coalesce(pg_column_size(headers #> '{}'), 0);
+		IF size + hsize > lim THEN
+			IF headers IS NULL THEN
+				msg := 'payload is too large';
+				detail := format('The payload is %s bytes as jsonb; pg_outbox.max_payload_size is %s bytes.', size, lim);
+			ELSE
+				msg := 'payload and headers are too large';
+				detail := format('The payload is %s bytes and the headers are %s bytes as jsonb; pg_outbox.max_payload_size, which counts both, is %s bytes.',
+								 size, hsize, lim);
+			END IF;
+			RAISE EXCEPTION USING MESSAGE = msg, ERRCODE = 'program_limit_exceeded', DETAIL = detail,
+				HINT = 'Store large content elsewhere and emit a reference to it, or raise pg_outbox.max_payload_size.';
 		END IF;
-		RAISE EXCEPTION USING MESSAGE = msg, ERRCODE = 'program_limit_exceeded', DETAIL = detail,
-			HINT = 'A number prints with every digit (1e1000 as 1001 bytes), a control character in a string as 6 bytes: store such content elsewhere and emit a reference to it, or raise pg_outbox.max_payload_size.';
-	END IF;
+		-- As JSON text: printed, as jsonb's output function prints it.
+		text_size := octet_length(payload::text) + coalesce(octet_length(headers::text), 0);
+		IF text_size > lim THEN
+			IF headers IS NULL THEN
+				msg := 'payload is too large';
+				detail := format('The payload is %s bytes as jsonb but prints as %s bytes of JSON text, as the relay publishes it; pg_outbox.max_payload_size is %s bytes.',
+								 size, text_size, lim);
+			ELSE
+				msg := 'payload and headers are too large';
+				detail := format('The payload and headers are %s bytes as jsonb but print as %s bytes of JSON text, as the relay publishes them; pg_outbox.max_payload_size, which counts both, is %s bytes.',
+								 size + hsize, text_size, lim);
+			END IF;
+			RAISE EXCEPTION USING MESSAGE = msg, ERRCODE = 'program_limit_exceeded', DETAIL = detail,
+				HINT = 'A number prints with every digit (1e1000 as 1001 bytes), a control character in a string as 6 bytes: store such content elsewhere and emit a reference to it, or raise pg_outbox.max_payload_size.';
+		END IF;
 
-	IF current_setting('transaction_read_only') = 'on' THEN
-		RAISE EXCEPTION 'cannot execute outbox_emit() in a read-only transaction'
-			USING ERRCODE = 'read_only_sql_transaction';
-	END IF;
-
-	now := clock_timestamp();
-	IF id IS NULL THEN
-		-- A version 7 UUID: 48 bits of Unix milliseconds, then the 74
-		-- random bits of a version 4 one (version and variant set).
-		id := (lpad(to_hex(floor(date_part('epoch', now) * 1000)::bigint), 12, '0')
-			   || '7' || substr(replace(gen_random_uuid()::text, '-', ''), 14))::uuid;
+		IF current_setting('transaction_read_only') = 'on' THEN
+			RAISE EXCEPTION 'cannot execute outbox_emit() in a read-only transaction'
+				USING ERRCODE = 'read_only_sql_transaction';
+		END IF;
 	END IF;
 
 	n := nextval('outbox.emit_seq'::regclass);
 	offs := current_setting('pg_outbox_sql.seq_offset', true);
 	IF offs IS NULL OR offs = '' THEN
-		offs := (n - 1)::text;
-		PERFORM set_config('pg_outbox_sql.seq_offset', offs, true);
+		offs := set_config('pg_outbox_sql.seq_offset', (n - 1)::text, true);
 	END IF;
+
+	-- A version 7 UUID (see the top of this file) unless given.
+	now := clock_timestamp();
+	id := coalesce(event_id,
+				   encode(int8send((floor(date_part('epoch', now) * 1000)::bigint << 16) | 28672
+								   | floor(random() * 4096)::bigint)
+						  || int8send(-9223372036854775808 | (floor(random() * 4294967296)::bigint << 30)
+									  | (n & 1073741823)), 'hex')::uuid);
 
 	INSERT INTO outbox.event (txid, seq, event_id, topic, key, payload, headers, created_at)
 	VALUES (pg_current_xact_id(), n - offs::bigint, id, topic, key, payload, headers, now);
@@ -170,7 +193,7 @@ DECLARE
 	offs text;
 	first bigint;
 	now timestamptz := clock_timestamp();
-	ms text;
+	ms bigint;
 	m text[];
 	msg text;
 	detail text;
@@ -311,21 +334,23 @@ BEGIN
 	first := nextval('outbox.emit_seq'::regclass);
 	offs := current_setting('pg_outbox_sql.seq_offset', true);
 	IF offs IS NULL OR offs = '' THEN
-		offs := (first - 1)::text;
-		PERFORM set_config('pg_outbox_sql.seq_offset', offs, true);
+		offs := set_config('pg_outbox_sql.seq_offset', (first - 1)::text, true);
 	END IF;
-	ms := lpad(to_hex(floor(date_part('epoch', now) * 1000)::bigint), 12, '0');
+	ms := (floor(date_part('epoch', now) * 1000)::bigint << 16) | 28672;
 
 	-- Element 1 takes the number drawn above, the others one each, in
 	-- array order; generated ids as outbox_emit() makes them.
 	RETURN QUERY
 	WITH written AS (
 		INSERT INTO outbox.event (txid, seq, event_id, topic, key, payload, headers, created_at)
-		SELECT pg_current_xact_id(),
-			   CASE WHEN e.i = 1 THEN first ELSE nextval('outbox.emit_seq'::regclass) END - offs::bigint,
-			   coalesce(e.id, (ms || '7' || substr(replace(gen_random_uuid()::text, '-', ''), 14))::uuid),
+		SELECT pg_current_xact_id(), e.n - offs::bigint,
+			   coalesce(e.id, encode(int8send(ms | (e.r >> 32))
+									 || int8send(-9223372036854775808 | ((e.r & 4294967295) << 30) | (e.n & 1073741823)),
+									 'hex')::uuid),
 			   topic, e.k, e.p, e.h, now
-		  FROM unnest(payloads, keys, headers, event_ids) WITH ORDINALITY AS e(p, k, h, id, i)
+		  FROM (SELECT u.*, CASE WHEN u.i = 1 THEN first ELSE nextval('outbox.emit_seq'::regclass) END AS n,
+					   floor(random() * 17592186044416)::bigint AS r
+				  FROM unnest(payloads, keys, headers, event_ids) WITH ORDINALITY AS u(p, k, h, id, i)) e
 		RETURNING seq, event_id
 	)
 	SELECT w.event_id FROM written w ORDER BY w.seq;
@@ -356,12 +381,16 @@ CREATE FUNCTION outbox.notify_relays()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 AS $$
+DECLARE
+	done pg_catalog.text;
 BEGIN
 	IF pg_catalog.btrim(coalesce(pg_catalog.current_setting('pg_outbox.notify', true), ''))
 			OPERATOR(pg_catalog.!~*) '^(of|off|f|fa|fal|fals|false|n|no|0)$'
 	   AND coalesce(pg_catalog.current_query(), '')
 			OPERATOR(pg_catalog.!~*) '\mprepare\s+transaction\M' THEN
-		PERFORM pg_catalog.pg_notify('pg_outbox', '');
+		-- An assignment, not PERFORM: evaluated as an expression, without
+		-- running a query.
+		done := pg_catalog.pg_notify('pg_outbox', '')::pg_catalog.text;
 	END IF;
 	RETURN NULL;
 END
