@@ -102,6 +102,23 @@ SELECT pg_temp.try($$SELECT outbox_emit('t', 'k', '{}')$$) AS not_a_size;
 SELECT pg_temp.try($$SELECT outbox_emit_many('t', NULL, ARRAY['{}']::jsonb[])$$) AS not_a_size_many;
 RESET pg_outbox.max_payload_size;
 
+-- A value read from a table may be stored compressed, or with a short
+-- header: its size as jsonb is counted as the C engine counts it, from the
+-- value detoasted (the C engine prints the same errors).
+CREATE TEMP TABLE stored (n int, p jsonb, h jsonb);
+INSERT INTO stored VALUES (1, jsonb_build_object('x', repeat('x', 1100000)), NULL),
+                          (2, '{"a": 1}', jsonb_build_object('h', repeat('h', 1100000))),
+                          (3, '{"s": "small"}', '{"t": "tiny"}');
+SELECT n, pg_column_compression(p) AS p_compressed, pg_column_compression(h) AS h_compressed FROM stored ORDER BY n;
+\set VERBOSITY default
+SELECT outbox_emit('t', 'k', p, h) FROM stored WHERE n = 1;
+SELECT outbox_emit('t', 'k', p, h) FROM stored WHERE n = 2;
+SELECT count(*) FROM outbox_emit_many('t', NULL, (SELECT array_agg(p ORDER BY n) FROM stored),
+                                      (SELECT array_agg(h ORDER BY n) FROM stored));
+\set VERBOSITY terse
+SELECT outbox_emit('t', 'k', p, h) IS NOT NULL AS emitted FROM stored WHERE n = 3;
+SELECT payload, headers FROM outbox.event WHERE key = 'k' AND headers IS NOT NULL;
+
 -- The shard of an event is the C engine's (CRC-32C): fixed values, also
 -- of multibyte text.
 SELECT outbox.shard_of('orders', 'k1', 4) AS a, outbox.shard_of('orders', NULL, 7) AS b,
