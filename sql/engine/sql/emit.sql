@@ -50,10 +50,7 @@ DECLARE
 	size bigint;
 	hsize bigint;
 	text_size bigint;
-	offs text;
-	now timestamptz;
 	id uuid;
-	n bigint;
 	m text[];
 	msg text;
 	detail text;
@@ -151,22 +148,21 @@ BEGIN
 		END IF;
 	END IF;
 
-	n := nextval('outbox.emit_seq'::regclass);
-	offs := current_setting('pg_outbox_sql.seq_offset', true);
-	IF offs IS NULL OR offs = '' THEN
-		offs := set_config('pg_outbox_sql.seq_offset', (n - 1)::text, true);
-	END IF;
-
-	-- A version 7 UUID (see the top of this file) unless given.
-	now := clock_timestamp();
-	id := coalesce(event_id,
-				   encode(int8send((floor(date_part('epoch', now) * 1000)::bigint << 16) | 28672
-								   | floor(random() * 4096)::bigint)
-						  || int8send(-9223372036854775808 | (floor(random() * 4294967296)::bigint << 30)
-									  | (n & 1073741823)), 'hex')::uuid);
-
+	-- One statement: the event's number, the transaction's offset (set by
+	-- its first event), a version 7 id unless given (see the top of this
+	-- file), the row.
 	INSERT INTO outbox.event (txid, seq, event_id, topic, key, payload, headers, created_at)
-	VALUES (pg_current_xact_id(), n - offs::bigint, id, topic, key, payload, headers, now);
+	SELECT pg_current_xact_id(),
+		   v.n - coalesce(nullif(current_setting('pg_outbox_sql.seq_offset', true), '')::bigint,
+						  set_config('pg_outbox_sql.seq_offset', (v.n - 1)::text, true)::bigint),
+		   coalesce(event_id,
+					encode(int8send((floor(date_part('epoch', v.now) * 1000)::bigint << 16) | 28672
+									| floor(random() * 4096)::bigint)
+						   || int8send(-9223372036854775808 | (floor(random() * 4294967296)::bigint << 30)
+									   | (v.n & 1073741823)), 'hex')::uuid),
+		   topic, key, payload, headers, v.now
+	  FROM (SELECT nextval('outbox.emit_seq'::regclass) AS n, clock_timestamp() AS now) v
+	RETURNING event.event_id INTO id;
 	RETURN id;
 END
 $$;
