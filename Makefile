@@ -64,10 +64,11 @@ PRELOAD_ISOLATION = commit_inversion commit_open_tx commit_abort_gap commit_wind
 # line numbers where C has none); the expected output is the same. The tests
 # of what only the C engine has are left out here, listed with the reason
 # in README.md ("Choosing an engine"); the SQL engine's own refusals are
-# tested in SQL_ENGINE_REGRESS.
+# tested in SQL_ENGINE_REGRESS and SQL_ENGINE_ISOLATION.
 C_ONLY_REGRESS =
 C_ONLY_ISOLATION =
-SQL_ENGINE_REGRESS =
+SQL_ENGINE_REGRESS = engine_sql
+SQL_ENGINE_ISOLATION = engine_sql_notify
 SHARED_REGRESS = $(filter-out $(C_ONLY_REGRESS),$(REGRESS))
 SHARED_ISOLATION = $(filter-out $(C_ONLY_ISOLATION),$(ISOLATION))
 
@@ -168,6 +169,9 @@ installcheck-sql-engine:
 	for t in $(SQL_ENGINE_REGRESS); do \
 		cp test/sql/$$t.sql $(ENGINE_SQL_DIR)/sql/ && cp test/expected/$$t.out $(ENGINE_SQL_DIR)/expected/ || exit 1; \
 	done
+	for t in $(SQL_ENGINE_ISOLATION); do \
+		cp test/specs/$$t.spec $(ENGINE_SQL_DIR)/specs/ && cp test/expected/$$t.out $(ENGINE_SQL_DIR)/expected/ || exit 1; \
+	done
 	for t in $(SHARED_ISOLATION); do \
 		sed $(ENGINE_SQL_SED) test/specs/$$t.spec > $(ENGINE_SQL_DIR)/specs/$$t.spec && \
 		sed $(ENGINE_SQL_SED) test/expected/$$t.out > $(ENGINE_SQL_DIR)/expected/$$t.out || exit 1; \
@@ -175,7 +179,7 @@ installcheck-sql-engine:
 	$(pg_regress_installcheck) --inputdir=$(ENGINE_SQL_DIR) --outputdir=$(ENGINE_SQL_DIR) --load-extension=pg_outbox_sql \
 		$(SHARED_REGRESS) $(SQL_ENGINE_REGRESS)
 	$(pg_isolation_regress_installcheck) --inputdir=$(ENGINE_SQL_DIR) --outputdir=$(ENGINE_SQL_DIR)/isolation \
-		--load-extension=pg_outbox_sql $(SHARED_ISOLATION)
+		--load-extension=pg_outbox_sql $(SHARED_ISOLATION) $(SQL_ENGINE_ISOLATION)
 
 # Benchmarks on throwaway servers; they print tables (see bench/README.md).
 bench:
