@@ -1,0 +1,398 @@
+-- The next batch of a group's feed, in PL/pgSQL: fetch.c, feed.c and
+-- pack.c of the C engine, with the same decisions in the same order.
+--
+-- - the arguments ("wait" between 0 and 10 s, batch_size between 1 and
+--   100000, the group name not null);
+-- - the group, by its name's index (outbox.get_group());
+-- - the leadership: the leader whose lease is fresh (renewed less than a
+--   third of a lease ago) goes on; anyone else asks outbox.lead(), which
+--   takes, keeps or refuses the group (OB003 once for a session whose
+--   leadership passed to another); nothing is read while another leads;
+--   then the generation this session noted (OB002 once after a rewind);
+-- - the horizons, read in a statement before the one that reads the
+--   batch, so that the batch's snapshot is taken after them, and the
+--   refusal (55000) of a cursor ahead of this server;
+-- - "after", a later position of the group's order to start from;
+-- - the batch: the head of outbox.backlog() or outbox.commit_backlog()
+--   after the cursor, inlined into one statement that reads it by index,
+--   O(batch) at any backlog (I-10).
+--
+-- An event whose payload and headers print as more than 256 MB of JSON
+-- text can never be published: first in a batch it is refused (OB004),
+-- later the batch stops before it. A packed batch also stops before an
+-- event that would take it past 64 MB, unless that event comes first. The
+-- size of JSON text is octet_length() of the text jsonb's output function
+-- writes, the same bytes the C engine counts without writing them.
+--
+-- "wait": the C engine sleeps among its database's sleepers, which exist
+-- only when pg_outbox.so is preloaded; the SQL engine never has them and
+-- returns an empty batch at once, as the C engine does when not preloaded.
+-- The relay then waits on LISTEN, and every commit that emitted notifies
+-- (outbox_relay_waiting() returns false).
+CREATE FUNCTION @extschema@.outbox_fetch(group_name text, batch_size integer DEFAULT 1000, after text DEFAULT NULL,
+										 wait interval DEFAULT NULL)
+RETURNS TABLE (pos text, txid xid8, seq bigint, event_id uuid, topic text, key text,
+			   payload jsonb, headers jsonb, created_at timestamptz)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER ROWS 1000
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+	g outbox.groups;
+	a record;
+	c_txid xid8;
+	c_ticket bigint;
+	c_seq bigint;
+	below xid8;
+	next_xid xid8;
+	horizon bigint;
+	r record;
+BEGIN
+	IF wait IS NOT NULL AND (extract(year FROM wait) <> 0 OR extract(month FROM wait) <> 0 OR extract(day FROM wait) <> 0
+							 OR extract(epoch FROM wait) < 0 OR extract(epoch FROM wait) > 10) THEN
+		RAISE EXCEPTION 'wait must be between 0 and 10 seconds'
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = 'While it waits, the statement''s snapshot holds back the cleanup horizon of VACUUM.',
+				  HINT = 'Call outbox_fetch() again to wait longer.';
+	END IF;
+	IF batch_size IS NULL THEN
+		RAISE EXCEPTION 'batch_size must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF batch_size < 1 OR batch_size > 100000 THEN
+		RAISE EXCEPTION 'batch_size % is out of range', batch_size
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = 'batch_size must be between 1 and 100000.';
+	END IF;
+	IF group_name IS NULL THEN
+		RAISE EXCEPTION 'group name must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	g := outbox.get_group(group_name);
+
+	-- The leader goes on while its lease is fresh; anyone else asks.
+	IF NOT (g.leader_pid IS NOT DISTINCT FROM pg_backend_pid()
+			AND g.leader_started IS NOT DISTINCT FROM outbox.session_started()
+			AND clock_timestamp() < g.lease_renewed + outbox.lease() / 3) IS TRUE THEN
+		IF NOT outbox.lead(g.id) THEN
+			RETURN;
+		END IF;
+		g := outbox.get_group(group_name);
+	END IF;
+	IF outbox.note_generation(g.id, g.generation) <> g.generation THEN
+		RAISE EXCEPTION 'cursor of group "%" was moved by outbox_rewind() while this session led it', group_name
+			USING ERRCODE = 'OB002',
+				  DETAIL = format('The cursor is at %s now.', g.cursor),
+				  HINT = 'Fetch again without "after": the next batch starts at the moved cursor.';
+	END IF;
+	after := outbox.unshift_position(after, g.epoch);
+	c_seq := g.cursor_seq;
+
+	IF g.ordering = 'commit' THEN
+		IF current_setting('transaction_isolation') <> 'read committed' THEN
+			RAISE EXCEPTION 'a commit-ordered group is read at READ COMMITTED only'
+				USING ERRCODE = 'invalid_transaction_state',
+					  DETAIL = format('This transaction is %s: its snapshot may predate the commit horizon, and events would be skipped.',
+									  upper(current_setting('transaction_isolation')));
+		END IF;
+		c_ticket := g.cursor_ticket;
+		horizon := outbox.commit_horizon();
+		IF c_ticket > horizon + 1 THEN
+			RAISE EXCEPTION 'cursor of group "%" is ahead of this server''s commit tickets', group_name
+				USING ERRCODE = 'object_not_in_prerequisite_state',
+					  DETAIL = format('The cursor is at ticket %s, the commit horizon is at %s.', c_ticket, horizon),
+					  HINT = format('After a restore into another cluster or a failover, re-anchor the group with outbox_reanchor(%L).',
+									group_name);
+		END IF;
+		-- Every transaction with a ticket up to the horizon has ended: its
+		-- id is below the next one, read after the horizon.
+		below := pg_snapshot_xmax(pg_current_snapshot());
+		IF after IS NOT NULL THEN
+			SELECT p.ticket, p.seq INTO a FROM outbox.parse_commit_position(after) p;
+			IF (a.ticket, a.seq) > (c_ticket, c_seq) THEN
+				c_ticket := a.ticket;
+				c_seq := a.seq;
+			END IF;
+		END IF;
+		FOR r IN
+			SELECT (CASE WHEN g.epoch = 0 THEN b.ticket::text ELSE (b.ticket::numeric + g.epoch)::text END)
+					   || '-' || b.seq AS pos, b.txid, b.seq, b.event_id, b.topic, b.key, b.payload, b.headers,
+				   b.created_at, octet_length(b.payload::text) + coalesce(octet_length(b.headers::text), 0) AS size
+			  FROM outbox.commit_backlog(c_ticket, c_seq, g.topics, horizon, below, g.shard, g.shards) b
+			 LIMIT batch_size
+		LOOP
+			IF r.size > 268435456 THEN
+				EXIT WHEN pos IS NOT NULL;
+				RAISE EXCEPTION 'event at position % of group "%" is too large to publish', r.pos, group_name
+					USING ERRCODE = 'OB004',
+						  DETAIL = format('Its payload and headers print as %s bytes of JSON text, more than the 268435456 bytes any event may print as (the largest pg_outbox.max_payload_size): it was written before outbox_emit() checked the size of JSON text, or not by outbox_emit().',
+										  r.size),
+						  HINT = format('Pass it with SELECT outbox_skip(%L, %L, ''<reason>''): the group goes on after it, and outbox.skipped_events records it.',
+										group_name, r.pos);
+			END IF;
+			pos := r.pos; txid := r.txid; seq := r.seq; event_id := r.event_id; topic := r.topic; key := r.key;
+			payload := r.payload; headers := r.headers; created_at := r.created_at;
+			RETURN NEXT;
+		END LOOP;
+		RETURN;
+	END IF;
+
+	c_txid := g.cursor_txid;
+	SELECT pg_snapshot_xmin(s.s), pg_snapshot_xmax(s.s) INTO below, next_xid FROM pg_current_snapshot() s(s);
+	IF c_txid > next_xid THEN
+		RAISE EXCEPTION 'cursor of group "%" is ahead of this server''s transaction ids', group_name
+			USING ERRCODE = 'object_not_in_prerequisite_state',
+				  DETAIL = format('The cursor is at transaction %s, the next transaction id is %s. This happens after a dump and restore into another cluster, or a failover to a server with an older history.',
+								  c_txid, next_xid),
+				  HINT = format('Re-anchor the group with outbox_reanchor(%L): it goes on from this server''s horizon, with stream ids above those it published.',
+								group_name);
+	END IF;
+	-- A relay that fetches the next batch while the broker still writes
+	-- the previous one reads after that batch, not after the cursor.
+	IF after IS NOT NULL THEN
+		SELECT p.txid, p.seq INTO a FROM outbox.parse_position(after) p;
+		IF (a.txid, a.seq) > (c_txid, c_seq) THEN
+			c_txid := a.txid;
+			c_seq := a.seq;
+		END IF;
+	END IF;
+	FOR r IN
+		SELECT (CASE WHEN g.epoch = 0 THEN b.txid::text ELSE (b.txid::text::numeric + g.epoch)::text END)
+				   || '-' || b.seq AS pos, b.txid, b.seq, b.event_id, b.topic, b.key, b.payload, b.headers,
+			   b.created_at, octet_length(b.payload::text) + coalesce(octet_length(b.headers::text), 0) AS size
+		  FROM outbox.backlog(c_txid, c_seq, g.topics, below, g.shard, g.shards) b
+		 ORDER BY b.txid, b.seq
+		 LIMIT batch_size
+	LOOP
+		IF r.size > 268435456 THEN
+			EXIT WHEN pos IS NOT NULL;
+			RAISE EXCEPTION 'event at position % of group "%" is too large to publish', r.pos, group_name
+				USING ERRCODE = 'OB004',
+					  DETAIL = format('Its payload and headers print as %s bytes of JSON text, more than the 268435456 bytes any event may print as (the largest pg_outbox.max_payload_size): it was written before outbox_emit() checked the size of JSON text, or not by outbox_emit().',
+									  r.size),
+					  HINT = format('Pass it with SELECT outbox_skip(%L, %L, ''<reason>''): the group goes on after it, and outbox.skipped_events records it.',
+									group_name, r.pos);
+		END IF;
+		pos := r.pos; txid := r.txid; seq := r.seq; event_id := r.event_id; topic := r.topic; key := r.key;
+		payload := r.payload; headers := r.headers; created_at := r.created_at;
+		RETURN NEXT;
+	END LOOP;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.outbox_fetch(text, integer, text, interval) IS
+	'pg_outbox: the next batch of the group''s feed after its cursor (or after a later position); empty while another session leads the group';
+
+-- The same batch packed in one bytea for the relay, in the format of
+-- extension/pack.c, built by one statement: "OBP1", the count and the
+-- first event's age (µs, -1: none) as int4send/int8send write them, then
+-- per event seven fields, each its length (int4send, -1: NULL) and its
+-- bytes: the position, the uuid's text, the topic, the key, the payload's
+-- and the headers' JSON text, created_at in RFC 3339, UTC, microseconds.
+-- Texts are taken in the database's encoding, as the C engine copies them.
+-- The window sum of the events before each one decides where the 64 MB
+-- cap stops the batch, as feed.c's check before each event does.
+CREATE FUNCTION @extschema@.outbox_fetch_packed(group_name text, batch_size integer DEFAULT 1000,
+												after text DEFAULT NULL, wait interval DEFAULT NULL)
+RETURNS bytea
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	g outbox.groups;
+	a record;
+	c_txid xid8;
+	c_ticket bigint;
+	c_seq bigint;
+	below xid8;
+	next_xid xid8;
+	horizon bigint;
+	enc name := getdatabaseencoding();
+	n bigint;
+	events bytea;
+	first_created timestamptz;
+	big_pos text;
+	big_size bigint;
+	age bigint;
+BEGIN
+	IF wait IS NOT NULL AND (extract(year FROM wait) <> 0 OR extract(month FROM wait) <> 0 OR extract(day FROM wait) <> 0
+							 OR extract(epoch FROM wait) < 0 OR extract(epoch FROM wait) > 10) THEN
+		RAISE EXCEPTION 'wait must be between 0 and 10 seconds'
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = 'While it waits, the statement''s snapshot holds back the cleanup horizon of VACUUM.',
+				  HINT = 'Call outbox_fetch() again to wait longer.';
+	END IF;
+	IF batch_size IS NULL THEN
+		RAISE EXCEPTION 'batch_size must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF batch_size < 1 OR batch_size > 100000 THEN
+		RAISE EXCEPTION 'batch_size % is out of range', batch_size
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = 'batch_size must be between 1 and 100000.';
+	END IF;
+	IF group_name IS NULL THEN
+		RAISE EXCEPTION 'group name must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	g := outbox.get_group(group_name);
+
+	-- The leader goes on while its lease is fresh; anyone else asks.
+	IF NOT (g.leader_pid IS NOT DISTINCT FROM pg_backend_pid()
+			AND g.leader_started IS NOT DISTINCT FROM outbox.session_started()
+			AND clock_timestamp() < g.lease_renewed + outbox.lease() / 3) IS TRUE THEN
+		IF NOT outbox.lead(g.id) THEN
+			RETURN '\x4f42503100000000ffffffffffffffff'::bytea;
+		END IF;
+		g := outbox.get_group(group_name);
+	END IF;
+	IF outbox.note_generation(g.id, g.generation) <> g.generation THEN
+		RAISE EXCEPTION 'cursor of group "%" was moved by outbox_rewind() while this session led it', group_name
+			USING ERRCODE = 'OB002',
+				  DETAIL = format('The cursor is at %s now.', g.cursor),
+				  HINT = 'Fetch again without "after": the next batch starts at the moved cursor.';
+	END IF;
+	after := outbox.unshift_position(after, g.epoch);
+	c_seq := g.cursor_seq;
+
+	IF g.ordering = 'commit' THEN
+		IF current_setting('transaction_isolation') <> 'read committed' THEN
+			RAISE EXCEPTION 'a commit-ordered group is read at READ COMMITTED only'
+				USING ERRCODE = 'invalid_transaction_state',
+					  DETAIL = format('This transaction is %s: its snapshot may predate the commit horizon, and events would be skipped.',
+									  upper(current_setting('transaction_isolation')));
+		END IF;
+		c_ticket := g.cursor_ticket;
+		horizon := outbox.commit_horizon();
+		IF c_ticket > horizon + 1 THEN
+			RAISE EXCEPTION 'cursor of group "%" is ahead of this server''s commit tickets', group_name
+				USING ERRCODE = 'object_not_in_prerequisite_state',
+					  DETAIL = format('The cursor is at ticket %s, the commit horizon is at %s.', c_ticket, horizon),
+					  HINT = format('After a restore into another cluster or a failover, re-anchor the group with outbox_reanchor(%L).',
+									group_name);
+		END IF;
+		below := pg_snapshot_xmax(pg_current_snapshot());
+		IF after IS NOT NULL THEN
+			SELECT p.ticket, p.seq INTO a FROM outbox.parse_commit_position(after) p;
+			IF (a.ticket, a.seq) > (c_ticket, c_seq) THEN
+				c_ticket := a.ticket;
+				c_seq := a.seq;
+			END IF;
+		END IF;
+		SELECT count(*), string_agg(x.bytes, ''::bytea), min(x.created_at) FILTER (WHERE x.n = 1),
+			   min(x.pos) FILTER (WHERE x.too_large), min(x.size) FILTER (WHERE x.too_large)
+		  INTO n, events, first_created, big_pos, big_size
+		  FROM (SELECT p.*, bool_or(NOT p.fits) OVER (ROWS UNBOUNDED PRECEDING) AS stopped
+				  FROM (SELECT e.*,
+							   e.n = 1 AND e.size > 268435456 AS too_large,
+							   e.n = 1 OR e.size IS NULL
+							   OR coalesce(sum(octet_length(e.bytes)) OVER (ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)
+								  + 91 + octet_length(e.pos) + octet_length(e.topic) + coalesce(octet_length(e.key), 0) + e.size
+								  <= 67108844 AS fits
+						  FROM (SELECT b.*,
+									   CASE WHEN b.size > CASE WHEN b.n = 1 THEN 268435456 ELSE 67108844 END THEN NULL ELSE
+									   int4send(octet_length(b.pos)) || convert_to(b.pos, enc)
+									   || '\x00000024'::bytea || convert_to(b.event_id::text, enc)
+									   || int4send(octet_length(b.topic)) || convert_to(b.topic, enc)
+									   || CASE WHEN b.key IS NULL THEN '\xffffffff'::bytea
+											   ELSE int4send(octet_length(b.key)) || convert_to(b.key, enc) END
+									   || CASE WHEN b.p IS NULL THEN '\xffffffff'::bytea
+											   ELSE int4send(octet_length(b.p)) || convert_to(b.p, enc) END
+									   || CASE WHEN b.h IS NULL THEN '\xffffffff'::bytea
+											   ELSE int4send(octet_length(b.h)) || convert_to(b.h, enc) END
+									   || CASE WHEN b.created_at >= '0001-01-01 00:00:00+00' AND b.created_at < '10000-01-01 00:00:00+00'
+											   THEN '\x0000001b'::bytea
+													|| convert_to(to_char(timezone('UTC', b.created_at), 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), enc)
+											   ELSE '\xffffffff'::bytea END
+									   END AS bytes
+								  FROM (SELECT row_number() OVER () AS n,
+											   (CASE WHEN g.epoch = 0 THEN c.ticket::text ELSE (c.ticket::numeric + g.epoch)::text END)
+												   || '-' || c.seq AS pos,
+											   c.event_id, c.topic, c.key, c.p, c.h, c.created_at,
+											   octet_length(c.p) + coalesce(octet_length(c.h), 0) AS size
+										  FROM (SELECT cb.ticket, cb.seq, cb.event_id, cb.topic, cb.key, cb.payload::text AS p,
+													   cb.headers::text AS h, cb.created_at
+												  FROM outbox.commit_backlog(c_ticket, c_seq, g.topics, horizon, below, g.shard, g.shards) cb
+												 LIMIT batch_size) c) b) e) p) x
+		 WHERE NOT x.stopped;
+	ELSE
+		c_txid := g.cursor_txid;
+		SELECT pg_snapshot_xmin(s.s), pg_snapshot_xmax(s.s) INTO below, next_xid FROM pg_current_snapshot() s(s);
+		IF c_txid > next_xid THEN
+			RAISE EXCEPTION 'cursor of group "%" is ahead of this server''s transaction ids', group_name
+				USING ERRCODE = 'object_not_in_prerequisite_state',
+					  DETAIL = format('The cursor is at transaction %s, the next transaction id is %s. This happens after a dump and restore into another cluster, or a failover to a server with an older history.',
+									  c_txid, next_xid),
+					  HINT = format('Re-anchor the group with outbox_reanchor(%L): it goes on from this server''s horizon, with stream ids above those it published.',
+									group_name);
+		END IF;
+		IF after IS NOT NULL THEN
+			SELECT p.txid, p.seq INTO a FROM outbox.parse_position(after) p;
+			IF (a.txid, a.seq) > (c_txid, c_seq) THEN
+				c_txid := a.txid;
+				c_seq := a.seq;
+			END IF;
+		END IF;
+		SELECT count(*), string_agg(x.bytes, ''::bytea), min(x.created_at) FILTER (WHERE x.n = 1),
+			   min(x.pos) FILTER (WHERE x.too_large), min(x.size) FILTER (WHERE x.too_large)
+		  INTO n, events, first_created, big_pos, big_size
+		  FROM (SELECT p.*, bool_or(NOT p.fits) OVER (ROWS UNBOUNDED PRECEDING) AS stopped
+				  FROM (SELECT e.*,
+							   e.n = 1 AND e.size > 268435456 AS too_large,
+							   e.n = 1 OR e.size IS NULL
+							   OR coalesce(sum(octet_length(e.bytes)) OVER (ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)
+								  + 91 + octet_length(e.pos) + octet_length(e.topic) + coalesce(octet_length(e.key), 0) + e.size
+								  <= 67108844 AS fits
+						  FROM (SELECT b.*,
+									   CASE WHEN b.size > CASE WHEN b.n = 1 THEN 268435456 ELSE 67108844 END THEN NULL ELSE
+									   int4send(octet_length(b.pos)) || convert_to(b.pos, enc)
+									   || '\x00000024'::bytea || convert_to(b.event_id::text, enc)
+									   || int4send(octet_length(b.topic)) || convert_to(b.topic, enc)
+									   || CASE WHEN b.key IS NULL THEN '\xffffffff'::bytea
+											   ELSE int4send(octet_length(b.key)) || convert_to(b.key, enc) END
+									   || CASE WHEN b.p IS NULL THEN '\xffffffff'::bytea
+											   ELSE int4send(octet_length(b.p)) || convert_to(b.p, enc) END
+									   || CASE WHEN b.h IS NULL THEN '\xffffffff'::bytea
+											   ELSE int4send(octet_length(b.h)) || convert_to(b.h, enc) END
+									   || CASE WHEN b.created_at >= '0001-01-01 00:00:00+00' AND b.created_at < '10000-01-01 00:00:00+00'
+											   THEN '\x0000001b'::bytea
+													|| convert_to(to_char(timezone('UTC', b.created_at), 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), enc)
+											   ELSE '\xffffffff'::bytea END
+									   END AS bytes
+								  FROM (SELECT row_number() OVER () AS n,
+											   (CASE WHEN g.epoch = 0 THEN c.txid::text ELSE (c.txid::text::numeric + g.epoch)::text END)
+												   || '-' || c.seq AS pos,
+											   c.event_id, c.topic, c.key, c.p, c.h, c.created_at,
+											   octet_length(c.p) + coalesce(octet_length(c.h), 0) AS size
+										  FROM (SELECT bl.txid, bl.seq, bl.event_id, bl.topic, bl.key, bl.payload::text AS p,
+													   bl.headers::text AS h, bl.created_at
+												  FROM outbox.backlog(c_txid, c_seq, g.topics, below, g.shard, g.shards) bl
+												 ORDER BY bl.txid, bl.seq
+												 LIMIT batch_size) c) b) e) p) x
+		 WHERE NOT x.stopped;
+	END IF;
+	IF big_pos IS NOT NULL THEN
+		RAISE EXCEPTION 'event at position % of group "%" is too large to publish', big_pos, group_name
+			USING ERRCODE = 'OB004',
+				  DETAIL = format('Its payload and headers print as %s bytes of JSON text, more than the 268435456 bytes any event may print as (the largest pg_outbox.max_payload_size): it was written before outbox_emit() checked the size of JSON text, or not by outbox_emit().',
+								  big_size),
+				  HINT = format('Pass it with SELECT outbox_skip(%L, %L, ''<reason>''): the group goes on after it, and outbox.skipped_events records it.',
+								group_name, big_pos);
+	END IF;
+	IF n = 0 THEN
+		age := -1;
+	ELSIF isfinite(first_created) THEN
+		age := greatest(((extract(epoch FROM clock_timestamp()) - extract(epoch FROM first_created)) * 1000000)::bigint, 0);
+	ELSE
+		age := 0;
+	END IF;
+	RETURN '\x4f425031'::bytea || int4send(n::integer) || int8send(age) || coalesce(events, ''::bytea);
+END
+$$;
+COMMENT ON FUNCTION @extschema@.outbox_fetch_packed(text, integer, text, interval) IS
+	'pg_outbox: outbox_fetch()''s batch packed in one value, for the relay';
+
+-- A relay is about to wait for a notification. Without pg_outbox.so there
+-- are no sleepers to arm: every commit that emitted notifies, and this
+-- says so (false), as the C engine does when it is not preloaded.
+CREATE FUNCTION @extschema@.outbox_relay_waiting()
+RETURNS boolean
+LANGUAGE sql VOLATILE STRICT PARALLEL UNSAFE
+AS $$ SELECT false $$;
+COMMENT ON FUNCTION @extschema@.outbox_relay_waiting() IS
+	'pg_outbox: a relay waits for a notification; the next committing transaction that emitted sends one';
