@@ -47,6 +47,8 @@ DECLARE
 	next_xid xid8;
 	horizon bigint;
 	r record;
+	saved text[] := ARRAY[current_setting('plan_cache_mode'), current_setting('enable_sort'),
+						  current_setting('enable_seqscan'), current_setting('enable_bitmapscan')];
 BEGIN
 	IF wait IS NOT NULL AND (extract(year FROM wait) <> 0 OR extract(month FROM wait) <> 0 OR extract(day FROM wait) <> 0
 							 OR extract(epoch FROM wait) < 0 OR extract(epoch FROM wait) > 10) THEN
@@ -112,6 +114,9 @@ BEGIN
 				c_seq := a.seq;
 			END IF;
 		END IF;
+		-- Planned with its values, by index only (see outbox_fetch_packed()).
+		PERFORM set_config('plan_cache_mode', 'force_custom_plan', true), set_config('enable_sort', 'off', true),
+				set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true);
 		FOR r IN
 			SELECT (CASE WHEN g.epoch = 0 THEN b.ticket::text ELSE (b.ticket::numeric + g.epoch)::text END)
 					   || '-' || b.seq AS pos, b.txid, b.seq, b.event_id, b.topic, b.key, b.payload, b.headers,
@@ -132,6 +137,8 @@ BEGIN
 			payload := r.payload; headers := r.headers; created_at := r.created_at;
 			RETURN NEXT;
 		END LOOP;
+		PERFORM set_config('plan_cache_mode', saved[1], true), set_config('enable_sort', saved[2], true),
+				set_config('enable_seqscan', saved[3], true), set_config('enable_bitmapscan', saved[4], true);
 		RETURN;
 	END IF;
 
@@ -154,6 +161,10 @@ BEGIN
 			c_seq := a.seq;
 		END IF;
 	END IF;
+	-- One generic plan, by index only (see outbox_fetch_packed()).
+	PERFORM set_config('plan_cache_mode', CASE WHEN g.shards > 1 THEN 'force_custom_plan' ELSE 'force_generic_plan' END, true),
+			set_config('enable_sort', 'off', true), set_config('enable_seqscan', 'off', true),
+			set_config('enable_bitmapscan', 'off', true);
 	FOR r IN
 		SELECT (CASE WHEN g.epoch = 0 THEN b.txid::text ELSE (b.txid::text::numeric + g.epoch)::text END)
 				   || '-' || b.seq AS pos, b.txid, b.seq, b.event_id, b.topic, b.key, b.payload, b.headers,
@@ -175,6 +186,8 @@ BEGIN
 		payload := r.payload; headers := r.headers; created_at := r.created_at;
 		RETURN NEXT;
 	END LOOP;
+	PERFORM set_config('plan_cache_mode', saved[1], true), set_config('enable_sort', saved[2], true),
+			set_config('enable_seqscan', saved[3], true), set_config('enable_bitmapscan', saved[4], true);
 END
 $$;
 COMMENT ON FUNCTION @extschema@.outbox_fetch(text, integer, text, interval) IS
@@ -210,7 +223,15 @@ DECLARE
 	first_created timestamptz;
 	big_pos text;
 	big_size bigint;
+	n_packed bigint;
+	total bigint;
 	age bigint;
+	commit_order boolean;
+	saved text[];
+	-- Texts go out as the database stores them (pack.c copies their
+	-- bytes): textsend() leaves them so when the client's encoding is the
+	-- database's or SQL_ASCII, convert_to() otherwise.
+	raw boolean := pg_client_encoding() IN (getdatabaseencoding(), 'SQL_ASCII');
 BEGIN
 	IF wait IS NOT NULL AND (extract(year FROM wait) <> 0 OR extract(month FROM wait) <> 0 OR extract(day FROM wait) <> 0
 							 OR extract(epoch FROM wait) < 0 OR extract(epoch FROM wait) > 10) THEN
@@ -250,7 +271,8 @@ BEGIN
 	after := outbox.unshift_position(after, g.epoch);
 	c_seq := g.cursor_seq;
 
-	IF g.ordering = 'commit' THEN
+	commit_order := g.ordering = 'commit';
+	IF commit_order THEN
 		IF current_setting('transaction_isolation') <> 'read committed' THEN
 			RAISE EXCEPTION 'a commit-ordered group is read at READ COMMITTED only'
 				USING ERRCODE = 'invalid_transaction_state',
@@ -274,42 +296,6 @@ BEGIN
 				c_seq := a.seq;
 			END IF;
 		END IF;
-		SELECT count(*), string_agg(x.bytes, ''::bytea), min(x.created_at) FILTER (WHERE x.n = 1),
-			   min(x.pos) FILTER (WHERE x.too_large), min(x.size) FILTER (WHERE x.too_large)
-		  INTO n, events, first_created, big_pos, big_size
-		  FROM (SELECT p.*, bool_or(NOT p.fits) OVER (ROWS UNBOUNDED PRECEDING) AS stopped
-				  FROM (SELECT e.*,
-							   e.n = 1 AND e.size > 268435456 AS too_large,
-							   e.n = 1 OR e.size IS NULL
-							   OR coalesce(sum(octet_length(e.bytes)) OVER (ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)
-								  + 91 + octet_length(e.pos) + octet_length(e.topic) + coalesce(octet_length(e.key), 0) + e.size
-								  <= 67108844 AS fits
-						  FROM (SELECT b.*,
-									   CASE WHEN b.size > CASE WHEN b.n = 1 THEN 268435456 ELSE 67108844 END THEN NULL ELSE
-									   int4send(octet_length(b.pos)) || convert_to(b.pos, enc)
-									   || '\x00000024'::bytea || convert_to(b.event_id::text, enc)
-									   || int4send(octet_length(b.topic)) || convert_to(b.topic, enc)
-									   || CASE WHEN b.key IS NULL THEN '\xffffffff'::bytea
-											   ELSE int4send(octet_length(b.key)) || convert_to(b.key, enc) END
-									   || CASE WHEN b.p IS NULL THEN '\xffffffff'::bytea
-											   ELSE int4send(octet_length(b.p)) || convert_to(b.p, enc) END
-									   || CASE WHEN b.h IS NULL THEN '\xffffffff'::bytea
-											   ELSE int4send(octet_length(b.h)) || convert_to(b.h, enc) END
-									   || CASE WHEN b.created_at >= '0001-01-01 00:00:00+00' AND b.created_at < '10000-01-01 00:00:00+00'
-											   THEN '\x0000001b'::bytea
-													|| convert_to(to_char(timezone('UTC', b.created_at), 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), enc)
-											   ELSE '\xffffffff'::bytea END
-									   END AS bytes
-								  FROM (SELECT row_number() OVER () AS n,
-											   (CASE WHEN g.epoch = 0 THEN c.ticket::text ELSE (c.ticket::numeric + g.epoch)::text END)
-												   || '-' || c.seq AS pos,
-											   c.event_id, c.topic, c.key, c.p, c.h, c.created_at,
-											   octet_length(c.p) + coalesce(octet_length(c.h), 0) AS size
-										  FROM (SELECT cb.ticket, cb.seq, cb.event_id, cb.topic, cb.key, cb.payload::text AS p,
-													   cb.headers::text AS h, cb.created_at
-												  FROM outbox.commit_backlog(c_ticket, c_seq, g.topics, horizon, below, g.shard, g.shards) cb
-												 LIMIT batch_size) c) b) e) p) x
-		 WHERE NOT x.stopped;
 	ELSE
 		c_txid := g.cursor_txid;
 		SELECT pg_snapshot_xmin(s.s), pg_snapshot_xmax(s.s) INTO below, next_xid FROM pg_current_snapshot() s(s);
@@ -328,44 +314,124 @@ BEGIN
 				c_seq := a.seq;
 			END IF;
 		END IF;
+	END IF;
+
+	-- The plan of the batch reads it by index, O(batch) at any backlog
+	-- (I-10), whatever the estimates: the planner is left ordered index
+	-- scans under a Merge Append only (a row comparison is estimated from
+	-- its first column alone, and a backlog of few transaction ids would
+	-- look like a handful of rows worth a sort). xid8 order keeps one
+	-- generic plan, which prunes partitions at run time and costs no
+	-- planning per batch; commit order and shards are planned with their
+	-- values (the commit horizon bounds the markers read; a shard's index
+	-- is on outbox.shard_of() of its number of shards).
+	saved := ARRAY[current_setting('plan_cache_mode'), current_setting('enable_sort'),
+				   current_setting('enable_seqscan'), current_setting('enable_bitmapscan')];
+	PERFORM set_config('plan_cache_mode', CASE WHEN commit_order OR g.shards > 1 THEN 'force_custom_plan'
+											   ELSE 'force_generic_plan' END, true),
+			set_config('enable_sort', 'off', true), set_config('enable_seqscan', 'off', true),
+			set_config('enable_bitmapscan', 'off', true);
+
+	-- The batch in one pass. When all of it, and an event's overhead on
+	-- top, fits in the cap, no event can have stopped it (before an event,
+	-- the bytes of those before it, plus its overhead and JSON text, are at
+	-- most the total plus the 27 bytes of a timestamp counted for one
+	-- that is NULL): the usual case.
+	SELECT count(*), count(x.bytes), sum(octet_length(x.bytes)), string_agg(x.bytes, ''::bytea),
+		   min(x.created_at) FILTER (WHERE x.n = 1)
+	  INTO n, n_packed, total, events, first_created
+	  FROM (SELECT b.n, b.pos, b.size, b.created_at,
+								   CASE WHEN b.size > CASE WHEN b.n = 1 THEN 268435456 ELSE 67108844 END THEN NULL ELSE
+								   int4send(octet_length(b.pos)) || textsend(b.pos)
+								   || '\x00000024'::bytea || textsend(b.event_id::text)
+								   || int4send(octet_length(b.topic))
+								   || CASE WHEN raw THEN textsend(b.topic) ELSE convert_to(b.topic, enc) END
+								   || CASE WHEN b.key IS NULL THEN '\xffffffff'::bytea
+										   WHEN raw THEN int4send(octet_length(b.key)) || textsend(b.key)
+										   ELSE int4send(octet_length(b.key)) || convert_to(b.key, enc) END
+								   || CASE WHEN b.p IS NULL THEN '\xffffffff'::bytea
+										   WHEN raw THEN int4send(octet_length(b.p)) || textsend(b.p)
+										   ELSE int4send(octet_length(b.p)) || convert_to(b.p, enc) END
+								   || CASE WHEN b.h IS NULL THEN '\xffffffff'::bytea
+										   WHEN raw THEN int4send(octet_length(b.h)) || textsend(b.h)
+										   ELSE int4send(octet_length(b.h)) || convert_to(b.h, enc) END
+								   || CASE WHEN b.created_at >= '0001-01-01 00:00:00+00' AND b.created_at < '10000-01-01 00:00:00+00'
+										   THEN '\x0000001b'::bytea
+												|| textsend(to_char(timezone('UTC', b.created_at), 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))
+										   ELSE '\xffffffff'::bytea END
+								   END AS bytes,
+								   91 + octet_length(b.pos) + octet_length(b.topic) + coalesce(octet_length(b.key), 0) AS overhead
+							  FROM (SELECT row_number() OVER () AS n, c.pos, c.event_id, c.topic, c.key, c.p, c.h, c.created_at,
+										   octet_length(c.p) + coalesce(octet_length(c.h), 0) AS size
+									  FROM ((SELECT (CASE WHEN g.epoch = 0 THEN bl.txid::text
+														  ELSE (bl.txid::text::numeric + g.epoch)::text END) || '-' || bl.seq AS pos,
+													bl.event_id, bl.topic, bl.key, bl.payload::text AS p, bl.headers::text AS h, bl.created_at
+											   FROM outbox.backlog(c_txid, c_seq, g.topics, below, g.shard, g.shards) bl
+											  WHERE NOT commit_order
+											  ORDER BY bl.txid, bl.seq
+											  LIMIT batch_size)
+											UNION ALL
+											(SELECT (CASE WHEN g.epoch = 0 THEN cb.ticket::text
+														  ELSE (cb.ticket::numeric + g.epoch)::text END) || '-' || cb.seq,
+													cb.event_id, cb.topic, cb.key, cb.payload::text, cb.headers::text, cb.created_at
+											   FROM outbox.commit_backlog(c_ticket, c_seq, g.topics, horizon, below, g.shard, g.shards) cb
+											  WHERE commit_order
+											  LIMIT batch_size)) c) b) x;
+	IF n_packed < n OR total > 67108844 - 27 THEN
+		-- The batch stops before the first event that does not fit, as
+		-- feed.c checks each event: the bytes of the events before it,
+		-- with its overhead and its JSON text, within the cap (the first
+		-- event fits if its JSON text is within 256 MB, else OB004).
 		SELECT count(*), string_agg(x.bytes, ''::bytea), min(x.created_at) FILTER (WHERE x.n = 1),
 			   min(x.pos) FILTER (WHERE x.too_large), min(x.size) FILTER (WHERE x.too_large)
 		  INTO n, events, first_created, big_pos, big_size
-		  FROM (SELECT p.*, bool_or(NOT p.fits) OVER (ROWS UNBOUNDED PRECEDING) AS stopped
-				  FROM (SELECT e.*,
+		  FROM (SELECT f.*, bool_or(NOT f.fits) OVER (ROWS UNBOUNDED PRECEDING) AS stopped
+				  FROM (SELECT e.n, e.pos, e.size, e.created_at, e.bytes,
 							   e.n = 1 AND e.size > 268435456 AS too_large,
 							   e.n = 1 OR e.size IS NULL
 							   OR coalesce(sum(octet_length(e.bytes)) OVER (ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)
-								  + 91 + octet_length(e.pos) + octet_length(e.topic) + coalesce(octet_length(e.key), 0) + e.size
-								  <= 67108844 AS fits
-						  FROM (SELECT b.*,
-									   CASE WHEN b.size > CASE WHEN b.n = 1 THEN 268435456 ELSE 67108844 END THEN NULL ELSE
-									   int4send(octet_length(b.pos)) || convert_to(b.pos, enc)
-									   || '\x00000024'::bytea || convert_to(b.event_id::text, enc)
-									   || int4send(octet_length(b.topic)) || convert_to(b.topic, enc)
-									   || CASE WHEN b.key IS NULL THEN '\xffffffff'::bytea
-											   ELSE int4send(octet_length(b.key)) || convert_to(b.key, enc) END
-									   || CASE WHEN b.p IS NULL THEN '\xffffffff'::bytea
-											   ELSE int4send(octet_length(b.p)) || convert_to(b.p, enc) END
-									   || CASE WHEN b.h IS NULL THEN '\xffffffff'::bytea
-											   ELSE int4send(octet_length(b.h)) || convert_to(b.h, enc) END
-									   || CASE WHEN b.created_at >= '0001-01-01 00:00:00+00' AND b.created_at < '10000-01-01 00:00:00+00'
-											   THEN '\x0000001b'::bytea
-													|| convert_to(to_char(timezone('UTC', b.created_at), 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), enc)
-											   ELSE '\xffffffff'::bytea END
-									   END AS bytes
-								  FROM (SELECT row_number() OVER () AS n,
-											   (CASE WHEN g.epoch = 0 THEN c.txid::text ELSE (c.txid::text::numeric + g.epoch)::text END)
-												   || '-' || c.seq AS pos,
-											   c.event_id, c.topic, c.key, c.p, c.h, c.created_at,
-											   octet_length(c.p) + coalesce(octet_length(c.h), 0) AS size
-										  FROM (SELECT bl.txid, bl.seq, bl.event_id, bl.topic, bl.key, bl.payload::text AS p,
-													   bl.headers::text AS h, bl.created_at
-												  FROM outbox.backlog(c_txid, c_seq, g.topics, below, g.shard, g.shards) bl
-												 ORDER BY bl.txid, bl.seq
-												 LIMIT batch_size) c) b) e) p) x
+								  + e.overhead + e.size <= 67108844 AS fits
+						  FROM (SELECT b.n, b.pos, b.size, b.created_at,
+								   CASE WHEN b.size > CASE WHEN b.n = 1 THEN 268435456 ELSE 67108844 END THEN NULL ELSE
+								   int4send(octet_length(b.pos)) || textsend(b.pos)
+								   || '\x00000024'::bytea || textsend(b.event_id::text)
+								   || int4send(octet_length(b.topic))
+								   || CASE WHEN raw THEN textsend(b.topic) ELSE convert_to(b.topic, enc) END
+								   || CASE WHEN b.key IS NULL THEN '\xffffffff'::bytea
+										   WHEN raw THEN int4send(octet_length(b.key)) || textsend(b.key)
+										   ELSE int4send(octet_length(b.key)) || convert_to(b.key, enc) END
+								   || CASE WHEN b.p IS NULL THEN '\xffffffff'::bytea
+										   WHEN raw THEN int4send(octet_length(b.p)) || textsend(b.p)
+										   ELSE int4send(octet_length(b.p)) || convert_to(b.p, enc) END
+								   || CASE WHEN b.h IS NULL THEN '\xffffffff'::bytea
+										   WHEN raw THEN int4send(octet_length(b.h)) || textsend(b.h)
+										   ELSE int4send(octet_length(b.h)) || convert_to(b.h, enc) END
+								   || CASE WHEN b.created_at >= '0001-01-01 00:00:00+00' AND b.created_at < '10000-01-01 00:00:00+00'
+										   THEN '\x0000001b'::bytea
+												|| textsend(to_char(timezone('UTC', b.created_at), 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))
+										   ELSE '\xffffffff'::bytea END
+								   END AS bytes,
+								   91 + octet_length(b.pos) + octet_length(b.topic) + coalesce(octet_length(b.key), 0) AS overhead
+							  FROM (SELECT row_number() OVER () AS n, c.pos, c.event_id, c.topic, c.key, c.p, c.h, c.created_at,
+										   octet_length(c.p) + coalesce(octet_length(c.h), 0) AS size
+									  FROM ((SELECT (CASE WHEN g.epoch = 0 THEN bl.txid::text
+														  ELSE (bl.txid::text::numeric + g.epoch)::text END) || '-' || bl.seq AS pos,
+													bl.event_id, bl.topic, bl.key, bl.payload::text AS p, bl.headers::text AS h, bl.created_at
+											   FROM outbox.backlog(c_txid, c_seq, g.topics, below, g.shard, g.shards) bl
+											  WHERE NOT commit_order
+											  ORDER BY bl.txid, bl.seq
+											  LIMIT batch_size)
+											UNION ALL
+											(SELECT (CASE WHEN g.epoch = 0 THEN cb.ticket::text
+														  ELSE (cb.ticket::numeric + g.epoch)::text END) || '-' || cb.seq,
+													cb.event_id, cb.topic, cb.key, cb.payload::text, cb.headers::text, cb.created_at
+											   FROM outbox.commit_backlog(c_ticket, c_seq, g.topics, horizon, below, g.shard, g.shards) cb
+											  WHERE commit_order
+											  LIMIT batch_size)) c) b) e) f) x
 		 WHERE NOT x.stopped;
 	END IF;
+	PERFORM set_config('plan_cache_mode', saved[1], true), set_config('enable_sort', saved[2], true),
+			set_config('enable_seqscan', saved[3], true), set_config('enable_bitmapscan', saved[4], true);
 	IF big_pos IS NOT NULL THEN
 		RAISE EXCEPTION 'event at position % of group "%" is too large to publish', big_pos, group_name
 			USING ERRCODE = 'OB004',
