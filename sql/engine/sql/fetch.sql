@@ -232,6 +232,11 @@ DECLARE
 	-- bytes): textsend() leaves them so when the client's encoding is the
 	-- database's or SQL_ASCII, convert_to() otherwise.
 	raw boolean := pg_client_encoding() IN (getdatabaseencoding(), 'SQL_ASCII');
+	-- created_at in RFC 3339 costs a fifth of a batch with to_char(): the
+	-- output of timestamp in the ISO DateStyle, "T" for its space and its
+	-- fraction padded to microseconds (bytea functions: no multibyte
+	-- character counting), is the same text for years 1 to 9999.
+	iso boolean := current_setting('DateStyle') LIKE 'ISO%';
 BEGIN
 	IF wait IS NOT NULL AND (extract(year FROM wait) <> 0 OR extract(month FROM wait) <> 0 OR extract(day FROM wait) <> 0
 							 OR extract(epoch FROM wait) < 0 OR extract(epoch FROM wait) > 10) THEN
@@ -357,11 +362,19 @@ BEGIN
 										   ELSE int4send(octet_length(b.h)) || convert_to(b.h, enc) END
 								   || CASE WHEN b.created_at >= '0001-01-01 00:00:00+00' AND b.created_at < '10000-01-01 00:00:00+00'
 										   THEN '\x0000001b'::bytea
-												|| textsend(to_char(timezone('UTC', b.created_at), 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))
+												|| CASE WHEN iso
+														THEN set_byte(textsend(b.t), 10, 84)
+															 || substring('\x2e303030303030'::bytea
+																		  FROM CASE WHEN octet_length(b.t) = 19 THEN 1 ELSE 2 END
+																		  FOR 26 - octet_length(b.t))
+															 || '\x5a'::bytea
+														ELSE textsend(to_char(timezone('UTC', b.created_at),
+																			  'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')) END
 										   ELSE '\xffffffff'::bytea END
 								   END AS bytes,
 								   91 + octet_length(b.pos) + octet_length(b.topic) + coalesce(octet_length(b.key), 0) AS overhead
 							  FROM (SELECT row_number() OVER () AS n, c.pos, c.event_id, c.topic, c.key, c.p, c.h, c.created_at,
+										   CASE WHEN iso THEN timezone('UTC', c.created_at)::text END AS t,
 										   octet_length(c.p) + coalesce(octet_length(c.h), 0) AS size
 									  FROM ((SELECT (CASE WHEN g.epoch = 0 THEN bl.txid::text
 														  ELSE (bl.txid::text::numeric + g.epoch)::text END) || '-' || bl.seq AS pos,
@@ -408,11 +421,19 @@ BEGIN
 										   ELSE int4send(octet_length(b.h)) || convert_to(b.h, enc) END
 								   || CASE WHEN b.created_at >= '0001-01-01 00:00:00+00' AND b.created_at < '10000-01-01 00:00:00+00'
 										   THEN '\x0000001b'::bytea
-												|| textsend(to_char(timezone('UTC', b.created_at), 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))
+												|| CASE WHEN iso
+														THEN set_byte(textsend(b.t), 10, 84)
+															 || substring('\x2e303030303030'::bytea
+																		  FROM CASE WHEN octet_length(b.t) = 19 THEN 1 ELSE 2 END
+																		  FOR 26 - octet_length(b.t))
+															 || '\x5a'::bytea
+														ELSE textsend(to_char(timezone('UTC', b.created_at),
+																			  'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')) END
 										   ELSE '\xffffffff'::bytea END
 								   END AS bytes,
 								   91 + octet_length(b.pos) + octet_length(b.topic) + coalesce(octet_length(b.key), 0) AS overhead
 							  FROM (SELECT row_number() OVER () AS n, c.pos, c.event_id, c.topic, c.key, c.p, c.h, c.created_at,
+										   CASE WHEN iso THEN timezone('UTC', c.created_at)::text END AS t,
 										   octet_length(c.p) + coalesce(octet_length(c.h), 0) AS size
 									  FROM ((SELECT (CASE WHEN g.epoch = 0 THEN bl.txid::text
 														  ELSE (bl.txid::text::numeric + g.epoch)::text END) || '-' || bl.seq AS pos,
