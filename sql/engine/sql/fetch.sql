@@ -114,6 +114,13 @@ BEGIN
 				c_seq := a.seq;
 			END IF;
 		END IF;
+		IF g.shards > 1 AND to_regclass(format('outbox.%I', outbox.shard_index_name(g.shards))) IS NULL THEN
+			RAISE EXCEPTION 'the index that reads the shards of groups with % shards is missing', g.shards
+				USING ERRCODE = 'object_not_in_prerequisite_state',
+					  DETAIL = format('Index "outbox.%s" does not exist; a restore makes the extension''s tables without it.',
+									  outbox.shard_index_name(g.shards)),
+					  HINT = 'Run outbox_maintain(), which makes it.';
+		END IF;
 		-- Planned with its values, by index only (see outbox_fetch_packed()).
 		PERFORM set_config('plan_cache_mode', 'force_custom_plan', true), set_config('enable_sort', 'off', true),
 				set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true);
@@ -160,6 +167,13 @@ BEGIN
 			c_txid := a.txid;
 			c_seq := a.seq;
 		END IF;
+	END IF;
+	IF g.shards > 1 AND to_regclass(format('outbox.%I', outbox.shard_index_name(g.shards))) IS NULL THEN
+		RAISE EXCEPTION 'the index that reads the shards of groups with % shards is missing', g.shards
+			USING ERRCODE = 'object_not_in_prerequisite_state',
+				  DETAIL = format('Index "outbox.%s" does not exist; a restore makes the extension''s tables without it.',
+								  outbox.shard_index_name(g.shards)),
+				  HINT = 'Run outbox_maintain(), which makes it.';
 	END IF;
 	-- One generic plan, by index only (see outbox_fetch_packed()).
 	PERFORM set_config('plan_cache_mode', CASE WHEN g.shards > 1 THEN 'force_custom_plan' ELSE 'force_generic_plan' END, true),
@@ -324,6 +338,16 @@ BEGIN
 				c_seq := a.seq;
 			END IF;
 		END IF;
+	END IF;
+
+	-- A shard is read by its index on outbox.shard_of() (feed.c refuses to
+	-- read one without it).
+	IF g.shards > 1 AND to_regclass(format('outbox.%I', outbox.shard_index_name(g.shards))) IS NULL THEN
+		RAISE EXCEPTION 'the index that reads the shards of groups with % shards is missing', g.shards
+			USING ERRCODE = 'object_not_in_prerequisite_state',
+				  DETAIL = format('Index "outbox.%s" does not exist; a restore makes the extension''s tables without it.',
+								  outbox.shard_index_name(g.shards)),
+				  HINT = 'Run outbox_maintain(), which makes it.';
 	END IF;
 
 	-- The plan of the batch reads it by index, O(batch) at any backlog
