@@ -1,6 +1,6 @@
 -- Group leadership in SQL and PL/pgSQL: which session may publish a group's
 -- feed, and for how long without showing progress (lead.c and group.c in
--- the C engine; the rules are the same, see /work/shared/DESIGN.md).
+-- the C engine, whose rules these are).
 --
 -- A group's leader is written in its row: a pid and a session timestamp,
 -- with a lease that its fetches and advances renew. What only C can see of
