@@ -1134,6 +1134,14 @@ outbox_inbox_record(PG_FUNCTION_ARGS)
 						  snapshot, NULL, latest, unused);
 		OutboxInboxLookup(INBOX_TARGET_PARTITION, consumer, PointerGetDatum(idarray), &ranges, true, ids, order, n,
 						  snapshot, NULL, latest, unused);
+
+		/*
+		 * A row this snapshot sees in the partition rows go to now was
+		 * applied before the transaction began: a redelivery, not a
+		 * concurrent apply.
+		 */
+		OutboxInboxLookup(INBOX_TARGET_PARTITION, consumer, PointerGetDatum(idarray), &ranges, false, ids, order, n,
+						  InvalidSnapshot, NULL, found, applied);
 		for (int i = 0; i < n; i++)
 			if (latest[i] && !found[i])
 				ereport(ERROR,

@@ -202,6 +202,21 @@ SELECT outbox.inbox_retire_partitions();
 SELECT count(*) AS old_rows FROM outbox.inbox WHERE consumer = 'old';
 SELECT count(*) AS kept_rows FROM outbox.inbox;
 
+-- At REPEATABLE READ and SERIALIZABLE, a redelivery of an event applied
+-- before the transaction began, in the partition rows go to now, is a
+-- duplicate (only an apply committed after the snapshot is a 40001).
+SELECT inbox_apply('accounting', '00000000-0000-4000-8000-000000000004', '{"n": 4}');
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT inbox_apply('accounting', '00000000-0000-4000-8000-000000000004', '{"n": 4}');
+SELECT ord, status FROM inbox_consume('accounting', 'SELECT 1',
+    pg_temp.b(ARRAY['00000000-0000-4000-8000-000000000004', '00000000-0000-4000-8000-000000000005']),
+    pg_temp.b(ARRAY['t', 't']), NULL, pg_temp.b(ARRAY['{"n": 4}', '{"n": 5}']), NULL);
+COMMIT;
+BEGIN ISOLATION LEVEL SERIALIZABLE;
+SELECT inbox_apply('accounting', '00000000-0000-4000-8000-000000000005', '{"n": 5}');
+COMMIT;
+DELETE FROM outbox.inbox WHERE event_id IN ('00000000-0000-4000-8000-000000000004', '00000000-0000-4000-8000-000000000005');
+
 -- A consumer role may apply, dead-letter and replay for its own
 -- consumers, nothing else.
 CREATE ROLE regress_outbox_consumer IN ROLE outbox_consumer;
