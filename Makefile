@@ -67,7 +67,7 @@ PRELOAD_ISOLATION = commit_inversion commit_open_tx commit_abort_gap commit_wind
 # tested in SQL_ENGINE_REGRESS.
 C_ONLY_REGRESS = inbox_context
 C_ONLY_ISOLATION =
-SQL_ENGINE_REGRESS =
+SQL_ENGINE_REGRESS = inbox_sql_engine
 SHARED_REGRESS = $(filter-out $(C_ONLY_REGRESS),$(REGRESS))
 SHARED_ISOLATION = $(filter-out $(C_ONLY_ISOLATION),$(ISOLATION))
 
