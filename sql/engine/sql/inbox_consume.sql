@@ -52,7 +52,8 @@ COMMENT ON FUNCTION @extschema@.inbox_dead_letter(text, text, text, bytea[], tex
 -- subtransaction that writes nothing and takes no transaction id); when it
 -- raises, the batch is halved until each entry that raises is alone, and
 -- only that entry's fields are checked one by one, each in an exception
--- block, for the SQLSTATE and message the C engine reports.
+-- block, for the SQLSTATE and message the C engine reports. The handler
+-- is planned once per batch (see below).
 CREATE FUNCTION @extschema@.inbox_consume(consumer text, handler text, event_ids bytea[], topics bytea[],
 										  keys bytea[], payloads bytea[], headers bytea[],
 										  isolate boolean DEFAULT false)
@@ -115,7 +116,12 @@ DECLARE
 	-- Applying.
 	well integer[];
 	applied jsonb[];
+	fresh integer[];
+	fn text;
+	usable boolean;
+	created boolean := false;
 	checked_handler boolean := false;
+	bodies text;
 	conflict_code text;
 BEGIN
 	PERFORM @extschema@.inbox_consumer_check(consumer);
@@ -424,26 +430,72 @@ BEGIN
 					END;
 				END IF;
 			END LOOP;
-			FOREACH i IN ARRAY well LOOP
-				CONTINUE WHEN st[i] IS NOT NULL;
-				IF NOT checked_handler THEN
-					-- What cannot run inside a function, named as the C
-					-- engine names it (PL/pgSQL's EXECUTE refuses it too).
-					IF handler OPERATOR(pg_catalog.~*) '^\s*(begin|start|commit|end|rollback|abort|savepoint|release|prepare\s+transaction)\M' THEN
-						RAISE EXCEPTION 'the handler cannot run in inbox_consume(): SPI_ERROR_TRANSACTION'
-							USING ERRCODE = 'feature_not_supported',
-								  HINT = 'The handler runs inside the transaction that records the event in the inbox.';
-					END IF;
-					IF handler OPERATOR(pg_catalog.~*) '^\s*copy\M.*\m(stdin|stdout)\M' THEN
-						RAISE EXCEPTION 'the handler cannot run in inbox_consume(): SPI_ERROR_COPY'
-							USING ERRCODE = 'feature_not_supported',
-								  HINT = 'The handler runs inside the transaction that records the event in the inbox.';
-					END IF;
-					checked_handler := true;
+			fresh := ARRAY(SELECT w FROM pg_catalog.unnest(well) w WHERE st[w] IS NULL ORDER BY w);
+			IF pg_catalog.cardinality(fresh) OPERATOR(pg_catalog.>) 0 THEN
+				-- What cannot run inside a function, named as the C engine
+				-- names it (PL/pgSQL's EXECUTE and SQL functions refuse it).
+				IF handler OPERATOR(pg_catalog.~*) '^\s*(begin|start|commit|end|rollback|abort|savepoint|release|prepare\s+transaction)\M' THEN
+					RAISE EXCEPTION 'the handler cannot run in inbox_consume(): SPI_ERROR_TRANSACTION'
+						USING ERRCODE = 'feature_not_supported',
+							  HINT = 'The handler runs inside the transaction that records the event in the inbox.';
 				END IF;
-				EXECUTE handler USING tops[i], ks[i], pays[i], hdrs[i], ids[i];
-				st[i] := 'applied';
-			END LOOP;
+				IF handler OPERATOR(pg_catalog.~*) '^\s*copy\M.*\m(stdin|stdout)\M' THEN
+					RAISE EXCEPTION 'the handler cannot run in inbox_consume(): SPI_ERROR_COPY'
+						USING ERRCODE = 'feature_not_supported',
+							  HINT = 'The handler runs inside the transaction that records the event in the inbox.';
+				END IF;
+				-- The handler as the body of an SQL function of the session's
+				-- temporary schema, called for every new entry in order by
+				-- one statement: its plan is made once for the batch, where
+				-- an EXECUTE per entry would plan it for every entry. It runs
+				-- as the caller with the caller's search_path, as EXECUTE
+				-- would, and is dropped when the batch is done (a function
+				-- kept for the next batch would keep its role from being
+				-- dropped while the session lasts). One found already (a
+				-- handler that consumes with the same handler) is used if
+				-- it is the role's own with the same body and nothing
+				-- changed; without the TEMPORARY privilege, or when another
+				-- function holds the name, each entry's handler runs by
+				-- EXECUTE.
+				fn := 'pg_outbox_handler_' OPERATOR(pg_catalog.||) pg_catalog.md5(current_user OPERATOR(pg_catalog.||) '/' OPERATOR(pg_catalog.||) handler);
+				SELECT p.prosrc OPERATOR(pg_catalog.=) handler AND NOT p.prosecdef AND p.proconfig IS NULL
+					   AND p.provolatile OPERATOR(pg_catalog.=) 'v' AND p.pronargs OPERATOR(pg_catalog.=) 5
+					   AND p.proowner OPERATOR(pg_catalog.=) (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname OPERATOR(pg_catalog.=) current_user)
+					   AND p.prolang OPERATOR(pg_catalog.=) (SELECT l.oid FROM pg_catalog.pg_language l WHERE l.lanname OPERATOR(pg_catalog.=) 'sql')
+				  INTO usable
+				  FROM pg_catalog.pg_proc p
+				 WHERE p.pronamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema() AND p.proname OPERATOR(pg_catalog.=) fn;
+				IF NOT FOUND AND pg_catalog.has_database_privilege(pg_catalog.current_database(), 'TEMPORARY') THEN
+					-- Checked when it first runs, as the handler run by
+					-- EXECUTE would be.
+					bodies := pg_catalog.current_setting('check_function_bodies');
+					PERFORM pg_catalog.set_config('check_function_bodies', 'off', true);
+					EXECUTE pg_catalog.format('CREATE FUNCTION pg_temp.%I(pg_catalog.text, pg_catalog.text, pg_catalog.jsonb, pg_catalog.jsonb, pg_catalog.uuid) RETURNS void LANGUAGE sql VOLATILE AS %L',
+											  fn, handler);
+					PERFORM pg_catalog.set_config('check_function_bodies', bodies, true);
+					usable := true;
+					created := true;
+				END IF;
+				IF usable THEN
+					EXECUTE pg_catalog.format('SELECT pg_catalog.count(pg_temp.%I(s.t, s.k, s.p, s.h, s.id)) FROM (SELECT u.t, u.k, u.p, u.h, u.id FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3), pg_catalog.unnest($4), pg_catalog.unnest($5)) WITH ORDINALITY u(t, k, p, h, id, o) ORDER BY u.o) s',
+											  fn)
+						USING ARRAY(SELECT tops[w] FROM pg_catalog.unnest(fresh) WITH ORDINALITY x(w, o) ORDER BY x.o),
+							  ARRAY(SELECT ks[w] FROM pg_catalog.unnest(fresh) WITH ORDINALITY x(w, o) ORDER BY x.o),
+							  ARRAY(SELECT pays[w] FROM pg_catalog.unnest(fresh) WITH ORDINALITY x(w, o) ORDER BY x.o),
+							  ARRAY(SELECT hdrs[w] FROM pg_catalog.unnest(fresh) WITH ORDINALITY x(w, o) ORDER BY x.o),
+							  ARRAY(SELECT ids[w] FROM pg_catalog.unnest(fresh) WITH ORDINALITY x(w, o) ORDER BY x.o);
+					IF created THEN
+						EXECUTE pg_catalog.format('DROP FUNCTION pg_temp.%I(pg_catalog.text, pg_catalog.text, pg_catalog.jsonb, pg_catalog.jsonb, pg_catalog.uuid)', fn);
+					END IF;
+				ELSE
+					FOREACH i IN ARRAY fresh LOOP
+						EXECUTE handler USING tops[i], ks[i], pays[i], hdrs[i], ids[i];
+					END LOOP;
+				END IF;
+				FOREACH i IN ARRAY fresh LOOP
+					st[i] := 'applied';
+				END LOOP;
+			END IF;
 		END IF;
 	ELSE
 		-- Each entry in its own subtransaction: what raises fails its entry
