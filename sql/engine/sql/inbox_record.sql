@@ -67,6 +67,7 @@ DECLARE
 	result jsonb[];
 	xact_snapshot boolean;
 	few boolean;
+	one jsonb;
 BEGIN
 	IF consumer IS NULL OR event_ids IS NULL OR payloads IS NULL THEN
 		RAISE EXCEPTION 'consumer, event_ids and payloads must not be null' USING ERRCODE = 'null_value_not_allowed';
@@ -105,6 +106,31 @@ BEGIN
 			USING ERRCODE = 'null_value_not_allowed';
 	END IF;
 
+	xact_snapshot := current_setting('transaction_isolation') IN ('repeatable read', 'serializable');
+
+	-- One event at READ COMMITTED (inbox_apply()): its lock, a look in
+	-- every partition, the insert.
+	IF n = 1 AND NOT xact_snapshot THEN
+		PERFORM pg_advisory_xact_lock(hashtextextended(inbox_record.consumer || '/' || event_ids[1]::text, 0));
+		SELECT i.payload INTO one FROM outbox.inbox i
+		 WHERE i.consumer = inbox_record.consumer AND i.event_id = event_ids[1];
+		IF FOUND THEN
+			RETURN ARRAY[one];
+		END IF;
+		INSERT INTO outbox.inbox AS i (consumer, event_id, payload) VALUES (inbox_record.consumer, event_ids[1], payloads[1])
+		ON CONFLICT DO NOTHING;
+		IF FOUND THEN
+			RETURN ARRAY[NULL::jsonb];
+		END IF;
+		SELECT i.payload INTO one FROM outbox.inbox i
+		 WHERE i.consumer = inbox_record.consumer AND i.event_id = event_ids[1];
+		IF NOT FOUND THEN
+			RAISE EXCEPTION 'event % of consumer "%" is neither in the inbox nor added to it', event_ids[1], consumer
+				USING ERRCODE = 'internal_error';
+		END IF;
+		RETURN ARRAY[one];
+	END IF;
+
 	-- The inbox lock of each event, in the order of the keys.
 	PERFORM pg_advisory_xact_lock(l.key)
 	   FROM (SELECT DISTINCT hashtextextended(inbox_record.consumer || '/' || e.id::text, 0) AS key
@@ -119,7 +145,6 @@ BEGIN
 	-- For a few events at READ COMMITTED, probing every partition costs
 	-- less than finding those bounds: the first lookup then reads them
 	-- all.
-	xact_snapshot := current_setting('transaction_isolation') IN ('repeatable read', 'serializable');
 	few := n <= 16 AND NOT xact_snapshot;
 	IF NOT few THEN
 		FOR p IN
