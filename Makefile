@@ -45,7 +45,7 @@ DATA_built = sql/pg_outbox--$(EXTVERSION).sql sql/pg_outbox_sql--$(EXTVERSION).s
 # does) and the upgrade scripts between them.
 DATA = $(wildcard sql/released/pg_outbox--*.sql)
 
-REGRESS = install emit emit_errors emit_drivers groups group_names feed group_ops packed skip privileges explain inbox inbox_entries inbox_consumers maintain drop
+REGRESS = install emit emit_errors emit_drivers groups group_names feed group_ops packed skip privileges explain inbox inbox_context inbox_entries inbox_consumers maintain drop
 REGRESS_OPTS = --inputdir=test --outputdir=test --load-extension=pg_outbox
 # Specs whose setup or teardown truncates the event table wait for the
 # maintenance lock first: on a preloaded cluster a background maintenance run
@@ -65,9 +65,9 @@ PRELOAD_ISOLATION = commit_inversion commit_open_tx commit_abort_gap commit_wind
 # of what only the C engine has are left out here, listed with the reason
 # in README.md ("Choosing an engine"); the SQL engine's own refusals are
 # tested in SQL_ENGINE_REGRESS and SQL_ENGINE_ISOLATION.
-C_ONLY_REGRESS =
+C_ONLY_REGRESS = inbox_context
 C_ONLY_ISOLATION =
-SQL_ENGINE_REGRESS = engine_sql
+SQL_ENGINE_REGRESS = engine_sql inbox_sql_engine
 SQL_ENGINE_ISOLATION = engine_sql_notify
 SHARED_REGRESS = $(filter-out $(C_ONLY_REGRESS),$(REGRESS))
 SHARED_ISOLATION = $(filter-out $(C_ONLY_ISOLATION),$(ISOLATION))

@@ -95,6 +95,41 @@ SELECT c.ord, c.status, c.error_message
                      array_fill(pg_temp.u('t'), ARRAY[11]), NULL, array_fill(pg_temp.u('{}'), ARRAY[11]), NULL) c
  ORDER BY c.ord;
 
+-- The checks read JSON as its conversion does, escapes decoded, numbers
+-- not: a syntax error or \u0000 anywhere makes the entry malformed, even
+-- after a number beyond numeric's range, which alone raises (as one
+-- batch; with isolate it fails its entry); so does the first entry that
+-- raises, before later ones, and nesting beyond the stack raises in both.
+CREATE FUNCTION pg_temp.consume(payloads text[], headers text[], isolate boolean) RETURNS SETOF text
+LANGUAGE plpgsql AS $$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN SELECT * FROM inbox_consume('hostile', 'SELECT 1',
+                 (SELECT array_agg(convert_to(gen_random_uuid()::text, 'UTF8')) FROM unnest(payloads)),
+                 array_fill(pg_temp.u('t'), ARRAY[cardinality(payloads)]), NULL,
+                 (SELECT array_agg(convert_to(p, 'UTF8') ORDER BY o) FROM unnest(payloads) WITH ORDINALITY u(p, o)),
+                 (SELECT array_agg(convert_to(h, 'UTF8') ORDER BY o) FROM unnest(headers) WITH ORDINALITY u(h, o)),
+                 isolate) LOOP
+        RETURN NEXT r.ord || ' ' || r.status || coalesce(' ' || r.error_code || ' ' || r.error_message, '');
+    END LOOP;
+EXCEPTION WHEN OTHERS THEN
+    RETURN NEXT 'raised ' || sqlstate || ': ' || sqlerrm;
+END
+$$;
+SELECT v.n, w.isolate, pg_temp.consume(ARRAY['{}', v.payload], NULL, w.isolate)
+  FROM (VALUES (1, '[1e1000000]'), (2, '{"n": 1e1000000, oops'), (3, '[1e1000000, "\u0000"]'),
+               (4, '["\u0000", oops'), (5, '"\ud800\u0041"'), (6, '[1e1000000, "\ud800"]'), (7, '1e1000000 oops'),
+               (8, '"\x"'), (9, repeat('[', 100000)), (10, '{"a": "\u00e9\uD83D\uDE00"}')) v(n, payload),
+       (VALUES (false), (true)) w(isolate)
+ ORDER BY v.n, w.isolate;
+SELECT pg_temp.consume(ARRAY['[1e1000000]'], ARRAY['{oops'], false);
+SELECT pg_temp.consume(ARRAY['[1]'], ARRAY['[1e1000000]'], true);
+SELECT pg_temp.consume(ARRAY['{oops', '[1e1000000]', repeat('[', 100000)], NULL, false);
+SELECT pg_temp.consume(ARRAY['{oops', '[1e1000000]', repeat('[', 100000)], NULL, true);
+SELECT pg_temp.consume(ARRAY[repeat('[', 100000), '[1e1000000]'], NULL, false);
+TRUNCATE outbox.inbox;
+
 -- Arrays that cannot be read as a batch fail the call, before any entry.
 SELECT pg_temp.try($$SELECT * FROM inbox_consume('hostile', 'SELECT 1', '[0:0]={"\\x31"}', '[0:0]={"\\x31"}', NULL, '[0:0]={"\\x31"}', NULL)$$);
 SELECT pg_temp.try($$SELECT * FROM inbox_consume('hostile', 'SELECT 1', '{{"\\x31"}}', '{{"\\x31"}}', NULL, '{{"\\x31"}}', NULL)$$);
