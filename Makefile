@@ -71,7 +71,7 @@ SQL_ENGINE_REGRESS =
 SHARED_REGRESS = $(filter-out $(C_ONLY_REGRESS),$(REGRESS))
 SHARED_ISOLATION = $(filter-out $(C_ONLY_ISOLATION),$(ISOLATION))
 
-EXTRA_CLEAN = test/engine_sql sql/c_engine.parts test/results test/isolation test/regression.diffs test/regression.out
+EXTRA_CLEAN = test/engine_sql sql/c_engine.parts sql/pg_outbox_sql.sql sql/pg_outbox_sql.pgtle.sql test/results test/isolation test/regression.diffs test/regression.out
 
 PG_CPPFLAGS = -Wall -Wmissing-prototypes -Wpointer-arith -Wendif-labels
 
@@ -79,6 +79,8 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
 ifneq ($(PGXS),)
 include $(PGXS)
+# The SQL engine's other two shapes (below): built, not installed.
+all: sql/pg_outbox_sql.sql sql/pg_outbox_sql.pgtle.sql
 else
 # PGXS is not installed yet: scripts/test.sh and scripts/demo.sh install it.
 all:
@@ -114,6 +116,53 @@ sql/pg_outbox_sql--$(EXTVERSION).sql: $(SQL_PARTS) sql/install sql/engine.awk $(
 	$(AWK) -v engine=sql -v version=$(EXTVERSION) -v fallback=$(ENGINE_FALLBACK) -f sql/engine.awk $(SQL_PARTS) \
 		| sed -e 's/^\(\\echo Use "CREATE EXTENSION pg_outbox\)"/\1_sql"/' \
 		| $(AFTER_GUARD) > $@.tmp
+	mv $@.tmp $@
+
+# The SQL engine as a plain script, for a server where no extension can be
+# installed (a managed service): psql -f sql/pg_outbox_sql.sql, by a role
+# with CREATE on the database and CREATEROLE. It is the extension's script
+# with what only CREATE EXTENSION allows taken out: no \echo guard, the API
+# in schema outbox (there is no extension's schema: a role that does not
+# own public can still install it), no pg_extension_config_dump() (there is
+# no extension whose dump could leave a table's rows out; pg_dump dumps them
+# all). It runs in one transaction of its own, BEGIN to COMMIT, so that an
+# error, with or without ON_ERROR_STOP, leaves nothing half-installed.
+SQL_ENGINE_TITLE = pg_outbox $(EXTVERSION), SQL engine (SQL and PL/pgSQL only)
+
+sql/pg_outbox_sql.sql: sql/pg_outbox_sql--$(EXTVERSION).sql
+	{ echo '-- $(SQL_ENGINE_TITLE), as a plain script: built by make from'; \
+	  echo '-- sql/pg_outbox_sql--$(EXTVERSION).sql. For a server where no extension can be installed:'; \
+	  echo '--   psql -v ON_ERROR_STOP=1 -d DATABASE -f pg_outbox_sql.sql'; \
+	  echo '-- as a role with CREATE on the database and CREATEROLE (or once the roles'; \
+	  echo '-- outbox_writer, outbox_relay, outbox_consumer and outbox_admin exist). The API'; \
+	  echo '-- is in schema outbox: call outbox.outbox_emit(...), or put outbox on the'; \
+	  echo '-- search_path. One transaction: an error leaves nothing installed.'; \
+	  echo 'BEGIN;'; \
+	  sed -e '/^\\echo .*\\quit$$/d' -e 's/@extschema@/outbox/g' \
+	      -e '/^SELECT pg_catalog\.pg_extension_config_dump(.*);$$/d' $<; \
+	  echo 'COMMIT;'; } > $@.tmp
+	@if grep -n '@extschema@\|pg_extension_config_dump\|^\\' $@.tmp | grep -v '^[0-9]*:--'; then \
+		echo "$@: the lines above need CREATE EXTENSION" >&2; rm -f $@.tmp; exit 1; fi
+	mv $@.tmp $@
+
+# The SQL engine shaped for pg_tle (where a managed service offers it):
+# the extension's script, without its \echo guard, given to
+# pgtle.install_extension() in one dollar-quoted string, whose tag the
+# script must not contain. test/sql_engine_scripts.sh checks what pg_tle
+# takes (no backslash command, no C, no superuser-only statement, the
+# extension's schema as @extschema@).
+PGTLE_TAG = $$_pg_outbox_sql_$$
+PGTLE_COMMENT = $(subst ','',$(shell sed -n "s/^comment[[:space:]]*=[[:space:]]*'\(.*\)'[[:space:]]*$$/\1/p" pg_outbox_sql.control))
+
+sql/pg_outbox_sql.pgtle.sql: sql/pg_outbox_sql--$(EXTVERSION).sql pg_outbox_sql.control
+	@if grep -qF '$(PGTLE_TAG)' $<; then \
+		echo "$@: $< contains the dollar tag $(PGTLE_TAG)" >&2; exit 1; fi
+	{ echo '-- $(SQL_ENGINE_TITLE), for pg_tle: built by make from'; \
+	  echo '-- sql/pg_outbox_sql--$(EXTVERSION).sql. Run as a member of pgtle_admin, then'; \
+	  echo '-- CREATE EXTENSION pg_outbox_sql in each database, as a role with CREATEROLE.'; \
+	  echo "SELECT pgtle.install_extension('pg_outbox_sql', '$(EXTVERSION)', '$(PGTLE_COMMENT)', "'$(PGTLE_TAG)'; \
+	  sed -e '/^\\echo .*\\quit$$/d' $<; \
+	  echo '$(PGTLE_TAG));'; } > $@.tmp
 	mv $@.tmp $@
 
 # An upgrade script, as PgQ builds its own: the schema changes are written
