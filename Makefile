@@ -45,7 +45,7 @@ DATA_built = sql/pg_outbox--$(EXTVERSION).sql sql/pg_outbox_sql--$(EXTVERSION).s
 # does) and the upgrade scripts between them.
 DATA = $(wildcard sql/released/pg_outbox--*.sql)
 
-REGRESS = install emit emit_errors emit_drivers groups group_names feed group_ops packed skip privileges explain inbox inbox_entries inbox_consumers maintain drop
+REGRESS = install emit emit_errors emit_drivers groups group_names feed group_ops packed skip privileges explain inbox inbox_entries inbox_consumers maintain engine_c drop
 REGRESS_OPTS = --inputdir=test --outputdir=test --load-extension=pg_outbox
 # Specs whose setup or teardown truncates the event table wait for the
 # maintenance lock first: on a preloaded cluster a background maintenance run
@@ -64,8 +64,12 @@ PRELOAD_ISOLATION = commit_inversion commit_open_tx commit_abort_gap commit_wind
 # line numbers where C has none); the expected output is the same. The tests
 # of what only the C engine has are left out here, listed with the reason
 # in README.md ("Choosing an engine"); the SQL engine's own refusals are
-# tested in SQL_ENGINE_REGRESS.
-C_ONLY_REGRESS =
+# tested in SQL_ENGINE_REGRESS. The commit order's tests
+# (PRELOAD_REGRESS, PRELOAD_ISOLATION) are the C engine's too: the SQL
+# engine refuses commit-ordered groups (test/sql/engine_sql.sql).
+#   engine_c: the settings as configuration parameters of pg_outbox.so
+#     (checked when set, superuser-only), and the fetch's memory context.
+C_ONLY_REGRESS = engine_c
 C_ONLY_ISOLATION =
 SQL_ENGINE_REGRESS =
 SHARED_REGRESS = $(filter-out $(C_ONLY_REGRESS),$(REGRESS))
@@ -205,7 +209,8 @@ installcheck-preload:
 	$(MAKE) installcheck REGRESS="$(PRELOAD_REGRESS)" ISOLATION="$(PRELOAD_ISOLATION)"
 
 ENGINE_SQL_DIR = test/engine_sql
-ENGINE_SQL_SED = -e 's/EXTENSION pg_outbox\b/EXTENSION pg_outbox_sql/g' -e "s/extname = 'pg_outbox'/extname = 'pg_outbox_sql'/g"
+ENGINE_SQL_SED = -e 's/EXTENSION pg_outbox\b/EXTENSION pg_outbox_sql/g' -e "s/extname = 'pg_outbox'/extname = 'pg_outbox_sql'/g" \
+	-e 's/extension "pg_outbox"/extension "pg_outbox_sql"/g'
 
 installcheck-sql-engine:
 	rm -rf $(ENGINE_SQL_DIR)
