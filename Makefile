@@ -129,8 +129,11 @@ sql/pg_outbox_sql--$(EXTVERSION).sql: $(SQL_PARTS) sql/install sql/engine.awk $(
 # in schema outbox (there is no extension's schema: a role that does not
 # own public can still install it), no pg_extension_config_dump() (there is
 # no extension whose dump could leave a table's rows out; pg_dump dumps them
-# all). It runs in one transaction of its own, BEGIN to COMMIT, so that an
-# error, with or without ON_ERROR_STOP, leaves nothing half-installed.
+# all). It sets what CREATE EXTENSION sets for a script: function bodies
+# are checked when called, not when created (a function may name a table
+# that a later part makes), and notices are not shown. It runs in one
+# transaction of its own, BEGIN to COMMIT, so that an error, with or
+# without ON_ERROR_STOP, leaves nothing half-installed.
 SQL_ENGINE_TITLE = pg_outbox $(EXTVERSION), SQL engine (SQL and PL/pgSQL only)
 
 sql/pg_outbox_sql.sql: sql/pg_outbox_sql--$(EXTVERSION).sql
@@ -142,6 +145,8 @@ sql/pg_outbox_sql.sql: sql/pg_outbox_sql--$(EXTVERSION).sql
 	  echo '-- is in schema outbox: call outbox.outbox_emit(...), or put outbox on the'; \
 	  echo '-- search_path. One transaction: an error leaves nothing installed.'; \
 	  echo 'BEGIN;'; \
+	  echo 'SET LOCAL check_function_bodies = off;'; \
+	  echo 'SET LOCAL client_min_messages = warning;'; \
 	  sed -e '/^\\echo .*\\quit$$/d' -e 's/@extschema@/outbox/g' \
 	      -e '/^SELECT pg_catalog\.pg_extension_config_dump(.*);$$/d' $<; \
 	  echo 'COMMIT;'; } > $@.tmp
