@@ -45,7 +45,7 @@ DATA_built = sql/pg_outbox--$(EXTVERSION).sql sql/pg_outbox_sql--$(EXTVERSION).s
 # does) and the upgrade scripts between them.
 DATA = $(wildcard sql/released/pg_outbox--*.sql)
 
-REGRESS = install emit emit_errors emit_drivers groups group_names feed group_ops packed skip privileges explain inbox inbox_entries inbox_consumers maintain engine_c drop
+REGRESS = install emit emit_errors emit_drivers groups group_names feed group_ops packed skip privileges explain inbox inbox_entries inbox_consumers maintain shards engine_c drop
 REGRESS_OPTS = --inputdir=test --outputdir=test --load-extension=pg_outbox
 # Specs whose setup or teardown truncates the event table wait for the
 # maintenance lock first: on a preloaded cluster a background maintenance run
@@ -55,7 +55,7 @@ ISOLATION_OPTS = --inputdir=test --outputdir=test/isolation --load-extension=pg_
 
 # Tests that need pg_outbox in shared_preload_libraries (the commit order):
 # make installcheck-preload, against a server that preloads it.
-PRELOAD_REGRESS = commit_order shards skip_commit
+PRELOAD_REGRESS = commit_order shards_commit skip_commit
 PRELOAD_ISOLATION = commit_inversion commit_open_tx commit_abort_gap commit_window
 
 # The conformance suite: the same tests on the SQL engine (make
