@@ -63,7 +63,7 @@ PRELOAD_ISOLATION = commit_inversion commit_open_tx commit_abort_gap commit_wind
 # extension pg_outbox_sql and show no error's CONTEXT (PL/pgSQL adds its
 # line numbers where C has none); the expected output is the same. The tests
 # of what only the C engine has are left out here, listed with the reason
-# in README.md ("Choosing an engine"); the SQL engine's own refusals are
+# in README.md ("The SQL engine"); the SQL engine's own refusals are
 # tested in SQL_ENGINE_REGRESS. The commit order's tests
 # (PRELOAD_REGRESS, PRELOAD_ISOLATION) are the C engine's too: the SQL
 # engine refuses commit-ordered groups (test/sql/engine_sql.sql).
