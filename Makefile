@@ -45,7 +45,7 @@ DATA_built = sql/pg_outbox--$(EXTVERSION).sql sql/pg_outbox_sql--$(EXTVERSION).s
 # does) and the upgrade scripts between them.
 DATA = $(wildcard sql/released/pg_outbox--*.sql)
 
-REGRESS = install emit emit_errors emit_drivers groups group_names feed group_ops packed skip privileges explain inbox inbox_context inbox_entries inbox_consumers maintain drop
+REGRESS = install emit emit_errors emit_drivers groups group_names feed group_ops packed skip privileges explain inbox inbox_context inbox_entries inbox_consumers maintain shards engine_c drop
 REGRESS_OPTS = --inputdir=test --outputdir=test --load-extension=pg_outbox
 # Specs whose setup or teardown truncates the event table wait for the
 # maintenance lock first: on a preloaded cluster a background maintenance run
@@ -55,7 +55,7 @@ ISOLATION_OPTS = --inputdir=test --outputdir=test/isolation --load-extension=pg_
 
 # Tests that need pg_outbox in shared_preload_libraries (the commit order):
 # make installcheck-preload, against a server that preloads it.
-PRELOAD_REGRESS = commit_order shards skip_commit
+PRELOAD_REGRESS = commit_order shards_commit skip_commit
 PRELOAD_ISOLATION = commit_inversion commit_open_tx commit_abort_gap commit_window
 
 # The conformance suite: the same tests on the SQL engine (make
@@ -63,16 +63,22 @@ PRELOAD_ISOLATION = commit_inversion commit_open_tx commit_abort_gap commit_wind
 # extension pg_outbox_sql and show no error's CONTEXT (PL/pgSQL adds its
 # line numbers where C has none); the expected output is the same. The tests
 # of what only the C engine has are left out here, listed with the reason
-# in README.md ("Choosing an engine"); the SQL engine's own refusals are
-# tested in SQL_ENGINE_REGRESS and SQL_ENGINE_ISOLATION.
-C_ONLY_REGRESS = inbox_context
+# in README.md ("The SQL engine"); the SQL engine's own refusals are
+# tested in SQL_ENGINE_REGRESS and SQL_ENGINE_ISOLATION. The commit order's
+# tests (PRELOAD_REGRESS, PRELOAD_ISOLATION) are the C engine's too: the SQL
+# engine refuses commit-ordered groups (test/sql/engine_sql.sql).
+#   engine_c: the settings as configuration parameters of pg_outbox.so
+#     (checked when set, superuser-only), and the fetch's memory context.
+#   inbox_context: the handler's error context line, which PL/pgSQL words
+#     otherwise.
+C_ONLY_REGRESS = engine_c inbox_context
 C_ONLY_ISOLATION =
 SQL_ENGINE_REGRESS = engine_sql inbox_sql_engine
 SQL_ENGINE_ISOLATION = engine_sql_notify
 SHARED_REGRESS = $(filter-out $(C_ONLY_REGRESS),$(REGRESS))
 SHARED_ISOLATION = $(filter-out $(C_ONLY_ISOLATION),$(ISOLATION))
 
-EXTRA_CLEAN = test/engine_sql sql/c_engine.parts test/results test/isolation test/regression.diffs test/regression.out
+EXTRA_CLEAN = test/engine_sql sql/c_engine.parts sql/pg_outbox_sql.sql sql/pg_outbox_sql.pgtle.sql test/results test/isolation test/regression.diffs test/regression.out
 
 PG_CPPFLAGS = -Wall -Wmissing-prototypes -Wpointer-arith -Wendif-labels
 
@@ -80,6 +86,8 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
 ifneq ($(PGXS),)
 include $(PGXS)
+# The SQL engine's other two shapes (below): built, not installed.
+all: sql/pg_outbox_sql.sql sql/pg_outbox_sql.pgtle.sql
 else
 # PGXS is not installed yet: scripts/test.sh and scripts/demo.sh install it.
 all:
@@ -115,6 +123,58 @@ sql/pg_outbox_sql--$(EXTVERSION).sql: $(SQL_PARTS) sql/install sql/engine.awk $(
 	$(AWK) -v engine=sql -v version=$(EXTVERSION) -v fallback=$(ENGINE_FALLBACK) -f sql/engine.awk $(SQL_PARTS) \
 		| sed -e 's/^\(\\echo Use "CREATE EXTENSION pg_outbox\)"/\1_sql"/' \
 		| $(AFTER_GUARD) > $@.tmp
+	mv $@.tmp $@
+
+# The SQL engine as a plain script, for a server where no extension can be
+# installed (a managed service): psql -f sql/pg_outbox_sql.sql, by a role
+# with CREATE on the database and CREATEROLE. It is the extension's script
+# with what only CREATE EXTENSION allows taken out: no \echo guard, the API
+# in schema outbox (there is no extension's schema: a role that does not
+# own public can still install it), no pg_extension_config_dump() (there is
+# no extension whose dump could leave a table's rows out; pg_dump dumps them
+# all). It sets what CREATE EXTENSION sets for a script: function bodies
+# are checked when called, not when created (a function may name a table
+# that a later part makes), and notices are not shown. It runs in one
+# transaction of its own, BEGIN to COMMIT, so that an error, with or
+# without ON_ERROR_STOP, leaves nothing half-installed.
+SQL_ENGINE_TITLE = pg_outbox $(EXTVERSION), SQL engine (SQL and PL/pgSQL only)
+
+sql/pg_outbox_sql.sql: sql/pg_outbox_sql--$(EXTVERSION).sql
+	{ echo '-- $(SQL_ENGINE_TITLE), as a plain script: built by make from'; \
+	  echo '-- sql/pg_outbox_sql--$(EXTVERSION).sql. For a server where no extension can be installed:'; \
+	  echo '--   psql -v ON_ERROR_STOP=1 -d DATABASE -f pg_outbox_sql.sql'; \
+	  echo '-- as a role with CREATE on the database and CREATEROLE (or once the roles'; \
+	  echo '-- outbox_writer, outbox_relay, outbox_consumer and outbox_admin exist). The API'; \
+	  echo '-- is in schema outbox: call outbox.outbox_emit(...), or put outbox on the'; \
+	  echo '-- search_path. One transaction: an error leaves nothing installed.'; \
+	  echo 'BEGIN;'; \
+	  echo 'SET LOCAL check_function_bodies = off;'; \
+	  echo 'SET LOCAL client_min_messages = warning;'; \
+	  sed -e '/^\\echo .*\\quit$$/d' -e 's/@extschema@/outbox/g' \
+	      -e '/^SELECT pg_catalog\.pg_extension_config_dump(.*);$$/d' $<; \
+	  echo 'COMMIT;'; } > $@.tmp
+	@if grep -n '@extschema@\|pg_extension_config_dump\|^\\' $@.tmp | grep -v '^[0-9]*:--'; then \
+		echo "$@: the lines above need CREATE EXTENSION" >&2; rm -f $@.tmp; exit 1; fi
+	mv $@.tmp $@
+
+# The SQL engine shaped for pg_tle (where a managed service offers it):
+# the extension's script, without its \echo guard, given to
+# pgtle.install_extension() in one dollar-quoted string, whose tag the
+# script must not contain. test/sql_engine_scripts.sh checks what pg_tle
+# takes (no backslash command, no C, no superuser-only statement, the
+# extension's schema as @extschema@).
+PGTLE_TAG = $$_pg_outbox_sql_$$
+PGTLE_COMMENT = $(subst ','',$(shell sed -n "s/^comment[[:space:]]*=[[:space:]]*'\(.*\)'[[:space:]]*$$/\1/p" pg_outbox_sql.control))
+
+sql/pg_outbox_sql.pgtle.sql: sql/pg_outbox_sql--$(EXTVERSION).sql pg_outbox_sql.control
+	@if grep -qF '$(PGTLE_TAG)' $<; then \
+		echo "$@: $< contains the dollar tag $(PGTLE_TAG)" >&2; exit 1; fi
+	{ echo '-- $(SQL_ENGINE_TITLE), for pg_tle: built by make from'; \
+	  echo '-- sql/pg_outbox_sql--$(EXTVERSION).sql. Run as a member of pgtle_admin, then'; \
+	  echo '-- CREATE EXTENSION pg_outbox_sql in each database, as a role with CREATEROLE.'; \
+	  echo "SELECT pgtle.install_extension('pg_outbox_sql', '$(EXTVERSION)', '$(PGTLE_COMMENT)', "'$(PGTLE_TAG)'; \
+	  sed -e '/^\\echo .*\\quit$$/d' $<; \
+	  echo '$(PGTLE_TAG));'; } > $@.tmp
 	mv $@.tmp $@
 
 # An upgrade script, as PgQ builds its own: the schema changes are written
@@ -157,7 +217,8 @@ installcheck-preload:
 	$(MAKE) installcheck REGRESS="$(PRELOAD_REGRESS)" ISOLATION="$(PRELOAD_ISOLATION)"
 
 ENGINE_SQL_DIR = test/engine_sql
-ENGINE_SQL_SED = -e 's/EXTENSION pg_outbox\b/EXTENSION pg_outbox_sql/g' -e "s/extname = 'pg_outbox'/extname = 'pg_outbox_sql'/g"
+ENGINE_SQL_SED = -e 's/EXTENSION pg_outbox\b/EXTENSION pg_outbox_sql/g' -e "s/extname = 'pg_outbox'/extname = 'pg_outbox_sql'/g" \
+	-e 's/extension "pg_outbox"/extension "pg_outbox_sql"/g'
 
 installcheck-sql-engine:
 	rm -rf $(ENGINE_SQL_DIR)

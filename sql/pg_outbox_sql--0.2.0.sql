@@ -104,17 +104,34 @@ COMMENT ON FUNCTION outbox.engine() IS 'pg_outbox: the engine installed (sql: SQ
 
 --
 -- Roles. Roles are cluster-wide: the first database to install the
--- extension creates them, later ones reuse them. DROP EXTENSION leaves them.
+-- extension creates them, later ones reuse them, whoever created them. DROP
+-- EXTENSION leaves them. A role that is not a superuser (the SQL engine's
+-- plain script on a managed service, an extension of pg_tle) creates them
+-- with CREATEROLE; without it, the roles must exist, and the install stops
+-- here, saying which are missing, before CREATE ROLE would fail with less.
 --
 DO $roles$
 DECLARE
+	missing text[];
 	r text;
 BEGIN
-	FOREACH r IN ARRAY ARRAY['outbox_writer', 'outbox_relay', 'outbox_consumer', 'outbox_admin']
+	SELECT pg_catalog.array_agg(w.r ORDER BY w.n) INTO missing
+	  FROM pg_catalog.unnest(ARRAY['outbox_writer', 'outbox_relay', 'outbox_consumer', 'outbox_admin']) WITH ORDINALITY AS w (r, n)
+	 WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles o WHERE o.rolname OPERATOR(pg_catalog.=) w.r);
+	IF missing IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles o
+											WHERE o.rolname OPERATOR(pg_catalog.=) CURRENT_USER
+											  AND (o.rolsuper OR o.rolcreaterole)) THEN
+		RAISE EXCEPTION 'role "%" cannot install pg_outbox: it may not create the missing roles %',
+				CURRENT_USER, pg_catalog.array_to_string(missing, ', ')
+			USING ERRCODE = 'insufficient_privilege',
+				  DETAIL = 'pg_outbox grants its privileges to the roles outbox_writer, outbox_relay, outbox_consumer and outbox_admin, which the databases of a cluster share; the first install creates those that do not exist, which takes CREATEROLE.',
+				  HINT = pg_catalog.format('Install pg_outbox as a role with CREATEROLE, or have such a role create the missing roles first: %s',
+										   (SELECT pg_catalog.string_agg(pg_catalog.format('CREATE ROLE %I NOLOGIN;', m), ' ')
+											  FROM pg_catalog.unnest(missing) AS m));
+	END IF;
+	FOREACH r IN ARRAY COALESCE(missing, ARRAY[]::text[])
 	LOOP
-		IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = r) THEN
-			EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', r);
-		END IF;
+		EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', r);
 	END LOOP;
 END
 $roles$;

@@ -10,12 +10,13 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 target=$1
 shift
-rm -rf test/results test/isolation
+rm -rf test/results test/isolation test/engine_sql
 if pg_virtualenv -v 15 -o max_prepared_transactions=10 "$@" \
 		make -s PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config "$target"; then
 	exit 0
 fi
-for d in test/regression.diffs test/isolation/regression.diffs; do
+for d in test/regression.diffs test/isolation/regression.diffs \
+	test/engine_sql/regression.diffs test/engine_sql/isolation/regression.diffs; do
 	[ -f "$d" ] && cat "$d"
 done
 exit 1

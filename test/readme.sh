@@ -11,6 +11,11 @@
 #   <!-- run: check DB -->        the next block is a query whose psql output
 #                                 must become the text block after it (30 s)
 #
+# PG_OUTBOX_ENGINE=sql runs the same sequence on the SQL engine: a cluster
+# that does not preload pg_outbox, and CREATE EXTENSION pg_outbox_sql where
+# the README says CREATE EXTENSION pg_outbox (the groups it creates take
+# the xid8 order, the default without the C engine preloaded).
+#
 # Commands reach the throwaway servers: "127.0.0.1:6379" becomes the test's
 # Redis and "host=127.0.0.1" gains the test's port; pg_outbox_relay is the
 # one just built. Prints an "ok"/"not ok" line per block, then
@@ -33,7 +38,19 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-pg_start "$WORK/pg" "$PG_PORT" "shared_preload_libraries = 'pg_outbox'"
+case ${PG_OUTBOX_ENGINE:-c} in
+c) pg_start "$WORK/pg" "$PG_PORT" "shared_preload_libraries = 'pg_outbox'" ;;
+sql) pg_start "$WORK/pg" "$PG_PORT" ;;
+*) echo "PG_OUTBOX_ENGINE is c or sql, not \"$PG_OUTBOX_ENGINE\"" >&2; exit 2 ;;
+esac
+# A block of SQL for the engine under test.
+engine_sql() {
+	if [ "${PG_OUTBOX_ENGINE:-c}" = sql ]; then
+		sed 's/^CREATE EXTENSION pg_outbox;/CREATE EXTENSION pg_outbox_sql;/' "$1"
+	else
+		cat "$1"
+	fi
+}
 redis_start "$WORK/redis" "$REDIS_PORT" || exit 1
 mkdir -p "$WORK/bin"
 ln -s "$RELAY" "$WORK/bin/pg_outbox_relay"
@@ -109,7 +126,7 @@ while IFS=$'\t' read -r n kind where role; do
 	block="$WORK/blocks/$n.block"
 	case $kind in
 	sql)
-		psql_as "$where" "$role" <"$block" >"$WORK/out" 2>&1
+		engine_sql "$block" | psql_as "$where" "$role" >"$WORK/out" 2>&1
 		report $? "README block $n: SQL in $where${role:+ as $role}"
 		;;
 	sh)

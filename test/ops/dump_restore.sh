@@ -7,7 +7,8 @@
 # Events are not carried (see README, "Dump and restore"): their
 # transaction ids mean nothing in another cluster.
 #
-# Runs against the server in PG* (pg_virtualenv, preloaded); prints one
+# Runs against the server in PG* (pg_virtualenv, preloaded for the C
+# engine), with the engine PG_OUTBOX_ENGINE names (tap.bash); prints one
 # "ok" / "not ok" line per check and exits non-zero if any failed.
 set -uo pipefail
 
@@ -17,13 +18,13 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 createdb src
-q src <<'SQL' >/dev/null
-CREATE EXTENSION pg_outbox;
+q src -c "CREATE EXTENSION $EXT" >/dev/null
+q src -v commit_order="$COMMIT_ORDER" <<'SQL' >/dev/null
 UPDATE outbox.config SET retention = '14 days', inbox_retention = '30 days', premake = 6;
 CREATE TABLE orders (id int PRIMARY KEY, total numeric NOT NULL);
 INSERT INTO orders SELECT i, i * 10 FROM generate_series(1, 5) i;
 SELECT outbox_group_create('billing', ordering => 'xid8', start_at => 'beginning');
-SELECT outbox_group_create('audit', topics => ARRAY['orders'], ordering => 'commit', start_at => 'beginning');
+SELECT outbox_group_create('audit', topics => ARRAY['orders'], ordering => :'commit_order', start_at => 'beginning');
 SELECT outbox_group_create('fanout', ordering => 'xid8', start_at => 'beginning', shards => 2);
 SELECT outbox_emit('orders', 'o' || i, jsonb_build_object('id', i)) FROM generate_series(1, 5) i;
 -- Publish three (a maintenance run woken by the install may hold the

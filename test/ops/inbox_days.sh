@@ -5,7 +5,8 @@
 # partitions of their days (also far ahead: maintenance never wedges on
 # them), and drops the partitions past inbox_retention.
 #
-# Runs against the server in PG*; prints one "ok" / "not ok" line per
+# Runs against the server in PG*, with the engine PG_OUTBOX_ENGINE names
+# (tap.bash); prints one "ok" / "not ok" line per
 # check and exits non-zero if any failed.
 set -uo pipefail
 
@@ -13,7 +14,7 @@ set -uo pipefail
 q() { psql -X -q -At -v ON_ERROR_STOP=1 -d ledger "$@"; }
 
 createdb ledger
-q -c "CREATE EXTENSION pg_outbox" -c "UPDATE outbox.config SET inbox_retention = '2 days'" >/dev/null
+q -c "CREATE EXTENSION $EXT" -c "UPDATE outbox.config SET inbox_retention = '2 days'" >/dev/null
 start=$(q -c "SELECT (now() AT TIME ZONE 'UTC')::date + 10")
 
 # Days of the inbox partitions, as offsets from the first simulated day.
@@ -55,9 +56,14 @@ done
 check "day 6: partitions ahead, those past retention (2 days) dropped" eq "$(days)" "4,5,6,7,8,9,30"
 check "day 6: the default partition stays empty" eq "$(q -c "SELECT count(*) FROM outbox.inbox_default")" 0
 check "day 6: the rows of the days kept are there" eq "$(q -c "SELECT count(*) FROM outbox.inbox")" 4
-for bad in tomorrow 2026-13-01 2026-02-30 2026-1-1 "2026-01-01 " "2026-01-01x"; do
-	check "pg_outbox.today = '$bad' is refused" bash -c "! psql -X -q -d ledger -c \"SET pg_outbox.today = '$bad'\" 2>/dev/null"
-done
+# The C engine's pg_outbox.today is a parameter of pg_outbox.so, which
+# refuses what is no day in YYYY-MM-DD when it is set; the SQL engine's is
+# a placeholder, read as a date.
+if [ "$ENGINE" = c ]; then
+	for bad in tomorrow 2026-13-01 2026-02-30 2026-1-1 "2026-01-01 " "2026-01-01x"; do
+		check "pg_outbox.today = '$bad' is refused" bash -c "! psql -X -q -d ledger -c \"SET pg_outbox.today = '$bad'\" 2>/dev/null"
+	done
+fi
 check "pg_outbox.today = '2028-02-29' is a day" psql -X -q -d ledger -c "SET pg_outbox.today = '2028-02-29'"
 
 finish

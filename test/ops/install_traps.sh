@@ -33,8 +33,13 @@
 # calls here. No trap may fire. A schema owned by another role is refused,
 # on install and on update.
 #
-# Runs against the server in PG* (preloaded, as a superuser); prints one
-# "ok" / "not ok" line per check and exits non-zero if any failed.
+# The engine is the one PG_OUTBOX_ENGINE names (tap.bash): the C engine
+# (preloaded) by default, or the SQL engine (whose functions' bodies are
+# its own files, sql/engine/sql/, so the traps cover them too), which has
+# no released version to update from.
+#
+# Runs against the server in PG* (as a superuser); prints one "ok" /
+# "not ok" line per check and exits non-zero if any failed.
 set -uo pipefail
 
 . "$(dirname "$0")/tap.bash"
@@ -58,7 +63,10 @@ trap 'rm -rf "$work"' EXIT
 current=$(sed -n "s/^default_version[[:space:]]*=[[:space:]]*'\([^']*\)'.*/\1/p" "$root/pg_outbox.control")
 # The sources of the install and upgrade scripts (an upgrade script is its
 # hand part and the install parts' functions).
-scripts=("$root"/sql/preamble.sql "$root"/sql/install/*.sql "$root"/sql/upgrade/*.sql)
+scripts=("$root"/sql/preamble.sql "$root"/sql/install/*.sql "$root"/sql/engine/"$ENGINE"/*.sql "$root"/sql/upgrade/*.sql)
+# The released versions' install scripts (ALTER EXTENSION UPDATE from each).
+released=()
+[ "$ENGINE" != c ] || released=("$root"/sql/released/pg_outbox--*.sql)
 
 # The names, one per line. Operators: every run of operator characters, as
 # PostgreSQL's lexer splits it (a multi-character operator ends in + or -
@@ -99,7 +107,7 @@ perl -0777 -ne '
 
 # Roles: the attacker owns the databases; another role owns a schema it
 # is refused to install in. Both can log in (trust authentication).
-for db in fresh inschema refused $(qs postgres -c "SELECT datname FROM pg_database WHERE datname LIKE 'up\_%'"); do
+for db in fresh inschema plain refused $(qs postgres -c "SELECT datname FROM pg_database WHERE datname LIKE 'up\_%'"); do
 	dropdb --if-exists "$db" 2>/dev/null
 done
 qs postgres >/dev/null <<'SQL'
@@ -329,11 +337,11 @@ fired() { qs "$1" -c "SELECT string_agg(DISTINCT trap || ' as ' || ran_as, '; ')
 # callers' own resolution is not what this checks.
 exercise() {
 	local db=$1 s=$2
-	psql -X -q -At -v ON_ERROR_STOP=1 -d "$db" -v s="$s" <<'SQL'
+	psql -X -q -At -v ON_ERROR_STOP=1 -d "$db" -v s="$s" -v commit_order="$COMMIT_ORDER" <<'SQL'
 SET track_functions = 'all';
 SET search_path = :"s", public;
 SELECT outbox_group_create('x'::text, NULL::text[], 'beginning'::text, 'xid8'::text, 1::integer);
-SELECT outbox_group_create('c'::text, ARRAY['t']::text[], 'beginning'::text, 'commit'::text, 1::integer);
+SELECT outbox_group_create('c'::text, ARRAY['t']::text[], 'beginning'::text, :'commit_order'::text, 1::integer);
 SELECT outbox_group_create('sh'::text, NULL::text[], 'now'::text, 'xid8'::text, 2::integer);
 SELECT outbox_group_create('sk'::text, ARRAY['skipme']::text[], 'beginning'::text, 'xid8'::text, 1::integer);
 SELECT outbox_emit('skipme'::text, 'k0'::text, '{"big": 1}'::jsonb, NULL::jsonb, NULL::uuid);
@@ -371,7 +379,7 @@ SQL
 	# database, the planted schema before pg_catalog (inbox_consume and
 	# inbox_replay run with their caller's). These statements use no
 	# operator or function of their own.
-	psql -X -q -At -v ON_ERROR_STOP=1 -d "$db" <<'SQL'
+	psql -X -q -At -v ON_ERROR_STOP=1 -d "$db" -v sql_engine="$([ "$ENGINE" = sql ] && echo true || echo false)" <<'SQL'
 SET track_functions = 'all';
 CREATE TABLE IF NOT EXISTS trap_applied (topic text, key text);
 SELECT inbox_consumer_create('ledger'::text, 'outbox_consumer'::regrole);
@@ -396,7 +404,19 @@ SELECT * FROM outbox_maintain();
 SELECT * FROM outbox_drop_empty_partitions();
 SELECT * FROM outbox_partitions();
 SELECT * FROM outbox_maintenance_status();
+\if :sql_engine
+-- The SQL engine has no background maintenance, and says so (55000).
+DO $$
+BEGIN
+	PERFORM outbox_maintenance_databases();
+	RAISE EXCEPTION 'outbox_maintenance_databases() answered on the SQL engine';
+EXCEPTION WHEN object_not_in_prerequisite_state THEN
+	NULL;
+END
+$$;
+\else
 SELECT count(*) FROM outbox_maintenance_databases();
+\endif
 SELECT outbox_group_set_stream_template('x'::text, NULL::text);
 SELECT outbox_group_drop('sh'::text, false::boolean);
 SELECT outbox_group_drop('gone'::text, true::boolean);
@@ -405,12 +425,15 @@ SQL
 }
 
 # Every function of the extension's schema ran (counted with
-# track_functions): a new one must be added to exercise().
+# track_functions): a new one must be added to exercise(). A call that
+# raised is not counted: on the SQL engine, outbox_maintenance_databases()
+# raises (exercise() checks that it does).
 all_called() {
-	qs "$1" -c "SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_outbox') THEN 'not installed' END" -c "SELECT string_agg(p.oid::regprocedure::text, ', ' ORDER BY 1) FROM pg_proc p
+	qs "$1" -c "SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM pg_extension WHERE extname = '$EXT') THEN 'not installed' END" -c "SELECT string_agg(p.oid::regprocedure::text, ', ' ORDER BY 1) FROM pg_proc p
 		JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
-		JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'pg_outbox'
+		JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = '$EXT'
 		WHERE p.pronamespace = e.extnamespace
+		  AND NOT (p.proname = 'outbox_maintenance_databases' AND '$ENGINE' = 'sql')
 		  AND NOT EXISTS (SELECT 1 FROM pg_stat_user_functions f WHERE f.funcid = p.oid AND f.calls > 0)"
 }
 
@@ -418,9 +441,9 @@ all_called() {
 # none names the extension's schema in its body (its owner could rename
 # it and put another function under the name).
 definers_pinned() {
-	qs "$1" -c "SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_outbox') THEN 'not installed' END" -c "SELECT string_agg(p.oid::regprocedure::text, ', ') FROM pg_proc p
+	qs "$1" -c "SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM pg_extension WHERE extname = '$EXT') THEN 'not installed' END" -c "SELECT string_agg(p.oid::regprocedure::text, ', ') FROM pg_proc p
 		JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
-		JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'pg_outbox'
+		JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = '$EXT'
 		WHERE p.prosecdef AND (p.proconfig IS NULL OR NOT 'search_path=pg_catalog, pg_temp' = ANY (p.proconfig)
 			   OR p.prosrc ~ ('(^|[^a-z_])' || quote_ident((SELECT nspname FROM pg_namespace WHERE oid = e.extnamespace)) || '\.'))"
 }
@@ -458,14 +481,14 @@ no_trap() {
 createdb -O trapper fresh
 check "fresh: traps planted in public" plant fresh public
 hostile_path fresh public
-check "fresh: CREATE EXTENSION with traps in public" into "$work/fresh" q fresh -c "CREATE EXTENSION pg_outbox"
+check "fresh: CREATE EXTENSION with traps in public" into "$work/fresh" q fresh -c "CREATE EXTENSION $EXT"
 check "fresh: every API function runs" into "$work/fresh" exercise fresh public
 no_trap fresh fresh "$work/fresh"
 check "fresh: every function of the extension's schema was called" eq "$(all_called fresh)" ""
 check "fresh: SECURITY DEFINER functions pin search_path and do not name the extension's schema" \
 	eq "$(definers_pinned fresh)" ""
 check "fresh: the script left the session's search_path as it was" \
-	eq "$(q fresh -c "BEGIN" -c "DROP EXTENSION pg_outbox" -c "CREATE EXTENSION pg_outbox" -c "SHOW search_path" -c "ROLLBACK" 2>/dev/null)" \
+	eq "$(q fresh -c "BEGIN" -c "DROP EXTENSION $EXT" -c "CREATE EXTENSION $EXT" -c "SHOW search_path" -c "ROLLBACK" 2>/dev/null)" \
 	'public, pg_catalog'
 grep -m5 'TRAP FIRED\|ERROR' "$work/fresh" | sed 's/^/#   /'
 
@@ -476,7 +499,7 @@ as_role trapper inschema -c "CREATE SCHEMA api" >/dev/null
 check "inschema: traps planted in public and in the extension's schema" plant inschema public api
 hostile_path inschema api, public
 check "inschema: CREATE EXTENSION ... SCHEMA owned by the database's owner, traps in it and public" \
-	into "$work/inschema" q inschema -c "CREATE EXTENSION pg_outbox SCHEMA api"
+	into "$work/inschema" q inschema -c "CREATE EXTENSION $EXT SCHEMA api"
 check "inschema: every API function runs" into "$work/inschema" exercise inschema api
 no_trap inschema inschema "$work/inschema"
 check "inschema: every function of the extension's schema was called" eq "$(all_called inschema)" ""
@@ -484,9 +507,23 @@ check "inschema: SECURITY DEFINER functions pin search_path and do not name the 
 	eq "$(definers_pinned inschema)" ""
 grep -m5 'TRAP FIRED\|ERROR' "$work/inschema" | sed 's/^/#   /'
 
+# 2b. The SQL engine's plain script (sql/pg_outbox_sql.sql, psql -f, no
+# extension), with traps in public, before schema outbox on the
+# search_path of the database's sessions.
+if [ "$ENGINE" = sql ]; then
+	createdb -O trapper plain
+	check "plain: traps planted in public" plant plain public
+	hostile_path plain public, outbox
+	check "plain: psql -f of the plain script with traps in public" \
+		into "$work/plain" psql -X -q -v ON_ERROR_STOP=1 -d plain -f "$root/sql/pg_outbox_sql.sql" -o /dev/null
+	check "plain: every API function runs" into "$work/plain" exercise plain outbox
+	no_trap plain plain "$work/plain"
+	grep -m5 'TRAP FIRED\|ERROR' "$work/plain" | sed 's/^/#   /'
+fi
+
 # 3. ALTER EXTENSION UPDATE from each released version, the traps planted
 # after the old version's install.
-for script in "$root"/sql/released/pg_outbox--*.sql; do
+for script in "${released[@]}"; do
 	from=$(basename "$script" .sql)
 	from=${from#pg_outbox--}
 	[[ $from != *--* ]] || continue	# a released update's script, not a version
@@ -499,7 +536,7 @@ SQL
 	# CREATE OR REPLACE in an update script only for functions the old
 	# version has: anything else could be a function someone else made.
 	qs "$db" -c "SELECT p.proname FROM pg_proc p JOIN pg_depend d ON d.classid = 'pg_proc'::regclass
-		AND d.objid = p.oid AND d.deptype = 'e' JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'pg_outbox'" \
+		AND d.objid = p.oid AND d.deptype = 'e' JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = '$EXT'" \
 		| sort -u >"$work/members.$db"
 	sed -n 's/^CREATE OR REPLACE FUNCTION [^.]*\.\([a-z_0-9]*\)(.*/\1/p' "$root/sql/pg_outbox--$from--$current.sql" \
 		| sort -u >"$work/replaced.$db"
@@ -527,7 +564,7 @@ createdb refused
 qs refused -c "GRANT CREATE ON DATABASE refused TO bystander, trapper" >/dev/null
 as_role bystander refused -c "CREATE SCHEMA theirs" -c "GRANT USAGE, CREATE ON SCHEMA theirs TO trapper" >/dev/null
 as_role trapper refused -c "CREATE SCHEMA trapbox" >/dev/null
-for script in "$root"/sql/released/pg_outbox--*.sql; do
+for script in "${released[@]}"; do
 	from=$(basename "$script" .sql)
 	from=${from#pg_outbox--}
 	[[ $from != *--* ]] || continue	# a released update's script, not a version
@@ -535,21 +572,21 @@ for script in "$root"/sql/released/pg_outbox--*.sql; do
 	check "refused: traps planted in the schema of $from" plant refused theirs
 	psql -X -q -At -d refused -c "\\set VERBOSITY verbose" -c "ALTER EXTENSION pg_outbox UPDATE" >>"$work/refused" 2>&1
 	check "refused: ALTER EXTENSION UPDATE from $from in a schema another role owns is refused" \
-		eq "$(qs refused -c "SELECT extversion FROM pg_extension WHERE extname = 'pg_outbox'")" "$from"
+		eq "$(qs refused -c "SELECT extversion FROM pg_extension WHERE extname = '$EXT'")" "$from"
 	q refused -c "DROP EXTENSION pg_outbox" >/dev/null
 	# Renamed out of the way, not dropped: dropping thousands of traps in
 	# one transaction would take more locks than the lock table holds.
 	as_role bystander refused -c "ALTER SCHEMA theirs RENAME TO \"theirs_$from\"" -c "CREATE SCHEMA theirs" -c "GRANT USAGE, CREATE ON SCHEMA theirs TO trapper" >/dev/null
 done
 check "refused: traps planted in the schema" plant refused theirs
-psql -X -q -At -d refused -c "\\set VERBOSITY verbose" -c "CREATE EXTENSION pg_outbox SCHEMA theirs" >>"$work/refused" 2>&1
+psql -X -q -At -d refused -c "\\set VERBOSITY verbose" -c "CREATE EXTENSION $EXT SCHEMA theirs" >>"$work/refused" 2>&1
 check "refused: CREATE EXTENSION into a schema another role owns fails with 42501" \
 	grep -q 'ERROR:  42501: pg_outbox cannot be installed in schema "theirs": it is owned by role "bystander"' "$work/refused"
 check "refused: the update's refusal and the install's say the same" \
-	test "$(grep -c '42501: pg_outbox cannot be installed in schema "theirs"' "$work/refused")" -ge 2
+	test "$(grep -c '42501: pg_outbox cannot be installed in schema "theirs"' "$work/refused")" -ge $((1 + ${#released[@]}))
 check "refused: the error says what to do" grep -q 'HINT:  Install pg_outbox in a schema owned by one of them' "$work/refused"
 check "refused: nothing is left behind" \
-	eq "$(qs refused -c "SELECT count(*) FROM pg_extension WHERE extname = 'pg_outbox'")" 0
+	eq "$(qs refused -c "SELECT count(*) FROM pg_extension WHERE extname = '$EXT'")" 0
 no_trap refused refused "$work/refused"
 grep -m5 'TRAP FIRED' "$work/refused" | sed 's/^/#   /'
 

@@ -1,5 +1,17 @@
 # What the operations tests (test/ops/*.sh) share, sourced by each: one
-# "ok N - what" or "not ok N - what" line per check, and a summary line.
+# "ok N - what" or "not ok N - what" line per check, and a summary line;
+# and the engine they test.
+
+# The engine under test, PG_OUTBOX_ENGINE: c (the extension pg_outbox,
+# the default) or sql (pg_outbox_sql, the SQL engine). COMMIT_ORDER is the
+# ordering of a test's group that the C engine orders by commit: the SQL
+# engine refuses commit-ordered groups, so there it is xid8.
+ENGINE=${PG_OUTBOX_ENGINE:-c}
+case $ENGINE in
+c) EXT=pg_outbox COMMIT_ORDER=commit ;;
+sql) EXT=pg_outbox_sql COMMIT_ORDER=xid8 ;;
+*) echo "PG_OUTBOX_ENGINE is c or sql, not \"$ENGINE\"" >&2; exit 2 ;;
+esac
 
 failed=0
 n=0

@@ -33,7 +33,6 @@ SELECT pg_temp.try($$SELECT outbox_emit('t', 'k', '{}', jsonb_build_object('h', 
 SELECT pg_temp.try($$SELECT outbox_emit('t', 'k', jsonb_build_object('x', repeat('x', 2000)), jsonb_build_object('h', repeat('h', 2000)))$$);
 SELECT pg_temp.try($$SELECT outbox_emit('t', 'k', jsonb_build_object('x', repeat('x', 1500)), jsonb_build_object('h', repeat('h', 1500)))$$);
 SELECT pg_temp.try($$SELECT outbox_emit_many('t', NULL, ARRAY['{}', '{}']::jsonb[], ARRAY[NULL, jsonb_build_object('h', repeat('h', 5000))])$$);
-SET pg_outbox.max_payload_size = 10;
 RESET pg_outbox.max_payload_size;
 -- 5 MB of headers under the default 1 MB cap.
 SELECT pg_temp.try($$SELECT outbox_emit('t', 'k', '{}', jsonb_build_object('h', repeat('h', 5000000)))$$);

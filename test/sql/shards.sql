@@ -1,6 +1,7 @@
--- Sharded groups: a cursor and a leader per shard of (topic, key), in both
--- orders (commit order needs pg_outbox preloaded). In a
--- database of its own, with small partitions for retention.
+-- Sharded groups: a cursor and a leader per shard of (topic, key), in the
+-- xid8 order (commit-ordered shards, which need pg_outbox preloaded, are
+-- in shards_commit.sql). In a database of its own, with small partitions
+-- for retention.
 \set VERBOSITY terse
 SET client_min_messages = warning;
 \set regress_db :DBNAME
@@ -31,14 +32,13 @@ SELECT outbox_group_create('bad', shards => 257);
 SELECT outbox_group_create('bad', shards => NULL);
 SELECT outbox_group_create('bad/1');
 SELECT outbox_group_create('x', start_at => 'beginning', ordering => 'xid8', shards => 4);
-SELECT outbox_group_create('c', start_at => 'beginning', ordering => 'commit', shards => 4);
 SELECT outbox_group_create('one', start_at => 'beginning', ordering => 'xid8');
 SELECT outbox_group_create('x', shards => 2);
 SELECT name, shard, shards, cursor FROM outbox.groups ORDER BY name, shard;
 -- outbox_groups(): a group's shards, or one shard; a name that matches
 -- nothing gives no rows, whatever it looks like.
 SELECT group_name, shard, shards, ordering, cursor_position, streams, stale, generation FROM outbox_groups('x');
-SELECT group_name, shard, shards, ordering FROM outbox_groups('c/3');
+SELECT group_name, shard, shards, ordering FROM outbox_groups('x/3');
 SELECT count(*) AS every_row FROM outbox_groups();
 SELECT left(v, 12) AS for_group, length(v), (SELECT count(*) FROM outbox_groups(v)) AS rows
   FROM unnest(ARRAY['one', 'one/0', 'one/1', 'x/4', 'x/01', 'x/', '/0', 'X', '', 'x/0/0', 'x/-1', repeat('x', 100000), NULL]) v;
@@ -75,14 +75,13 @@ SELECT pg_temp.settled();
 -- keyless events in their topic's shard.
 CREATE TEMP TABLE got AS
 SELECT g, s, f.pos, f.txid, f.seq, f.topic, f.key
-  FROM unnest(ARRAY['x', 'c']) g, generate_series(0, 3) s,
+  FROM unnest(ARRAY['x']) g, generate_series(0, 3) s,
        LATERAL outbox_fetch(g || '/' || s, 1000) f;
 SELECT g, count(*) AS events, count(DISTINCT s) AS shards_with_events,
        bool_and(outbox.shard_of(topic, key, 4) = s) AS each_in_its_shard
   FROM got GROUP BY g ORDER BY g;
 SELECT (SELECT count(*) FROM outbox_fetch('one', 1000)) AS unsharded,
-       (SELECT count(*) FROM got WHERE g = 'x') AS xid8_shards,
-       (SELECT count(*) FROM got WHERE g = 'c') AS commit_shards;
+       (SELECT count(*) FROM got WHERE g = 'x') AS xid8_shards;
 SELECT count(*) AS keys_in_two_shards
   FROM (SELECT g, topic, key FROM got GROUP BY g, topic, key HAVING count(DISTINCT s) > 1) t;
 -- In order: positions grow within each shard, (txid, seq) too.
@@ -143,12 +142,6 @@ BEGIN;
 SELECT g, events, rows_read <= events + 10 AS reads_its_batch
   FROM unnest(ARRAY['s1', 'x/2', 's16/9']) g, LATERAL pg_temp.batch_reads(g);
 COMMIT;
--- The same in commit order.
-SELECT outbox_rewind('c/' || s, 'beginning') IS NOT NULL AS rewound FROM generate_series(0, 3) s;
-BEGIN;
-SELECT count(*) FROM outbox_fetch('c/0', 1000) WHERE topic <> 'bulk';
-SELECT events, rows_read <= events + 10 AS reads_its_batch FROM pg_temp.batch_reads('c/3');
-COMMIT;
 
 -- Changing the shard count is a new group that starts where the old one
 -- stands: each new shard rewound to the old group's lowest cursor. The
@@ -197,7 +190,6 @@ DROP ROLE regress_shard_writer;
 SELECT outbox_group_drop('x/0');
 SELECT outbox_group_drop('x');
 SELECT count(*) AS shard_4_index FROM pg_class WHERE relname = 'event_shards_4_idx';
-SELECT outbox_group_drop('c');
 SELECT outbox_group_drop('s16');
 SELECT relname FROM pg_class WHERE relname LIKE 'event\_shards\_%';
 SELECT outbox_group_drop('s1');
@@ -211,7 +203,6 @@ UPDATE outbox.config SET partition_width = 200, premake = 3, retention = '0';
 SELECT outbox_drop_empty_partitions() >= 1 AS dropped;
 SELECT count(*) >= 0 AS ran FROM outbox_maintain();
 SELECT outbox_group_create('r', start_at => 'now', ordering => 'xid8', shards => 2);
-SELECT outbox_group_create('rc', start_at => 'now', ordering => 'commit', shards => 2);
 SELECT outbox_group_create('mail_only', topics => ARRAY['mail'], start_at => 'now', ordering => 'xid8');
 -- One key of each shard of two, in one partition, then ids burned past it.
 CREATE TEMP TABLE two_keys AS
@@ -239,10 +230,9 @@ UPDATE outbox.config SET max_group_lag = '1 microsecond';
 SET client_min_messages = error;
 SELECT object FROM outbox_maintain() WHERE action = 'lagging' ORDER BY 1;
 SET client_min_messages = warning;
--- Shard 0 of each publishes its event: shard 1 still keeps the partition.
+-- Shard 0 publishes its event: shard 1 still keeps the partition.
 SELECT outbox_advance('r/0', (SELECT max(pos) FROM outbox_fetch('r/0', 10)));
-SELECT outbox_advance('rc/0', (SELECT max(pos) FROM outbox_fetch('rc/0', 10)));
--- This session leads shard 0 of each now: it is not reported, whatever
+-- This session leads shard 0 now: it is not reported, whatever
 -- is after its cursor.
 SET client_min_messages = error;
 SELECT object FROM outbox_maintain() WHERE action = 'lagging' ORDER BY 1;
@@ -250,7 +240,6 @@ SET client_min_messages = warning;
 UPDATE outbox.config SET max_group_lag = '1 day';
 SELECT reason FROM outbox_partitions() WHERE reason LIKE 'not yet%' ORDER BY lower LIMIT 1;
 SELECT outbox_advance('r/1', (SELECT max(pos) FROM outbox_fetch('r/1', 10)));
-SELECT outbox_advance('rc/1', (SELECT max(pos) FROM outbox_fetch('rc/1', 10)));
 -- Every shard passed it; "mail_only" has no event there: it goes.
 SELECT action, count(*) FROM outbox_maintain() WHERE action IN ('dropped', 'detached') GROUP BY action;
 SELECT count(*) AS events_left FROM outbox.event;

@@ -1,0 +1,66 @@
+-- What only the C engine has, of what the shared tests would otherwise
+-- assert (C_ONLY_REGRESS in the Makefile; the SQL engine's own answers are
+-- in test/sql/engine_sql.sql):
+--
+-- * Its settings are configuration parameters that pg_outbox.so defines,
+--   so PostgreSQL checks a value when it is set (bounds, units, who may set
+--   it) and SHOW has a default. Without the library the same names are
+--   placeholders: any role may set any text, which the SQL engine checks
+--   where it reads it.
+-- * A fetch keeps its batch in a memory context of the session (fetch.c),
+--   given back once the batch is read.
+\set VERBOSITY terse
+SET client_min_messages = warning;
+
+CREATE FUNCTION pg_temp.try(q text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE q;
+    RETURN 'ok';
+EXCEPTION WHEN OTHERS THEN
+    RETURN sqlstate || ': ' || sqlerrm;
+END
+$$;
+
+-- The settings and their defaults, once the library is loaded.
+LOAD 'pg_outbox';
+SHOW pg_outbox.max_payload_size;
+SHOW pg_outbox.notify;
+SHOW pg_outbox.max_group_streams;
+
+-- pg_outbox.max_payload_size: 1 kB to 256 MB.
+SELECT pg_temp.try($$SET pg_outbox.max_payload_size = 10$$);
+RESET pg_outbox.max_payload_size;
+
+-- The lease each leader sets for itself: 100 ms to 1 hour, refused outside.
+SELECT pg_temp.try($$SET pg_outbox.lease = '99ms'$$);
+SELECT pg_temp.try($$SET pg_outbox.lease = '61min'$$);
+SELECT pg_temp.try($$SET pg_outbox.lease = '-1s'$$);
+SELECT pg_temp.try($$SET pg_outbox.lease = 'soon'$$);
+SELECT pg_temp.try($$SET pg_outbox.lease = '99999999999999999999'$$);
+RESET pg_outbox.lease;
+
+-- pg_outbox.max_group_streams: only a superuser sets the bound, 1 or more.
+SET ROLE outbox_admin;
+SELECT pg_temp.try($$SET pg_outbox.max_group_streams = 1$$);
+RESET ROLE;
+SELECT pg_temp.try($$SET pg_outbox.max_group_streams = 0$$);
+RESET pg_outbox.max_group_streams;
+
+-- A batch's rows are kept in memory of the session that outlives the
+-- calling query, for the next batch; the memory of a large batch is given
+-- back once the batch is read.
+TRUNCATE outbox.event;
+SELECT outbox_group_create('memory', ordering => 'xid8', start_at => 'beginning');
+SELECT count(*) FROM outbox_emit_many('small', NULL, (SELECT array_agg(jsonb_build_object('i', i)) FROM generate_series(1, 10) i));
+SELECT a.key, b.key FROM outbox_fetch('memory', 2) a FULL JOIN outbox_fetch('memory', 3) b USING (pos);
+SELECT total_bytes > 0 AS kept FROM pg_backend_memory_contexts WHERE name = 'pg_outbox fetch';
+SET work_mem = '64MB';
+SELECT count(*) FROM outbox_emit_many('bulk',
+    (SELECT array_agg(i::text) FROM generate_series(1, 20000) i),
+    (SELECT array_agg(jsonb_build_object('pad', repeat('x', 500))) FROM generate_series(1, 20000)));
+SELECT count(*) > 20000 AS all_there, sum(octet_length(payload::text)) > 8 * 1024 * 1024 AS large
+  FROM outbox_fetch('memory', 30000);
+SELECT total_bytes < 1024 * 1024 AS given_back FROM pg_backend_memory_contexts WHERE name = 'pg_outbox fetch';
+RESET work_mem;
+SELECT outbox_group_drop('memory');
+TRUNCATE outbox.event;
