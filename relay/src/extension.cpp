@@ -38,9 +38,17 @@ constexpr const char* kProbeSql =
 
 // The engine, its version, the API's schema (quoted), and the extension
 // the function belongs to: pg_outbox, pg_outbox_sql, or none (the SQL
-// engine installed from its script with psql -f).
+// engine installed from its script with psql -f). The schema is looked up
+// by its name, or by its name as an identifier: CREATE EXTENSION replaces
+// "@extschema@" in the scripts with the quoted identifier ("Ob Schema"
+// with its double quotes), which outbox.engine() returns as is.
 constexpr const char* kEngineSql =
-    "SELECT e.engine, e.version, pg_catalog.quote_ident(e.api_schema::pg_catalog.text),"
+    "SELECT e.engine, e.version,"
+    "       (SELECT pg_catalog.quote_ident(n.nspname::pg_catalog.text) FROM pg_catalog.pg_namespace n"
+    "         WHERE n.nspname OPERATOR(pg_catalog.=) e.api_schema"
+    "            OR pg_catalog.quote_ident(n.nspname::pg_catalog.text) OPERATOR(pg_catalog.=)"
+    "               e.api_schema::pg_catalog.text"
+    "         ORDER BY n.nspname OPERATOR(pg_catalog.=) e.api_schema DESC LIMIT 1),"
     "       (SELECT x.extname::pg_catalog.text"
     "          FROM pg_catalog.pg_depend d"
     "          JOIN pg_catalog.pg_extension x ON x.oid OPERATOR(pg_catalog.=) d.refobjid"
@@ -108,10 +116,14 @@ Extension use_extension(PgConnection& pg, SearchPath search_path) {
     Extension out;
     out.engine = std::string(r.get(0, 0));
     out.version = std::string(r.get(0, 1));
-    out.schema = std::string(r.get(0, 2));
+    out.schema = std::string(r.get_optional(0, 2).value_or(std::string_view()));
     const std::string extname(r.get_optional(0, 3).value_or(std::string_view()));
     if (out.version != PG_OUTBOX_VERSION)
         throw other_version(database, out.engine, out.version, extname);
+    if (out.schema.empty())
+        throw ConfigError("--pg: database \"" + database + "\" has pg_outbox " + out.version +
+                          ", whose API's schema (outbox.engine() names it) does not exist (was it renamed? "
+                          "SELECT * FROM outbox.engine() names it)");
     if (out.engine != "c" && out.engine != "sql")
         throw ConfigError("--pg: database \"" + database + "\" has pg_outbox " + out.version + " with engine \"" +
                           out.engine + "\", which this relay does not know (it knows c and sql); "
