@@ -129,9 +129,10 @@ void Metrics::caught_up() {
     lag_seconds = 0;
 }
 
-void Metrics::set_extension_version(std::string version) {
+void Metrics::set_extension(std::string version, std::string engine) {
     std::lock_guard lock(errors_mutex_);
     extension_version_ = std::move(version);
+    engine_ = std::move(engine);
 }
 
 void Metrics::add_gap_stream(const std::string& stream) {
@@ -408,21 +409,24 @@ std::string Metrics::render() const { return render_metrics({this}); }
 std::string render_metrics(const std::vector<const Metrics*>& all) {
     MetricFamilies families;
     for (const auto* m : all) m->collect(families);
-    // The build_info of the process: the extension version the first
-    // relay to connect read (every relay of a process reads one database).
-    std::string extension_version;
+    // The build_info of the process: the extension version and engine the
+    // first relay to connect read (every relay of a process reads one
+    // database).
+    std::string extension_version, engine;
     for (const auto* m : all) {
         std::lock_guard lock(m->errors_mutex_);
         if (!m->extension_version_.empty()) {
             extension_version = m->extension_version_;
+            engine = m->engine_;
             break;
         }
     }
     families.sample("pg_outbox_relay_build_info", "gauge",
-                    "The relay's version and the pg_outbox version of the database it connected to (empty before "
-                    "the first connection).",
+                    "The relay's version, and the pg_outbox version and engine (c or sql) of the database it "
+                    "connected to (empty before the first connection).",
                     "version=\"" PG_OUTBOX_VERSION "\",extension_version=\"" +
-                        prometheus_label_value(extension_version) + "\"",
+                        prometheus_label_value(extension_version) + "\",engine=\"" + prometheus_label_value(engine) +
+                        "\"",
                     1);
     for (const auto* m : all) m->collect_errors(families);
     std::ostringstream out;

@@ -48,8 +48,17 @@ void Service::connect() {
             throw StandbyServer{};
         }
         pg_->pin_settings(keeps_handler_settings());
-        extension_ = use_extension(*pg_, keeps_handler_settings() ? SearchPath::keep : SearchPath::pin);
-        metrics_.set_extension_version(extension_.version);
+        auto found = use_extension(*pg_, keeps_handler_settings() ? SearchPath::keep : SearchPath::pin);
+        // Said once, and again only when a reconnect finds another
+        // (a failover to a server that has another engine).
+        if (found.engine != extension_.engine || found.version != extension_.version ||
+            found.schema != extension_.schema)
+            spdlog::info("pg_outbox {} on the {} engine{}, its API in schema {}", found.version, found.engine,
+                         found.engine == "sql" ? " (SQL and PL/pgSQL only: the relay waits on LISTEN/NOTIFY)"
+                                               : " (C: pg_outbox.so)",
+                         found.schema);
+        extension_ = std::move(found);
+        metrics_.set_extension(extension_.version, extension_.engine);
         if (metrics_.pg_in_recovery.exchange(false))
             spdlog::info("PostgreSQL is a primary now (promoted, or the address leads to another server); resuming");
         metrics_.pg_connected = true;

@@ -280,16 +280,20 @@ TEST(Metrics, ConsumeLabelsConsumerAndGroup) {
 }
 
 // build_info names the relay's version and, once connected, the
-// extension's; both modes expose it.
+// extension's version and engine; both modes expose it.
 TEST(Metrics, BuildInfo) {
     for (const char* mode : {"publish", "consume"}) {
         Metrics m(mode, "g");
         EXPECT_EQ(sample(m.render(), "pg_outbox_relay_build_info{version=\"" PG_OUTBOX_VERSION
-                                     "\",extension_version=\"\"}"),
+                                     "\",extension_version=\"\",engine=\"\"}"),
                   "1");
-        m.set_extension_version("9.9\"x");
+        m.set_extension("9.9\"x", "sql\n");
         EXPECT_EQ(sample(m.render(), "pg_outbox_relay_build_info{version=\"" PG_OUTBOX_VERSION
-                                     "\",extension_version=\"9.9\\\"x\"}"),
+                                     "\",extension_version=\"9.9\\\"x\",engine=\"sql\\n\"}"),
+                  "1");
+        m.set_extension("0.2.0", "c");
+        EXPECT_EQ(sample(m.render(), "pg_outbox_relay_build_info{version=\"" PG_OUTBOX_VERSION
+                                     "\",extension_version=\"0.2.0\",engine=\"c\"}"),
                   "1");
     }
 }
@@ -373,7 +377,7 @@ TEST(Metrics, SeveralGroupsInOneText) {
     a.lag_events = 5;
     b.events_published = 7;
     b.count_error("redis_WRONGTYPE");
-    b.set_extension_version("0.2.0");
+    b.set_extension("0.2.0", "sql");
     const auto text = set.render();
     EXPECT_EQ(sample(text, "pg_outbox_relay_leader{mode=\"publish\",group=\"orders/0\"}"), "1");
     EXPECT_EQ(sample(text, "pg_outbox_relay_leader{mode=\"publish\",group=\"orders/1\"}"), "0");
@@ -383,7 +387,8 @@ TEST(Metrics, SeveralGroupsInOneText) {
     const std::string errors = "pg_outbox_relay_errors_total{mode=\"publish\",group=";
     EXPECT_EQ(sample(text, errors + "\"orders/1\",kind=\"redis_WRONGTYPE\"}"), "1");
     EXPECT_EQ(sample(text, errors + "\"orders/0\",kind=\"redis_WRONGTYPE\"}"), "0");
-    EXPECT_EQ(sample(text, "pg_outbox_relay_build_info{version=\"" PG_OUTBOX_VERSION "\",extension_version=\"0.2.0\"}"),
+    EXPECT_EQ(sample(text, "pg_outbox_relay_build_info{version=\"" PG_OUTBOX_VERSION
+                           "\",extension_version=\"0.2.0\",engine=\"sql\"}"),
               "1");
     EXPECT_EQ(count_of(text, "pg_outbox_relay_build_info{"), 1u);
     EXPECT_EQ(count_of(text, "\nprocess_open_fds "), 1u);

@@ -110,7 +110,7 @@ int plant_traps(PgConnection& owner, const Targets& targets) {
         "WITH candidates AS ("
         "  SELECT p.oid FROM pg_proc p"
         "    JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'"
-        "    JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'pg_outbox'"
+        "    JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = '" + extension_name() + "'"
         "   WHERE p.pronamespace = e.extnamespace AND p.prokind = 'f'"
         "  UNION"
         "  SELECT p.oid FROM pg_proc p"

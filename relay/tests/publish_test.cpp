@@ -350,11 +350,14 @@ TEST_F(PublishTest, MetricsAndHealthEndpoints) {
         << body;
     EXPECT_NE(body.find("pg_outbox_relay_leader{mode=\"publish\",group=\"g\"} 1"), std::string::npos);
     EXPECT_NE(body.find("# TYPE pg_outbox_relay_batches_published_total counter"), std::string::npos);
-    // The extension's version as the relay read it at connect.
+    // The extension's version and engine as the relay read them at connect.
     auto pg = connect();
-    const auto extversion = query_column(pg, "SELECT extversion FROM pg_extension WHERE extname = 'pg_outbox'")[0];
+    const auto identity = query_column(pg, "SELECT version || ' ' || engine FROM outbox.engine()")[0];
+    const auto extversion = identity.substr(0, identity.find(' '));
+    const auto engine = identity.substr(identity.find(' ') + 1);
+    EXPECT_EQ(engine, pg_outbox::testing::engine());
     EXPECT_NE(body.find("\npg_outbox_relay_build_info{version=\"" + extversion + "\",extension_version=\"" +
-                        extversion + "\"} 1\n"),
+                        extversion + "\",engine=\"" + engine + "\"} 1\n"),
               std::string::npos)
         << body;
     for (const char* name : {"process_cpu_seconds_total", "process_resident_memory_bytes",

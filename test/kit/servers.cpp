@@ -168,6 +168,21 @@ const std::string& pg_bin() {
     return bin;
 }
 
+const std::string& engine() {
+    static const std::string chosen = [] {
+        const char* e = std::getenv("PG_OUTBOX_ENGINE");
+        return std::string(e && *e ? e : "c");
+    }();
+    if (chosen != "c" && chosen != "sql")
+        throw std::runtime_error("PG_OUTBOX_ENGINE must be c or sql, not \"" + chosen + "\"");
+    return chosen;
+}
+
+const std::string& extension_name() {
+    static const std::string c = "pg_outbox", sql = "pg_outbox_sql";
+    return engine() == "sql" ? sql : c;
+}
+
 bool stop_pid(pid_t pid, int sig, std::chrono::milliseconds timeout) {
     if (!alive(pid)) return false;
     ::kill(pid, sig);
@@ -260,9 +275,22 @@ std::vector<std::string> with_test_defaults(const std::vector<std::string>& sett
     return all;
 }
 
+// The SQL engine runs without pg_outbox.so: a test that preloads it tests
+// something only the C engine has.
+const std::vector<std::string>& checked_for_engine(const std::vector<std::string>& settings) {
+    if (engine() == "sql")
+        for (const auto& line : settings)
+            if (line.find("shared_preload_libraries") != std::string::npos && line.find("pg_outbox") != std::string::npos)
+                throw std::logic_error("PG_OUTBOX_ENGINE=sql: \"" + line +
+                                       "\" loads pg_outbox.so, which the SQL engine runs without; a test that needs "
+                                       "it is C-only (relay/tests/CMakeLists.txt lists them)");
+    return settings;
+}
+
 }  // namespace
 
-PgServer::PgServer(const std::vector<std::string>& settings) : PgServer(with_test_defaults(settings), Placement{}) {}
+PgServer::PgServer(const std::vector<std::string>& settings)
+    : PgServer(with_test_defaults(checked_for_engine(settings)), Placement{}) {}
 
 PgServer::PgServer(const std::vector<std::string>& settings, Placement placement)
     : dir_(place_dir(placement, "pg_outbox_pg_")),
@@ -345,7 +373,7 @@ std::string PgServer::create_database(const std::string& db) {
         admin.exec("CREATE DATABASE " + db);
     }
     PgConnection conn(conninfo(db), "pg_outbox_tests");
-    conn.exec("CREATE EXTENSION pg_outbox");
+    conn.exec("CREATE EXTENSION " + extension_name());
     return conninfo(db);
 }
 

@@ -292,7 +292,8 @@ std::string Soak::leading_relay(const std::vector<std::string>& candidates) {
 
 void Soak::setup_servers() {
     std::vector<std::string> settings{"max_prepared_transactions = 50", "max_connections = 100"};
-    if (opt.ordering == "commit") settings.push_back("shared_preload_libraries = 'pg_outbox'");
+    // The SQL engine runs without pg_outbox.so, as on a managed service.
+    if (opt.ordering == "commit" && opt.engine == "c") settings.push_back("shared_preload_libraries = 'pg_outbox'");
     if (net) {
         // The soak reaches PostgreSQL at its Unix socket (the faults cut
         // only the relays' and workers' paths).
@@ -341,11 +342,15 @@ void Soak::setup_servers() {
 void Soak::setup_databases() {
     query("postgres", "CREATE DATABASE soak");
     query("postgres", "CREATE DATABASE sink");
-    query("soak", "CREATE EXTENSION pg_outbox");
+    const std::string extension = opt.engine == "sql" ? "pg_outbox_sql" : "pg_outbox";
+    query("soak", "CREATE EXTENSION " + extension);
+    const auto engine = value("soak", "SELECT engine FROM outbox.engine()");
+    if (engine != opt.engine)
+        throw std::runtime_error("SOAK_ENGINE=" + opt.engine + " installed engine \"" + engine + "\"");
     query("soak", "CREATE SEQUENCE soak_n");
     query("soak", "SELECT outbox_group_create('soak', start_at => 'beginning', ordering => $1, shards => $2::int)",
           {opt.ordering, std::to_string(shards)});
-    query("sink", "CREATE EXTENSION pg_outbox");
+    query("sink", "CREATE EXTENSION " + extension);
     // No unique constraint: a duplicate apply would show as two rows.
     // seq: the order of the applies (one worker applies each key's events).
     query("sink",
@@ -580,7 +585,7 @@ int Soak::run() {
         // lease would put the floor, not the lease, in the bound on resuming.
         lease_ms = 3000;
     }
-    say("soak: " + std::to_string(opt.seconds) + "s, " + opt.ordering + " order, " + opt.mode +
+    say("soak: " + std::to_string(opt.seconds) + "s, " + opt.engine + " engine, " + opt.ordering + " order, " + opt.mode +
         ", fault schedule seed " + std::to_string(opt.seed) + ", work in " + work);
     setup_servers();
     setup_databases();
@@ -703,6 +708,9 @@ int main() {
     o.ordering = env("SOAK_ORDERING", "commit");
     if (o.ordering != "commit" && o.ordering != "xid8")
         usage_error("SOAK_ORDERING must be commit or xid8, not \"" + o.ordering + "\"");
+    o.engine = env("SOAK_ENGINE", "c");
+    if (o.engine != "c" && o.engine != "sql")
+        usage_error("SOAK_ENGINE must be c or sql, not \"" + o.engine + "\"");
     o.mode = env("SOAK_MODE", "single");
     if (o.mode != "single" && o.mode != "sharded-cluster" && o.mode != "network")
         usage_error("SOAK_MODE must be single, sharded-cluster or network, not \"" + o.mode + "\"");

@@ -119,6 +119,9 @@ struct Options {
     int seconds = 120;
     unsigned seed = 0;
     std::string ordering = "commit";
+    // c (CREATE EXTENSION pg_outbox) or sql (pg_outbox_sql, nothing
+    // preloaded).
+    std::string engine = "c";
     std::string mode = "single";
     int fault_max = 0;
     std::string pg_options;

@@ -17,6 +17,10 @@
 #   SOAK_SEED          seed of the fault schedule (default: random, printed)
 #   SOAK_ORDERING      commit (default: pg_outbox preloaded, a commit-ordered
 #                      group, no two-phase commits) or xid8
+#   SOAK_ENGINE        c (default: CREATE EXTENSION pg_outbox) or sql
+#                      (CREATE EXTENSION pg_outbox_sql, nothing preloaded:
+#                      the relays wait on LISTEN/NOTIFY and maintenance is
+#                      theirs, as on a managed service)
 #   SOAK_MODE          single (default: the above, one Redis) or
 #                      sharded-cluster: the group has 4 shards, published
 #                      by one relay per shard (two for shards 0 and 1) to a

@@ -129,8 +129,9 @@ public:
     };
     Health health(std::chrono::seconds max_silence) const;
 
-    // The pg_outbox version of the database connected to, for build_info.
-    void set_extension_version(std::string version);
+    // The pg_outbox version and engine (c or sql) of the database
+    // connected to, for build_info.
+    void set_extension(std::string version, std::string engine);
 
     // The group's next event is too large to publish (SQLSTATE OB004): the
     // leader holds there, health fails saying why and how to pass it, and
@@ -166,6 +167,7 @@ private:
     std::map<std::string, std::uint64_t> gaps_;  // under errors_mutex_
     std::string last_error_;
     std::string extension_version_;  // under errors_mutex_
+    std::string engine_;             // under errors_mutex_
     std::string failed_;             // under errors_mutex_; empty: not failed
     std::string too_large_;          // under errors_mutex_: why, while event_too_large_
     std::atomic<bool> event_too_large_{false};
