@@ -309,7 +309,7 @@ BEGIN
 		object := g.name OPERATOR(pg_catalog.||) CASE WHEN g.shards OPERATOR(pg_catalog.>) 1
 													  THEN '/' OPERATOR(pg_catalog.||) g.shard::text ELSE '' END;
 		action := 'reanchored';
-		detail := format('cursor %s (was %s)', @extschema@.outbox_reanchor(object::pg_catalog.text), was);
+		detail := format('cursor %s (was %s)', outbox.reanchor(object), was);
 		RETURN NEXT;
 	END LOOP;
 	RAISE LOG 'pg_outbox: state copied from database "%" (engine %, %) imported from schema "%"',
