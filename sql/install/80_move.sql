@@ -87,8 +87,9 @@ COMMENT ON FUNCTION outbox.copy_rows(regclass, regclass) IS
 -- outbox_import_state() on the other engine, in the same transaction (or
 -- after, with writers stopped). Waits for the transactions that emitted,
 -- applied or maintain to end, and keeps new ones waiting until the
--- transaction ends; refuses while a relay leads a group, and while a group
--- has an event it has not published.
+-- transaction ends; refuses while a prepared transaction holds a lock on
+-- the state, while a relay leads a group, and while a group has an event
+-- it has not published.
 CREATE FUNCTION @extschema@.outbox_export_state(into_schema name DEFAULT 'outbox_move')
 RETURNS TABLE (object text, copied bigint)
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
@@ -100,6 +101,7 @@ DECLARE
 	live record;
 	last_event record;
 	last_ticket bigint;
+	prepared text;
 	t text;
 BEGIN
 	IF into_schema IS NULL THEN
@@ -110,6 +112,30 @@ BEGIN
 			USING ERRCODE = 'duplicate_schema',
 				  DETAIL = 'outbox_export_state() copies the state into a new schema, so that it never mixes with another copy.',
 				  HINT = 'Import the copy it holds with outbox_import_state(), or drop it, or name another schema.';
+	END IF;
+	-- A prepared transaction that wrote to the state would keep the locks
+	-- below waiting until someone ends it: refused at once, by name. (Its
+	-- locks are those of the virtual transaction that holds its
+	-- transaction id, with no backend.)
+	SELECT p.gid INTO prepared
+	  FROM pg_prepared_xacts p
+	 WHERE p.database OPERATOR(pg_catalog.=) current_database()
+	   AND EXISTS (SELECT 1
+					 FROM pg_locks x
+					 JOIN pg_locks l ON l.virtualtransaction OPERATOR(pg_catalog.=) x.virtualtransaction
+					 JOIN pg_class c ON c.oid = l.relation
+					WHERE x.locktype OPERATOR(pg_catalog.=) 'transactionid' AND x.pid IS NULL
+					  AND x.transactionid = p.transaction
+					  AND l.locktype OPERATOR(pg_catalog.=) 'relation' AND l.pid IS NULL
+					  AND l.mode OPERATOR(pg_catalog.<>) 'AccessShareLock'
+					  AND c.relnamespace = 'outbox'::regnamespace)
+	 ORDER BY p.prepared
+	 LIMIT 1;
+	IF FOUND THEN
+		RAISE EXCEPTION 'prepared transaction "%" holds locks on the tables of pg_outbox', prepared
+			USING ERRCODE = 'object_in_use',
+				  DETAIL = 'It emitted, applied or changed the state in another way; the state is copied only once it has ended.',
+				  HINT = 'COMMIT PREPARED or ROLLBACK PREPARED it (its events are then published, or gone), then move again.';
 	END IF;
 	-- Emitters, relays, consumers and maintenance wait from here to the end
 	-- of the transaction; the transactions that wrote before finish first.

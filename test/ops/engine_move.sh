@@ -147,6 +147,14 @@ check "after the refusal the state is unchanged" diff -u "$work/before" "$work/a
 
 check "the events before the first move are published" drain
 
+# A prepared transaction that emitted would hold the move's locks: refused
+# by name; once it is rolled back, nothing of it is left to publish.
+q "$db" -c "BEGIN" -c "SELECT outbox_emit('orders', 'prepared', '{}')" -c "PREPARE TRANSACTION 'move_prepared'" >/dev/null
+check "the copy is refused while a prepared transaction holds a lock on the state" \
+	bash -c "PGOPTIONS='-c lock_timeout=10s' psql -X -q -At -d $db -c \"SELECT * FROM outbox_export_state()\" 2>&1 |
+			 grep -q 'prepared transaction \"move_prepared\" holds locks on the tables of pg_outbox'"
+q "$db" -c "ROLLBACK PREPARED 'move_prepared'"
+
 check "the copy is refused while a session leads a group" \
 	bash -c "psql -X -q -At -d $db -c \"SELECT outbox_lead('fanout/1'); SELECT * FROM outbox_export_state()\" 2>&1 |
 			 grep -q 'group \"fanout/1\" is being published'"
