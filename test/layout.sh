@@ -101,9 +101,23 @@ check "the relay's statements qualify every function, operator and type and type
 # describes a function (CREATE FUNCTION, COMMENT ON, GRANT or REVOKE ON,
 # ALTER FUNCTION) is in the built script as written (CREATE OR REPLACE for
 # CREATE), and the hand part creates or comments none of their functions.
+# The install parts are read with the C engine's functions put in (the
+# upgrade scripts are the C engine's; the SQL engine starts at 0.2.0).
 # Prints a line for each fault: upgrade_faults HAND_PART BUILT_SCRIPT.
+c_engine_parts() {
+	awk -v engine=c -v version=0 -f sql/engine.awk sql/install/*.sql
+}
 upgrade_faults() {
-	perl - "$1" "$2" sql/install/*.sql <<'PERL'
+	local parts rc
+	parts=$(mktemp)
+	c_engine_parts >"$parts" || { rm -f "$parts"; return 1; }
+	upgrade_faults_in "$1" "$2" "$parts"
+	rc=$?
+	rm -f "$parts"
+	return $rc
+}
+upgrade_faults_in() {
+	perl - "$1" "$2" "$3" <<'PERL'
 use strict;
 use warnings;
 my ($hand, $built, @parts) = @ARGV;
@@ -139,7 +153,7 @@ build_upgrade() {
 	local from
 	from=$(basename "$1" .sql)
 	from=${from%%--*}
-	awk -f sql/upgrade.awk "sql/released/pg_outbox--$from.sql" "$1" sql/install/*.sql >"$2"
+	awk -f sql/upgrade.awk "sql/released/pg_outbox--$from.sql" "$1" <(c_engine_parts) >"$2"
 }
 upgrades_built_from_the_install_parts() {
 	local hand out faults all=""
@@ -344,7 +358,7 @@ ob_literals_sql() {
 	[ -z "$bad" ] || { echo "# $bad" >&2; return 1; }
 }
 check "SQL names an OB SQLSTATE only in a RAISE's ERRCODE, and only one of the table" \
-	ob_literals_sql sql/install/*.sql
+	ob_literals_sql sql/install/*.sql sql/engine/*/*.sql
 finds_ob_literals() {
 	local dir rc=0
 	dir=$(mktemp -d)
@@ -360,8 +374,10 @@ finds_ob_literals() {
 check "the SQL check refuses a stray OB literal and a code not in the table" finds_ob_literals
 
 # One grammar of group names, "<group>/<shard>": extension/group.c parses
-# it (outbox.split_group_name(), outbox.group_of()); no other C file looks
-# for the slash of a group name and no SQL part splits one. The relay's
+# it (outbox.split_group_name(), outbox.group_of()), and in the SQL engine
+# sql/engine/sql/group_names.sql, checked against it by the same test
+# (test/sql/group_names.sql runs on both engines); no other C file looks
+# for the slash of a group name and no other SQL part splits one. The relay's
 # parser is relay/src/config.cpp's split_group_name(), checked against the
 # extension's by test/vectors/group_names.txt; no other relay file looks
 # for the slash in a group's name.
@@ -369,7 +385,7 @@ GRAMMAR_SQL="strpos\([^)]*'/'\)|split_part\([^)]*'/'|regexp_[a-z]*\([^)]*/|posit
 one_group_grammar() {
 	local hits
 	hits=$( (grep -nE "(memchr|strchr|strrchr)\([^)]*'/'" extension/*.c | grep -v '^extension/group\.c:'
-		grep -nE "$GRAMMAR_SQL" sql/install/*.sql
+		grep -nE "$GRAMMAR_SQL" sql/install/*.sql sql/engine/*/*.sql | grep -v '^sql/engine/sql/group_names\.sql:'
 		grep -nE "group.*'/'|'/'.*group" relay/src/*.cpp relay/include/pg_outbox/*.hpp |
 			grep -v '^relay/src/config\.cpp:') ||
 		true)
@@ -378,6 +394,26 @@ one_group_grammar() {
 check "group names are parsed in extension/group.c (and the relay's config.cpp) only" one_group_grammar
 check "the grammar check matches an ad-hoc split" \
 	grep -qE "$GRAMMAR_SQL" <<<"	IF strpos(group_name, '/') > 0 THEN"
+
+# Two engines, one API: each part of sql/install/ that names an engine's
+# file (-- @engine NAME@) has it in both sql/engine/c/ and sql/engine/sql/,
+# neither engine has a file no part names, and nothing but the C engine's
+# files binds a function to C.
+engine_files_paired() {
+	local named c sql
+	named=$(sed -n 's/^-- @engine \([a-z0-9_]*\)@$/\1/p' sql/install/*.sql | sort)
+	c=$(cd sql/engine/c && ls -- *.sql | sed 's/\.sql$//' | sort)
+	sql=$(cd sql/engine/sql && ls -- *.sql | sed 's/\.sql$//' | sort)
+	[ -n "$named" ] && eq "$c" "$named" && eq "$sql" "$named"
+}
+check "each engine has one file per engine part the install parts name, and no other" engine_files_paired
+no_c_outside_c_engine() {
+	local hits
+	hits=$(grep -nEi "MODULE_PATHNAME|LANGUAGE +c\b|\\\$libdir" sql/install/*.sql sql/engine/sql/*.sql sql/preamble.sql ||
+		true)
+	[ -z "$hits" ] || { echo "# $hits" >&2; return 1; }
+}
+check "only sql/engine/c/ binds functions to C" no_c_outside_c_engine
 
 # Every invariant the code, tests and docs cite ("I-10") is defined in
 # doc/design.md.
