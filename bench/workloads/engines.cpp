@@ -13,6 +13,8 @@
 // BENCH_ENGINES_RATE tx/s through the relay, woken by commits; entries
 // applied per second by pg_outbox_relay consume through each engine's
 // inbox. Ratios are taken round by round, SQL engine over C engine.
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -340,9 +342,15 @@ void workload_engines(Context& ctx) {
     ctx.row("engines, SQL / C: outbox_emit per row, set-based (rows/s) | " + ratio("bulk sql:row", "bulk c:row") + " |");
     ctx.row("engines, SQL / C: drain (events/s) | " + ratio("drain sql", "drain c") + " | ≥ 0.6");
     ctx.row("engines, SQL / C: consume (entries/s) | " + ratio("consume sql", "consume c") + " |");
+    // Each failure's first line of what the program said (a relay's log
+    // line without its time), "|" kept out of the table's cells.
     for (const auto& [what, why] : failures) {
-        const std::string first_line = why.substr(0, why.find('\n', why.find('\n') + 1));
-        ctx.row("engines: " + what + " failed | " + first_line.substr(first_line.find('\n') + 1) + " |");
+        std::string said = why.substr(why.find('\n') == std::string::npos ? 0 : why.find('\n') + 1);
+        said = said.substr(0, said.find('\n'));
+        if (!said.empty() && std::isdigit(static_cast<unsigned char>(said[0])) && said.find(' ') != std::string::npos)
+            said = said.substr(said.find(' ') + 1);
+        std::replace(said.begin(), said.end(), '|', '/');
+        ctx.row("engines: " + what + " failed | " + said + " |");
     }
     for (const std::string engine : {"c", "sql"}) ctx.drop_database(Engines::db(engine));
     ctx.drop_database("eng_src");
