@@ -162,6 +162,10 @@ check "the copy is refused into a schema that exists" \
 	bash -c "psql -X -q -At -d $db -c \"SELECT * FROM outbox_export_state('public')\" 2>&1 | grep -q 'schema \"public\" already exists'"
 check "only outbox_admin may copy the state" \
 	bash -c "psql -X -q -At -d $db -c \"SET ROLE move_ledger; SELECT * FROM outbox_export_state()\" 2>&1 | grep -q 'permission denied'"
+check "the state is imported only from a copy pg_outbox's owner made" \
+	bash -c "psql -X -q -At -d $db -c \"BEGIN; CREATE ROLE move_planter; CREATE SCHEMA planted AUTHORIZATION move_planter;
+										  SELECT * FROM outbox_import_state('planted')\" 2>&1 |
+			 grep -q 'schema \"planted\" is not owned by role'"
 check "the state is not imported into a database that has one" \
 	bash -c "psql -X -q -At -d $db -c \"BEGIN; SELECT count(*) FROM outbox_export_state('cp'); SELECT * FROM outbox_import_state('cp')\" 2>&1 |
 			 grep -q 'has a state of its own already'"
