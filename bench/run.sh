@@ -6,7 +6,7 @@
 # table and writes it, with its charts, to bench/results/. Asserts nothing.
 # bench/README.md describes every workload and row.
 #
-#   BENCH_ONLY="fetch advance emit drain shards scaling latency coldstart consume catchup bloat"   workloads (default: all)
+#   BENCH_ONLY="fetch advance emit drain shards scaling latency coldstart consume catchup bloat engines"   workloads (default: all)
 #   BENCH_ROUNDS=3                         interleaved rounds per workload
 #   BENCH_EVENTS=1000000                   events drained per round
 #   BENCH_EMIT_SECONDS=10 BENCH_BULK=200000 emit: pgbench duration per run; rows of a bulk emit
@@ -29,6 +29,11 @@
 #                                          scaling: backlog drained per point; shard counts; one Redis
 #                                          and/or a 3-master Redis Cluster; events/s of the emitters
 #                                          running beside the drain; rounds; limit of one point (s)
+#   BENCH_ENGINES_EMIT_SECONDS=10 BENCH_ENGINES_BULK=100000 BENCH_ENGINES_EVENTS=200000
+#   BENCH_ENGINES_RATE=2000 BENCH_ENGINES_SECONDS=15 BENCH_ENGINES_CONSUME=20000
+#                                          engines: the SQL engine beside the C engine: pgbench duration
+#                                          of the emit runs; rows of a bulk emit; events drained; tx/s
+#                                          and duration of the latency runs; entries consumed
 #   BENCH_SCALING_BASE_RELAY=path          scaling: target "cluster-base" drains into the cluster with
 #                                          this relay binary (another build, to compare in one run)
 #

@@ -15,6 +15,7 @@ void workload_coldstart(Context&);
 void workload_consume(Context&);
 void workload_catchup(Context&);
 void workload_bloat(Context&);
+void workload_engines(Context&);
 
 const std::vector<Workload>& workloads() {
     static const std::vector<Workload> all{
@@ -29,6 +30,7 @@ const std::vector<Workload>& workloads() {
         {"consume", workload_consume},
         {"catchup", workload_catchup},
         {"bloat", workload_bloat},
+        {"engines", workload_engines},
     };
     return all;
 }

@@ -266,10 +266,12 @@ COMMENT ON FUNCTION @extschema@.outbox_rewind(text, text) IS
 -- position it published before (its cursor and the last position per
 -- stream): the relay goes on appending to the same streams. Events that
 -- were waiting on the old server are not here to publish. Returns the new
--- cursor.
-CREATE FUNCTION @extschema@.outbox_reanchor(group_name text)
+-- cursor. The body of outbox_reanchor(), which outbox_import_state() runs
+-- too (a function running as the owner calls none by the extension's
+-- schema); granted to nobody.
+CREATE FUNCTION outbox.reanchor(group_name text)
 RETURNS text
-LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -318,6 +320,18 @@ BEGIN
 	RETURN new_position;
 END
 $$;
+COMMENT ON FUNCTION outbox.reanchor(text) IS
+	'pg_outbox: body of outbox_reanchor(); granted to nobody';
+
+CREATE FUNCTION @extschema@.outbox_reanchor(group_name text)
+RETURNS text
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	RETURN outbox.reanchor(group_name);
+END
+$$;
 COMMENT ON FUNCTION @extschema@.outbox_reanchor(text) IS
 	'pg_outbox: re-anchors a group on this server (after a restore or failover): cursor at the horizon, stream ids above all it published';
 
@@ -336,6 +350,7 @@ REVOKE ALL ON FUNCTION
 	@extschema@.outbox_lead(text),
 	@extschema@.outbox_resign(text),
 	@extschema@.outbox_rewind(text, text),
+	outbox.reanchor(text),
 	@extschema@.outbox_reanchor(text)
 FROM PUBLIC;
 
