@@ -120,7 +120,7 @@ sql/pg_outbox--$(EXTVERSION).sql: sql/c_engine.parts sql/preamble.sql
 
 # The SQL engine's script names its extension in the \echo guard.
 sql/pg_outbox_sql--$(EXTVERSION).sql: $(SQL_PARTS) sql/install sql/engine.awk $(SQL_ENGINE_PARTS) sql/engine/sql sql/preamble.sql
-	$(AWK) -v engine=sql -v version=$(EXTVERSION) -v fallback=$(ENGINE_FALLBACK) -f sql/engine.awk $(SQL_PARTS) \
+	$(AWK) -v engine=sql -v version=$(EXTVERSION) -f sql/engine.awk $(SQL_PARTS) \
 		| sed -e 's/^\(\\echo Use "CREATE EXTENSION pg_outbox\)"/\1_sql"/' \
 		| $(AFTER_GUARD) > $@.tmp
 	mv $@.tmp $@

@@ -15,11 +15,6 @@
 # and gets the parts with each such line replaced by that engine's file,
 # "@extversion@" in it replaced by the version.
 # It fails when a file is missing, so an engine cannot lack a part.
-#
-# While an engine's part is being written, -v fallback=c puts in the C
-# engine's file where the engine has none yet, bound to pg_outbox.so
-# (make ENGINE_FALLBACK=c): for development only, and never in a script
-# that make installs by default.
 BEGIN {
 	if (engine == "") {
 		print "sql/engine.awk: engine is not set (-v engine=c or -v engine=sql)" > "/dev/stderr"
@@ -36,14 +31,6 @@ BEGIN {
 		gsub(/@extversion@/, version, line)
 		print line
 		n++
-	}
-	if (got < 0 && fallback != "") {
-		file = "sql/engine/" fallback "/" name ".sql"
-		while ((got = (getline line < file)) > 0) {
-			gsub(/'MODULE_PATHNAME'/, "'$libdir/pg_outbox'", line)
-			print line
-			n++
-		}
 	}
 	if (got < 0 || n == 0) {
 		printf "%s:%d: %s is missing or empty\n", FILENAME, FNR, file > "/dev/stderr"

@@ -38,17 +38,9 @@ constexpr const char* kProbeSql =
 
 // The engine, its version, the API's schema (quoted), and the extension
 // the function belongs to: pg_outbox, pg_outbox_sql, or none (the SQL
-// engine installed from its script with psql -f). The schema is looked up
-// by its name, or by its name as an identifier: CREATE EXTENSION replaces
-// "@extschema@" in the scripts with the quoted identifier ("Ob Schema"
-// with its double quotes), which outbox.engine() returns as is.
+// engine installed from its script with psql -f).
 constexpr const char* kEngineSql =
-    "SELECT e.engine, e.version,"
-    "       (SELECT pg_catalog.quote_ident(n.nspname::pg_catalog.text) FROM pg_catalog.pg_namespace n"
-    "         WHERE n.nspname OPERATOR(pg_catalog.=) e.api_schema"
-    "            OR pg_catalog.quote_ident(n.nspname::pg_catalog.text) OPERATOR(pg_catalog.=)"
-    "               e.api_schema::pg_catalog.text"
-    "         ORDER BY n.nspname OPERATOR(pg_catalog.=) e.api_schema DESC LIMIT 1),"
+    "SELECT e.engine, e.version, pg_catalog.quote_ident(e.api_schema::pg_catalog.text),"
     "       (SELECT x.extname::pg_catalog.text"
     "          FROM pg_catalog.pg_depend d"
     "          JOIN pg_catalog.pg_extension x ON x.oid OPERATOR(pg_catalog.=) d.refobjid"

@@ -58,6 +58,8 @@ TEST(Extension, AnySchema) {
     PgConnection db(pg.conninfo("app"), "tests");
     db.exec("CREATE SCHEMA \"Ob Schema\"");
     db.exec("CREATE EXTENSION " + extension_name() + " SCHEMA \"Ob Schema\"");
+    // The schema's name, not the identifier the script was given.
+    EXPECT_EQ(query_column(db, "SELECT api_schema FROM outbox.engine()")[0], "Ob Schema");
     db.exec("SELECT \"Ob Schema\".outbox_group_create('g', start_at => 'beginning')");
     db.exec("SELECT \"Ob Schema\".inbox_consumer_create('c', 'postgres')");
     db.exec("CREATE TABLE public.seen (key text)");

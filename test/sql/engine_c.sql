@@ -9,6 +9,8 @@
 --   where it reads it.
 -- * A fetch keeps its batch in a memory context of the session (fetch.c),
 --   given back once the batch is read.
+-- * The functions that the SQL engine runs as the extension's owner run
+--   as their caller.
 \set VERBOSITY terse
 SET client_min_messages = warning;
 
@@ -64,3 +66,11 @@ SELECT total_bytes < 1024 * 1024 AS given_back FROM pg_backend_memory_contexts W
 RESET work_mem;
 SELECT outbox_group_drop('memory');
 TRUNCATE outbox.event;
+
+-- * Who runs the functions that the SQL engine runs as the extension's
+--   owner (install.sql leaves their security out): here, the caller.
+SELECT p.proname, pg_get_function_identity_arguments(p.oid) AS args, p.prosecdef, p.proconfig
+  FROM pg_proc p
+ WHERE p.proname IN ('outbox_emit', 'outbox_emit_many', 'inbox_consumer_check', 'inbox_dead_letter', 'dead_letter_take')
+ ORDER BY 1, 2;
+SELECT to_regproc('outbox.notify_relays') AS notify_relays;

@@ -50,11 +50,13 @@ SELECT count(*) AS advisory_locks_after_commit FROM pg_locks
 
 -- Emission writes as the extension's owner: callers need EXECUTE on the
 -- functions, not INSERT on the table (the privileges test shows both).
-SELECT p.proname, p.prosecdef, p.proconfig
+-- So do the inbox's consumer check and dead letters, which read and write
+-- tables their callers cannot (the C engine's functions run as their
+-- callers and check in C; install.sql leaves these five out).
+SELECT p.proname, pg_get_function_identity_arguments(p.oid) AS args, p.prosecdef, p.proconfig
   FROM pg_proc p
- WHERE p.oid IN ('outbox_emit(text, text, jsonb, jsonb, uuid)'::regprocedure,
-                 'outbox_emit_many(text, text[], jsonb[], jsonb[], uuid[])'::regprocedure)
- ORDER BY 1;
+ WHERE p.proname IN ('outbox_emit', 'outbox_emit_many', 'inbox_consumer_check', 'inbox_dead_letter', 'dead_letter_take')
+ ORDER BY 1, 2;
 -- Relays are woken by a deferred constraint trigger, queued by the first
 -- event of each transaction.
 SELECT pg_get_triggerdef(oid) FROM pg_trigger WHERE tgrelid = 'outbox.event'::regclass;
