@@ -130,3 +130,54 @@ SELECT outbox.shard_of('orders', 'k1', 4) AS a, outbox.shard_of('orders', NULL, 
 SELECT pg_temp.try($$SELECT outbox.shard_of('t', 'k', 0)$$) AS zero_shards;
 
 TRUNCATE outbox.event;
+
+-- An event refused as too large (OB004) is remembered (two sequences), so
+-- that a relay holding at it does not have it printed again at each fetch:
+-- the second refusal comes from the memory (shown by changing the size it
+-- holds), another group's fetch leaves it, and its own group forgets it
+-- once past it. (Its first printing takes a few seconds.)
+CREATE FUNCTION pg_temp.refusal(g text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM outbox_fetch_packed(g, 10);
+    RETURN 'fetched';
+EXCEPTION WHEN OTHERS THEN
+    RETURN sqlstate || ': ' || regexp_replace(sqlerrm, 'position [0-9]+-', 'position N-');
+END
+$$;
+CREATE FUNCTION pg_temp.remembered(OUT key_set boolean, OUT group_name text, OUT size bigint) LANGUAGE sql AS $$
+    SELECT pg_sequence_last_value('outbox.fetch_refused_key') IS NOT NULL,
+           (SELECT name FROM outbox.groups WHERE id = pg_sequence_last_value('outbox.fetch_refused_size') >> 32),
+           pg_sequence_last_value('outbox.fetch_refused_size') & 4294967295
+$$;
+SELECT outbox_group_create('held', start_at => 'beginning');
+SELECT outbox_group_create('other', start_at => 'beginning');
+INSERT INTO outbox.event (txid, seq, event_id, topic, key, payload, headers, created_at)
+SELECT pg_current_xact_id(), 1, gen_random_uuid(), 't', 'big', jsonb_agg('1e131071'::jsonb), NULL, now()
+  FROM generate_series(1, 2100);
+SELECT outbox_emit('t', 'after', '{}') IS NOT NULL AS emitted;
+SELECT outbox_skip('other', (SELECT txid || '-' || seq FROM outbox.event WHERE key = 'big'), 'too large') IS NOT NULL AS skipped;
+SELECT * FROM pg_temp.remembered();
+SELECT pg_temp.refusal('held') AS first_refusal;
+SELECT * FROM pg_temp.remembered();
+SELECT setval('outbox.fetch_refused_size', (pg_sequence_last_value('outbox.fetch_refused_size') >> 32 << 32) | 999999999);
+CREATE FUNCTION pg_temp.refused_size(g text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    d text;
+BEGIN
+    PERFORM outbox_fetch_packed(g, 10);
+    RETURN 'fetched';
+EXCEPTION WHEN OTHERS THEN
+    GET STACKED DIAGNOSTICS d = PG_EXCEPTION_DETAIL;
+    RETURN sqlstate || ': ' || substring(d FROM 'print as ([0-9]+) bytes');
+END
+$$;
+SELECT pg_temp.refused_size('held') AS from_memory;
+-- Another group, past the event, fetches and leaves the memory as it is.
+SELECT pg_temp.refusal('other') AS other_group;
+SELECT * FROM pg_temp.remembered();
+-- Passed with outbox_skip(), the event is forgotten by its group's next fetch.
+SELECT outbox_skip('held', (SELECT txid || '-' || seq FROM outbox.event WHERE key = 'big'), 'too large') IS NOT NULL AS skipped;
+SELECT pg_temp.refusal('held') AS after_skip;
+SELECT * FROM pg_temp.remembered();
+SELECT outbox_group_drop('held'), outbox_group_drop('other');
+TRUNCATE outbox.event;

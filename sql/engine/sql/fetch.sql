@@ -216,6 +216,14 @@ COMMENT ON FUNCTION @extschema@.outbox_fetch(text, integer, text, interval) IS
 -- Texts are taken in the database's encoding, as the C engine copies them.
 -- The window sum of the events before each one decides where the 64 MB
 -- cap stops the batch, as feed.c's check before each event does.
+-- What outbox_fetch_packed() remembers of the last event it refused as too
+-- large (see there).
+CREATE SEQUENCE outbox.fetch_refused_key AS bigint MINVALUE -9223372036854775808 MAXVALUE 9223372036854775807;
+CREATE SEQUENCE outbox.fetch_refused_size AS bigint MINVALUE 0 MAXVALUE 9223372036854775807;
+COMMENT ON SEQUENCE outbox.fetch_refused_key IS 'pg_outbox (SQL engine): the identity of the last event a fetch refused as too large';
+COMMENT ON SEQUENCE outbox.fetch_refused_size IS 'pg_outbox (SQL engine): the group and size of the last event a fetch refused as too large';
+REVOKE ALL ON SEQUENCE outbox.fetch_refused_key, outbox.fetch_refused_size FROM PUBLIC;
+
 CREATE FUNCTION @extschema@.outbox_fetch_packed(group_name text, batch_size integer DEFAULT 1000,
 												after text DEFAULT NULL, wait interval DEFAULT NULL)
 RETURNS bytea
@@ -237,6 +245,15 @@ DECLARE
 	first_created timestamptz;
 	big_pos text;
 	big_size bigint;
+	sizes bigint[];
+	lens bigint[];
+	overheads bigint[];
+	first_pos text;
+	first_id uuid;
+	k integer;
+	used bigint;
+	head record;
+	remembered bigint;
 	n_packed bigint;
 	total bigint;
 	age bigint;
@@ -366,120 +383,177 @@ BEGIN
 			set_config('enable_sort', 'off', true), set_config('enable_seqscan', 'off', true),
 			set_config('enable_bitmapscan', 'off', true);
 
-	-- The batch in one pass. When all of it, and an event's overhead on
-	-- top, fits in the cap, no event can have stopped it (before an event,
-	-- the bytes of those before it, plus its overhead and JSON text, are at
-	-- most the total plus the 27 bytes of a timestamp counted for one
-	-- that is NULL): the usual case. An event above 64 MB of JSON text
-	-- is left out here, for the exact pass below.
-	SELECT count(*), count(x.bytes), sum(octet_length(x.bytes)), string_agg(x.bytes, ''::bytea),
-		   (array_agg(x.created_at))[1]
-	  INTO n, n_packed, total, events, first_created
-	  FROM (SELECT b.size, b.created_at,
-								   CASE WHEN b.size > 67108844 THEN NULL ELSE
-								   int4send(octet_length(b.pos)) || decode(b.pos, 'escape')
-								   || '\x00000024'::bytea || decode(b.event_id::text, 'escape')
-								   || int4send(octet_length(b.topic))
-								   || CASE WHEN raw THEN textsend(b.topic) ELSE convert_to(b.topic, enc) END
-								   || CASE WHEN b.key IS NULL THEN '\xffffffff'::bytea
-										   WHEN raw THEN int4send(octet_length(b.key)) || textsend(b.key)
-										   ELSE int4send(octet_length(b.key)) || convert_to(b.key, enc) END
-								   || CASE WHEN b.p IS NULL THEN '\xffffffff'::bytea
-										   WHEN raw THEN int4send(octet_length(b.p)) || textsend(b.p)
-										   ELSE int4send(octet_length(b.p)) || convert_to(b.p, enc) END
-								   || CASE WHEN b.h IS NULL THEN '\xffffffff'::bytea
-										   WHEN raw THEN int4send(octet_length(b.h)) || textsend(b.h)
-										   ELSE int4send(octet_length(b.h)) || convert_to(b.h, enc) END
-								   || CASE WHEN b.created_at >= '0001-01-01 00:00:00+00' AND b.created_at < '10000-01-01 00:00:00+00'
-										   THEN '\x0000001b'::bytea
-												|| CASE WHEN iso
-														THEN set_byte(decode(b.t, 'escape'), 10, 84)
-															 || substring('\x2e303030303030'::bytea
-																		  FROM CASE WHEN octet_length(b.t) = 19 THEN 1 ELSE 2 END
-																		  FOR 26 - octet_length(b.t))
-															 || '\x5a'::bytea
-														ELSE textsend(to_char(timezone('UTC', b.created_at),
-																			  'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')) END
-										   ELSE '\xffffffff'::bytea END
-								   END AS bytes,
-								   91 + octet_length(b.pos) + octet_length(b.topic) + coalesce(octet_length(b.key), 0) AS overhead
-							  FROM (SELECT c.pos, c.event_id, c.topic, c.key, c.p, c.h, c.created_at,
-										   CASE WHEN iso THEN timezone('0'::interval, c.created_at)::text END AS t,
-										   octet_length(c.p) + coalesce(octet_length(c.h), 0) AS size
-									  FROM ((SELECT (CASE WHEN epoch = 0 THEN bl.txid::text
-														  ELSE (bl.txid::text::numeric + epoch)::text END) || '-' || bl.seq AS pos,
-													bl.event_id, bl.topic, bl.key, bl.payload::text AS p, bl.headers::text AS h, bl.created_at
-											   FROM outbox.backlog(c_txid, c_seq, g.topics, below, g.shard, g.shards) bl
-											  WHERE NOT commit_order
-											  ORDER BY bl.txid, bl.seq
-											  LIMIT batch_size)
-											UNION ALL
-											(SELECT (CASE WHEN epoch = 0 THEN cb.ticket::text
-														  ELSE (cb.ticket::numeric + epoch)::text END) || '-' || cb.seq,
-													cb.event_id, cb.topic, cb.key, cb.payload::text, cb.headers::text, cb.created_at
-											   FROM outbox.commit_backlog(c_ticket, c_seq, g.topics, horizon, below, g.shard, g.shards) cb
-											  WHERE commit_order
-											  LIMIT batch_size)) c) b) x;
-	IF n_packed < n OR total > 67108844 - 27 THEN
-		-- The batch stops before the first event that does not fit, as
-		-- feed.c checks each event: the bytes of the events before it,
-		-- with its overhead and its JSON text, within the cap (the first
-		-- event fits if its JSON text is within 256 MB, else OB004).
-		SELECT count(*), string_agg(x.bytes, ''::bytea), min(x.created_at) FILTER (WHERE x.n = 1),
-			   min(x.pos) FILTER (WHERE x.too_large), min(x.size) FILTER (WHERE x.too_large)
-		  INTO n, events, first_created, big_pos, big_size
-		  FROM (SELECT f.*, bool_or(NOT f.fits) OVER (ROWS UNBOUNDED PRECEDING) AS stopped
-				  FROM (SELECT e.n, e.pos, e.size, e.created_at, e.bytes,
-							   e.n = 1 AND e.size > 268435456 AS too_large,
-							   e.n = 1 OR e.size IS NULL
-							   OR coalesce(sum(octet_length(e.bytes)) OVER (ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)
-								  + e.overhead + e.size <= 67108844 AS fits
-						  FROM (SELECT b.n, b.pos, b.size, b.created_at,
-								   CASE WHEN b.size > CASE WHEN b.n = 1 THEN 268435456 ELSE 67108844 END THEN NULL ELSE
-								   int4send(octet_length(b.pos)) || decode(b.pos, 'escape')
-								   || '\x00000024'::bytea || decode(b.event_id::text, 'escape')
-								   || int4send(octet_length(b.topic))
-								   || CASE WHEN raw THEN textsend(b.topic) ELSE convert_to(b.topic, enc) END
-								   || CASE WHEN b.key IS NULL THEN '\xffffffff'::bytea
-										   WHEN raw THEN int4send(octet_length(b.key)) || textsend(b.key)
-										   ELSE int4send(octet_length(b.key)) || convert_to(b.key, enc) END
-								   || CASE WHEN b.p IS NULL THEN '\xffffffff'::bytea
-										   WHEN raw THEN int4send(octet_length(b.p)) || textsend(b.p)
-										   ELSE int4send(octet_length(b.p)) || convert_to(b.p, enc) END
-								   || CASE WHEN b.h IS NULL THEN '\xffffffff'::bytea
-										   WHEN raw THEN int4send(octet_length(b.h)) || textsend(b.h)
-										   ELSE int4send(octet_length(b.h)) || convert_to(b.h, enc) END
-								   || CASE WHEN b.created_at >= '0001-01-01 00:00:00+00' AND b.created_at < '10000-01-01 00:00:00+00'
-										   THEN '\x0000001b'::bytea
-												|| CASE WHEN iso
-														THEN set_byte(decode(b.t, 'escape'), 10, 84)
-															 || substring('\x2e303030303030'::bytea
-																		  FROM CASE WHEN octet_length(b.t) = 19 THEN 1 ELSE 2 END
-																		  FOR 26 - octet_length(b.t))
-															 || '\x5a'::bytea
-														ELSE textsend(to_char(timezone('UTC', b.created_at),
-																			  'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')) END
-										   ELSE '\xffffffff'::bytea END
-								   END AS bytes,
-								   91 + octet_length(b.pos) + octet_length(b.topic) + coalesce(octet_length(b.key), 0) AS overhead
-							  FROM (SELECT row_number() OVER () AS n, c.pos, c.event_id, c.topic, c.key, c.p, c.h, c.created_at,
-										   CASE WHEN iso THEN timezone('0'::interval, c.created_at)::text END AS t,
-										   octet_length(c.p) + coalesce(octet_length(c.h), 0) AS size
-									  FROM ((SELECT (CASE WHEN epoch = 0 THEN bl.txid::text
-														  ELSE (bl.txid::text::numeric + epoch)::text END) || '-' || bl.seq AS pos,
-													bl.event_id, bl.topic, bl.key, bl.payload::text AS p, bl.headers::text AS h, bl.created_at
-											   FROM outbox.backlog(c_txid, c_seq, g.topics, below, g.shard, g.shards) bl
-											  WHERE NOT commit_order
-											  ORDER BY bl.txid, bl.seq
-											  LIMIT batch_size)
-											UNION ALL
-											(SELECT (CASE WHEN epoch = 0 THEN cb.ticket::text
-														  ELSE (cb.ticket::numeric + epoch)::text END) || '-' || cb.seq,
-													cb.event_id, cb.topic, cb.key, cb.payload::text, cb.headers::text, cb.created_at
-											   FROM outbox.commit_backlog(c_ticket, c_seq, g.topics, horizon, below, g.shard, g.shards) cb
-											  WHERE commit_order
-											  LIMIT batch_size)) c) b) e) f) x
-		 WHERE NOT x.stopped;
+	-- An event refused as too large (OB004) is remembered, by its group,
+	-- position and id: a relay that holds at it fetches again every few
+	-- seconds, and printing it each time (seconds for hundreds of
+	-- megabytes) would keep the server busy for nothing. The refusal aborts
+	-- the fetch's transaction, so the memory is kept where a rollback does
+	-- not reach, in two sequences: a hash of the event's identity, and the
+	-- group's id with the event's size. One event is remembered at a time;
+	-- its group forgets it once past it. A fetch reads one sequence when
+	-- nothing is remembered, and the group's next event's identity when
+	-- something is.
+	IF NOT commit_order AND pg_sequence_last_value('outbox.fetch_refused_key'::regclass) IS NOT NULL THEN
+		SELECT bl.txid, bl.seq, bl.event_id INTO head
+		  FROM outbox.backlog(c_txid, c_seq, g.topics, below, g.shard, g.shards) bl
+		 ORDER BY bl.txid, bl.seq
+		 LIMIT 1;
+		IF FOUND THEN
+			first_pos := (CASE WHEN epoch = 0 THEN head.txid::text ELSE (head.txid::text::numeric + epoch)::text END)
+						 || '-' || head.seq;
+			remembered := pg_sequence_last_value('outbox.fetch_refused_size'::regclass);
+			IF hashtextextended(format('%s %s %s', g.id, first_pos, head.event_id), 0)
+				 = pg_sequence_last_value('outbox.fetch_refused_key'::regclass) THEN
+				big_pos := first_pos;
+				big_size := remembered & 4294967295;
+			ELSIF remembered >> 32 = g.id THEN
+				PERFORM setval('outbox.fetch_refused_key'::regclass, 0, false);
+			END IF;
+		END IF;
+	END IF;
+
+	IF big_pos IS NULL THEN
+		-- The batch in one pass. When all of it, and an event's overhead on
+		-- top, fits in the cap, no event can have stopped it (before an event,
+		-- the bytes of those before it, plus its overhead and JSON text, are at
+		-- most the total plus the 27 bytes of a timestamp counted for one
+		-- that is NULL): the usual case. An event above 64 MB of JSON text
+		-- is left out here, for the exact pass below.
+		SELECT count(*), count(x.bytes), sum(octet_length(x.bytes)), string_agg(x.bytes, ''::bytea),
+			   (array_agg(x.created_at))[1], array_agg(x.size), array_agg(coalesce(octet_length(x.bytes), -1)),
+			   array_agg(x.overhead), (array_agg(x.pos))[1], (array_agg(x.event_id))[1]
+		  INTO n, n_packed, total, events, first_created, sizes, lens, overheads, first_pos, first_id
+		  FROM (SELECT b.pos, b.event_id, b.size, b.created_at,
+									   CASE WHEN b.size > 67108844 THEN NULL ELSE
+									   int4send(octet_length(b.pos)) || decode(b.pos, 'escape')
+									   || '\x00000024'::bytea || decode(b.event_id::text, 'escape')
+									   || int4send(octet_length(b.topic))
+									   || CASE WHEN raw THEN textsend(b.topic) ELSE convert_to(b.topic, enc) END
+									   || CASE WHEN b.key IS NULL THEN '\xffffffff'::bytea
+											   WHEN raw THEN int4send(octet_length(b.key)) || textsend(b.key)
+											   ELSE int4send(octet_length(b.key)) || convert_to(b.key, enc) END
+									   || CASE WHEN b.p IS NULL THEN '\xffffffff'::bytea
+											   WHEN raw THEN int4send(octet_length(b.p)) || textsend(b.p)
+											   ELSE int4send(octet_length(b.p)) || convert_to(b.p, enc) END
+									   || CASE WHEN b.h IS NULL THEN '\xffffffff'::bytea
+											   WHEN raw THEN int4send(octet_length(b.h)) || textsend(b.h)
+											   ELSE int4send(octet_length(b.h)) || convert_to(b.h, enc) END
+									   || CASE WHEN b.created_at >= '0001-01-01 00:00:00+00' AND b.created_at < '10000-01-01 00:00:00+00'
+											   THEN '\x0000001b'::bytea
+													|| CASE WHEN iso
+															THEN set_byte(decode(b.t, 'escape'), 10, 84)
+																 || substring('\x2e303030303030'::bytea
+																			  FROM CASE WHEN octet_length(b.t) = 19 THEN 1 ELSE 2 END
+																			  FOR 26 - octet_length(b.t))
+																 || '\x5a'::bytea
+															ELSE textsend(to_char(timezone('UTC', b.created_at),
+																				  'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')) END
+											   ELSE '\xffffffff'::bytea END
+									   END AS bytes,
+									   91 + octet_length(b.pos) + octet_length(b.topic) + coalesce(octet_length(b.key), 0) AS overhead
+								  FROM (SELECT c.pos, c.event_id, c.topic, c.key, c.p, c.h, c.created_at,
+											   CASE WHEN iso THEN timezone('0'::interval, c.created_at)::text END AS t,
+											   octet_length(c.p) + coalesce(octet_length(c.h), 0) AS size
+										  FROM ((SELECT (CASE WHEN epoch = 0 THEN bl.txid::text
+															  ELSE (bl.txid::text::numeric + epoch)::text END) || '-' || bl.seq AS pos,
+														bl.event_id, bl.topic, bl.key, bl.payload::text AS p, bl.headers::text AS h, bl.created_at
+												   FROM outbox.backlog(c_txid, c_seq, g.topics, below, g.shard, g.shards) bl
+												  WHERE NOT commit_order
+												  ORDER BY bl.txid, bl.seq
+												  LIMIT batch_size)
+												UNION ALL
+												(SELECT (CASE WHEN epoch = 0 THEN cb.ticket::text
+															  ELSE (cb.ticket::numeric + epoch)::text END) || '-' || cb.seq,
+														cb.event_id, cb.topic, cb.key, cb.payload::text, cb.headers::text, cb.created_at
+												   FROM outbox.commit_backlog(c_ticket, c_seq, g.topics, horizon, below, g.shard, g.shards) cb
+												  WHERE commit_order
+												  LIMIT batch_size)) c) b) x;
+		IF n_packed < n OR total > 67108844 - 27 THEN
+			-- The batch stops before the first event that does not fit, as
+			-- feed.c checks each event: the bytes of the events before it,
+			-- with its overhead and its JSON text, within the cap (the first
+			-- event fits if its JSON text is within 256 MB, else OB004). The
+			-- first pass's sizes say where, without printing any event again.
+			IF sizes[1] > 268435456 THEN
+				big_pos := first_pos;
+				big_size := sizes[1];
+			ELSIF lens[1] < 0 THEN
+				-- The first event prints as 64 to 256 MB: it goes alone, packed
+				-- here with the cap of a first event.
+				batch_size := 1;
+				SELECT count(*), string_agg(x.bytes, ''::bytea), min(x.created_at) FILTER (WHERE x.n = 1),
+					   min(x.pos) FILTER (WHERE x.too_large), min(x.size) FILTER (WHERE x.too_large)
+				  INTO n, events, first_created, big_pos, big_size
+				  FROM (SELECT f.*, bool_or(NOT f.fits) OVER (ROWS UNBOUNDED PRECEDING) AS stopped
+						  FROM (SELECT e.n, e.pos, e.size, e.created_at, e.bytes,
+									   e.n = 1 AND e.size > 268435456 AS too_large,
+									   e.n = 1 OR e.size IS NULL
+									   OR coalesce(sum(octet_length(e.bytes)) OVER (ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)
+										  + e.overhead + e.size <= 67108844 AS fits
+								  FROM (SELECT b.n, b.pos, b.size, b.created_at,
+										   CASE WHEN b.size > CASE WHEN b.n = 1 THEN 268435456 ELSE 67108844 END THEN NULL ELSE
+										   int4send(octet_length(b.pos)) || decode(b.pos, 'escape')
+										   || '\x00000024'::bytea || decode(b.event_id::text, 'escape')
+										   || int4send(octet_length(b.topic))
+										   || CASE WHEN raw THEN textsend(b.topic) ELSE convert_to(b.topic, enc) END
+										   || CASE WHEN b.key IS NULL THEN '\xffffffff'::bytea
+												   WHEN raw THEN int4send(octet_length(b.key)) || textsend(b.key)
+												   ELSE int4send(octet_length(b.key)) || convert_to(b.key, enc) END
+										   || CASE WHEN b.p IS NULL THEN '\xffffffff'::bytea
+												   WHEN raw THEN int4send(octet_length(b.p)) || textsend(b.p)
+												   ELSE int4send(octet_length(b.p)) || convert_to(b.p, enc) END
+										   || CASE WHEN b.h IS NULL THEN '\xffffffff'::bytea
+												   WHEN raw THEN int4send(octet_length(b.h)) || textsend(b.h)
+												   ELSE int4send(octet_length(b.h)) || convert_to(b.h, enc) END
+										   || CASE WHEN b.created_at >= '0001-01-01 00:00:00+00' AND b.created_at < '10000-01-01 00:00:00+00'
+												   THEN '\x0000001b'::bytea
+														|| CASE WHEN iso
+																THEN set_byte(decode(b.t, 'escape'), 10, 84)
+																	 || substring('\x2e303030303030'::bytea
+																				  FROM CASE WHEN octet_length(b.t) = 19 THEN 1 ELSE 2 END
+																				  FOR 26 - octet_length(b.t))
+																	 || '\x5a'::bytea
+																ELSE textsend(to_char(timezone('UTC', b.created_at),
+																					  'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')) END
+												   ELSE '\xffffffff'::bytea END
+										   END AS bytes,
+										   91 + octet_length(b.pos) + octet_length(b.topic) + coalesce(octet_length(b.key), 0) AS overhead
+									  FROM (SELECT row_number() OVER () AS n, c.pos, c.event_id, c.topic, c.key, c.p, c.h, c.created_at,
+												   CASE WHEN iso THEN timezone('0'::interval, c.created_at)::text END AS t,
+												   octet_length(c.p) + coalesce(octet_length(c.h), 0) AS size
+											  FROM ((SELECT (CASE WHEN epoch = 0 THEN bl.txid::text
+																  ELSE (bl.txid::text::numeric + epoch)::text END) || '-' || bl.seq AS pos,
+															bl.event_id, bl.topic, bl.key, bl.payload::text AS p, bl.headers::text AS h, bl.created_at
+													   FROM outbox.backlog(c_txid, c_seq, g.topics, below, g.shard, g.shards) bl
+													  WHERE NOT commit_order
+													  ORDER BY bl.txid, bl.seq
+													  LIMIT batch_size)
+													UNION ALL
+													(SELECT (CASE WHEN epoch = 0 THEN cb.ticket::text
+																  ELSE (cb.ticket::numeric + epoch)::text END) || '-' || cb.seq,
+															cb.event_id, cb.topic, cb.key, cb.payload::text, cb.headers::text, cb.created_at
+													   FROM outbox.commit_backlog(c_ticket, c_seq, g.topics, horizon, below, g.shard, g.shards) cb
+													  WHERE commit_order
+													  LIMIT batch_size)) c) b) e) f) x
+				 WHERE NOT x.stopped;
+			ELSE
+				k := 1;
+				used := lens[1];
+				WHILE k < n AND (sizes[k + 1] IS NULL
+								 OR (lens[k + 1] >= 0 AND used + overheads[k + 1] + sizes[k + 1] <= 67108844)) LOOP
+					k := k + 1;
+					used := used + lens[k];
+				END LOOP;
+				n := k;
+				events := substring(events FROM 1 FOR used::integer);
+			END IF;
+		END IF;
+		IF big_pos IS NOT NULL AND NOT commit_order THEN
+			PERFORM setval('outbox.fetch_refused_key'::regclass,
+						   hashtextextended(format('%s %s %s', g.id, first_pos, first_id), 0), true),
+					setval('outbox.fetch_refused_size'::regclass,
+						   (g.id::bigint << 32) | least(big_size, 4294967295), true);
+		END IF;
 	END IF;
 	PERFORM set_config('plan_cache_mode', saved[1], true), set_config('enable_sort', saved[2], true),
 			set_config('enable_seqscan', saved[3], true), set_config('enable_bitmapscan', saved[4], true);
