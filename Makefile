@@ -62,15 +62,18 @@ PRELOAD_ISOLATION = commit_inversion commit_open_tx commit_abort_gap commit_wind
 # installcheck-sql-engine), from copies in test/engine_sql/ that name the
 # extension pg_outbox_sql and show no error's CONTEXT (PL/pgSQL adds its
 # line numbers where C has none); the expected output is the same. The tests
-# of what only the C engine has are left out here, listed with the reason
-# in README.md ("The SQL engine"); the SQL engine's own refusals are
+# of what only the C engine has are left out here; each shows an item of
+# README.md's list of the engines' differences ("Where the engines
+# differ"), which gives the reason. The SQL engine's own refusals are
 # tested in SQL_ENGINE_REGRESS and SQL_ENGINE_ISOLATION. The commit order's
 # tests (PRELOAD_REGRESS, PRELOAD_ISOLATION) are the C engine's too: the SQL
 # engine refuses commit-ordered groups (test/sql/engine_sql.sql).
 #   engine_c: the settings as configuration parameters of pg_outbox.so
-#     (checked when set, superuser-only), and the fetch's memory context.
-#   inbox_context: the handler's error context line, which PL/pgSQL words
-#     otherwise.
+#     (checked when set, superuser-only), the fetch's memory context, and
+#     the functions the SQL engine runs as the extension's owner, run here
+#     as their caller.
+#   inbox_context: the handler's error context line, which PL/pgSQL cannot
+#     add.
 C_ONLY_REGRESS = engine_c inbox_context
 C_ONLY_ISOLATION =
 SQL_ENGINE_REGRESS = engine_sql inbox_sql_engine

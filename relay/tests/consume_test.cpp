@@ -1127,7 +1127,9 @@ TEST_F(ConsumeTest, AclsWithoutXinfoOrMultiStillConsume) {
 // schema-qualified and keep working; a handler whose own unqualified name
 // no longer resolves meets a configuration fault, and the entries held
 // are retried on a new session, where the role's search_path is back: all
-// apply, none is dead-lettered.
+// apply, none is dead-lettered. On the SQL engine inbox_consume() pins its
+// search_path, which PostgreSQL puts back when it returns: the name
+// resolves again at the next call, and there is no fault at all.
 TEST_F(ConsumeTest, HandlerThatChangesTheSearchPath) {
     {
         auto db = sink();
@@ -1162,8 +1164,12 @@ TEST_F(ConsumeTest, HandlerThatChangesTheSearchPath) {
     // session, and each retry runs on a new one.
     auto& unqualified = consume("accounting", "SELECT apply_and_wander($1, $2, $3, $4, $5)");
     ASSERT_TRUE(wait_applied(12)) << unqualified.log();
-    EXPECT_NE(unqualified.log().find("SQLSTATE 42883"), std::string::npos) << unqualified.log();
-    EXPECT_NE(unqualified.log().find("on a new session"), std::string::npos) << unqualified.log();
+    if (engine() == "sql") {
+        EXPECT_EQ(unqualified.log().find("configuration fault"), std::string::npos) << unqualified.log();
+    } else {
+        EXPECT_NE(unqualified.log().find("SQLSTATE 42883"), std::string::npos) << unqualified.log();
+        EXPECT_NE(unqualified.log().find("on a new session"), std::string::npos) << unqualified.log();
+    }
     EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.dead_letters"), 0) << unqualified.log();
     EXPECT_TRUE(unqualified.running()) << unqualified.log();
 }

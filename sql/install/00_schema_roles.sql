@@ -131,12 +131,47 @@ COMMENT ON FUNCTION outbox.config_replace() IS 'pg_outbox: an inserted settings 
 CREATE TRIGGER config_replace BEFORE INSERT ON outbox.config
 	FOR EACH ROW EXECUTE FUNCTION outbox.config_replace();
 
+-- A setting that only a superuser may set, as the session has it.
+-- pg_outbox.so defines pg_outbox.max_payload_size, max_group_streams and
+-- today so: PostgreSQL refuses them to other roles, in a session and at
+-- connection. Without the library, on the SQL engine, the same names are
+-- placeholders that any role may set for its own session (PostgreSQL does
+-- not say who set a placeholder, nor where from), and a relay's role that
+-- set pg_outbox.today ahead would have maintenance drop inbox days still
+-- retained. A placeholder is therefore taken in the session of a superuser
+-- or of a member of outbox_admin (who sets pg_outbox's configuration
+-- anyway), and refused in any other session, wherever it was set.
+CREATE FUNCTION outbox.superuser_setting(parameter text)
+RETURNS text
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	value text := current_setting(parameter, true);
+BEGIN
+	IF value IS NOT NULL AND value <> ''
+	   AND NOT EXISTS (SELECT FROM pg_settings s WHERE s.name = parameter)
+	   AND NOT coalesce((SELECT r.rolsuper FROM pg_roles r WHERE r.rolname = session_user), false)
+	   AND NOT pg_has_role(session_user, 'outbox_admin', 'MEMBER') THEN
+		RAISE EXCEPTION 'permission denied to set parameter "%"', parameter
+			USING ERRCODE = 'insufficient_privilege',
+				  DETAIL = format('Without pg_outbox.so it is taken in the sessions of superusers and of members of outbox_admin only; role %I is neither.',
+								  session_user),
+				  HINT = format('Reset it for this session (RESET %s), and for the database or the role if it was set there.',
+								parameter);
+	END IF;
+	RETURN value;
+END
+$$;
+COMMENT ON FUNCTION outbox.superuser_setting(text) IS 'pg_outbox: a setting only a superuser may set, refused as a placeholder outside the sessions of superusers and outbox_admin';
+
 --
 -- Privileges: the settings are read and changed by outbox_admin only.
 --
 REVOKE ALL ON TABLE outbox.config FROM PUBLIC;
 REVOKE ALL ON FUNCTION
 	outbox.engine(),
+	outbox.superuser_setting(text),
 	outbox.config_replace()
 FROM PUBLIC;
 

@@ -23,13 +23,14 @@ COMMENT ON TABLE outbox.inbox_default IS 'pg_outbox: inbox rows beyond the prema
 CREATE UNIQUE INDEX inbox_default_consumer_event_id_key ON outbox.inbox_default (consumer, event_id);
 
 -- The day maintenance takes as today (UTC): the real one, or
--- pg_outbox.today when set (tests run maintenance across days with it).
+-- pg_outbox.today when set (tests run maintenance across days with it), by
+-- a superuser.
 CREATE FUNCTION outbox.inbox_today()
 RETURNS date
 LANGUAGE sql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
-	SELECT coalesce(nullif(current_setting('pg_outbox.today', true), '')::date,
+	SELECT coalesce(nullif(outbox.superuser_setting('pg_outbox.today'), '')::date,
 					(now() AT TIME ZONE 'UTC')::date)
 $$;
 COMMENT ON FUNCTION outbox.inbox_today() IS 'pg_outbox: today for inbox maintenance (UTC), or pg_outbox.today when set';

@@ -104,6 +104,30 @@ SELECT pg_temp.try($$SELECT outbox_emit('t', 'k', '{}')$$) AS not_a_size;
 SELECT pg_temp.try($$SELECT outbox_emit_many('t', NULL, ARRAY['{}']::jsonb[])$$) AS not_a_size_many;
 RESET pg_outbox.max_payload_size;
 
+-- The settings that only a superuser sets on the C engine (PostgreSQL
+-- checks who sets them there) are placeholders here, taken in the session
+-- of a superuser or a member of outbox_admin and refused in any other: a
+-- relay's role cannot move maintenance's day ahead to drop retained inbox
+-- days, nor a writer raise its own size limit.
+CREATE ROLE engine_sql_relay IN ROLE outbox_relay, outbox_writer;
+CREATE ROLE engine_sql_admin IN ROLE outbox_admin, outbox_writer;
+SET SESSION AUTHORIZATION engine_sql_relay;
+SET pg_outbox.today = '2100-01-01';
+SELECT pg_temp.try($$SELECT outbox_maintain()$$) AS today_by_relay;
+RESET pg_outbox.today;
+SET pg_outbox.max_payload_size = '256MB';
+SELECT pg_temp.try($$SELECT outbox_emit('t', 'k', '{}')$$) AS max_payload_by_writer,
+       pg_temp.try($$SELECT outbox_emit_many('t', NULL, ARRAY['{}']::jsonb[])$$) AS max_payload_by_writer_many;
+RESET pg_outbox.max_payload_size;
+SELECT pg_temp.try($$SELECT outbox_emit('t', 'k', '{}')$$) AS reset;
+SET SESSION AUTHORIZATION engine_sql_admin;
+SET pg_outbox.max_payload_size = '4kB';
+SELECT pg_temp.try($$SELECT outbox_emit('t', 'k', jsonb_build_object('x', repeat('x', 5000)))$$) AS by_admin_over_4kb;
+RESET pg_outbox.max_payload_size;
+RESET SESSION AUTHORIZATION;
+DROP ROLE engine_sql_relay, engine_sql_admin;
+TRUNCATE outbox.event;
+
 -- A value read from a table may be stored compressed, or with a short
 -- header: its size as jsonb is counted as the C engine counts it, from the
 -- value detoasted (the C engine prints the same errors).

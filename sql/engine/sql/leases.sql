@@ -150,13 +150,14 @@ END
 $$;
 COMMENT ON FUNCTION outbox.lease() IS 'pg_outbox: this session''s lease of a group''s leadership (pg_outbox.lease)';
 
--- pg_outbox.max_group_streams: 1000 when unset, between 1 and 100000.
+-- pg_outbox.max_group_streams: 1000 when unset, between 1 and 100000, set
+-- by a superuser or for the database or role (outbox.superuser_setting()).
 CREATE FUNCTION outbox.max_group_streams()
 RETURNS integer
 LANGUAGE plpgsql STABLE PARALLEL SAFE
 AS $$
 DECLARE
-	value text := pg_catalog.btrim(pg_catalog.current_setting('pg_outbox.max_group_streams', true));
+	value text := pg_catalog.btrim(outbox.superuser_setting('pg_outbox.max_group_streams'::pg_catalog.text));
 BEGIN
 	IF value IS NULL OR value OPERATOR(pg_catalog.=) ''::pg_catalog.text THEN
 		RETURN 1000;
