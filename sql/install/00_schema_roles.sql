@@ -132,15 +132,16 @@ CREATE TRIGGER config_replace BEFORE INSERT ON outbox.config
 	FOR EACH ROW EXECUTE FUNCTION outbox.config_replace();
 
 -- A setting that only a superuser may set, as the session has it.
--- pg_outbox.so defines pg_outbox.max_payload_size, max_group_streams and
--- today so: PostgreSQL refuses them to other roles, in a session and at
--- connection. Without the library, on the SQL engine, the same names are
--- placeholders that any role may set for its own session (PostgreSQL does
+-- pg_outbox.so defines pg_outbox.today so (the day inbox maintenance takes
+-- as today): PostgreSQL refuses it to other roles, in a session and at
+-- connection. Without the library, on the SQL engine, the name is a
+-- placeholder that any role may set for its own session (PostgreSQL does
 -- not say who set a placeholder, nor where from), and a relay's role that
--- set pg_outbox.today ahead would have maintenance drop inbox days still
--- retained. A placeholder is therefore taken in the session of a superuser
--- or of a member of outbox_admin (who sets pg_outbox's configuration
--- anyway), and refused in any other session, wherever it was set.
+-- set it ahead would have maintenance drop inbox days still retained, and
+-- with them what keeps redelivered events from applying twice. A
+-- placeholder is therefore taken in the session of a superuser or of a
+-- member of outbox_admin (who sets the retention anyway), and refused in
+-- any other, wherever it was set.
 CREATE FUNCTION outbox.superuser_setting(parameter text)
 RETURNS text
 LANGUAGE plpgsql STABLE PARALLEL SAFE

@@ -73,4 +73,4 @@ SELECT p.proname, pg_get_function_identity_arguments(p.oid) AS args, p.prosecdef
   FROM pg_proc p
  WHERE p.proname IN ('outbox_emit', 'outbox_emit_many', 'inbox_consumer_check', 'inbox_dead_letter', 'dead_letter_take')
  ORDER BY 1, 2;
-SELECT to_regproc('outbox.notify_relays') AS notify_relays;
+SELECT to_regproc('outbox.notify_relays') AS notify_relays, to_regproc('outbox.consumer_check') AS consumer_check;

@@ -46,7 +46,7 @@ COMMENT ON FUNCTION outbox.consumer_name_check(text) IS 'pg_outbox: errors when 
 -- one the session acts as: the role set with SET ROLE, else the session
 -- user (inside another SECURITY DEFINER function, that function's owner is
 -- not the one checked, as it is in the C engine).
-CREATE FUNCTION @extschema@.inbox_consumer_check(consumer text)
+CREATE FUNCTION outbox.consumer_check(consumer text)
 RETURNS void
 LANGUAGE plpgsql STABLE PARALLEL RESTRICTED SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -80,6 +80,20 @@ BEGIN
 				  DETAIL = format('Role "%s" is not a member of the role that owns the consumer.', acting),
 				  HINT = 'Act for it as a member of its owner, or have an outbox_admin register a consumer of your own with inbox_consumer_create().';
 	END IF;
+END
+$$;
+COMMENT ON FUNCTION outbox.consumer_check(text) IS
+	'pg_outbox (SQL engine): inbox_consumer_check()''s body, which its other functions call in schema outbox';
+REVOKE ALL ON FUNCTION outbox.consumer_check(text) FROM PUBLIC;
+
+-- The API's check, for the application and the relay.
+CREATE FUNCTION @extschema@.inbox_consumer_check(consumer text)
+RETURNS void
+LANGUAGE plpgsql STABLE PARALLEL RESTRICTED SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	PERFORM outbox.consumer_check(consumer);
 END
 $$;
 COMMENT ON FUNCTION @extschema@.inbox_consumer_check(text) IS

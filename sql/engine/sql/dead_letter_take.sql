@@ -18,7 +18,7 @@ BEGIN
 	IF consumer IS NULL THEN
 		RAISE EXCEPTION 'dead letter % does not exist', dead_letter_id USING ERRCODE = 'undefined_object';
 	END IF;
-	PERFORM @extschema@.inbox_consumer_check(consumer);
+	PERFORM outbox.consumer_check(consumer);
 	RETURN outbox.dead_letter_take_unchecked(dead_letter_id);
 END
 $$;

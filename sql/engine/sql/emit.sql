@@ -93,7 +93,7 @@ BEGIN
 		-- JSON text (what the relay publishes), as set (a placeholder's
 		-- text) or shown (by a backend that loaded pg_outbox.so for another
 		-- database).
-		setting := outbox.superuser_setting('pg_outbox.max_payload_size');
+		setting := current_setting('pg_outbox.max_payload_size', true);
 		IF setting IS NULL OR setting = '' THEN
 			lim := 1048576;
 		ELSE
@@ -178,7 +178,7 @@ AS $$
 #variable_conflict use_variable
 DECLARE
 	lim bigint;
-	setting text := outbox.superuser_setting('pg_outbox.max_payload_size');
+	setting text := current_setting('pg_outbox.max_payload_size', true);
 	n integer;
 	i integer;
 	p jsonb;

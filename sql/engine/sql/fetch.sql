@@ -583,7 +583,7 @@ COMMENT ON FUNCTION @extschema@.outbox_fetch_packed(text, integer, text, interva
 -- says so (false), as the C engine does when it is not preloaded.
 CREATE FUNCTION @extschema@.outbox_relay_waiting()
 RETURNS boolean
-LANGUAGE sql VOLATILE STRICT PARALLEL UNSAFE
-AS $$ SELECT false $$;
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
+AS $$ BEGIN RETURN false; END $$;
 COMMENT ON FUNCTION @extschema@.outbox_relay_waiting() IS
 	'pg_outbox: a relay waits for a notification; the next committing transaction that emitted sends one';

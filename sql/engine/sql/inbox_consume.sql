@@ -10,7 +10,7 @@ LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-	PERFORM @extschema@.inbox_consumer_check(consumer);
+	PERFORM outbox.consumer_check(consumer);
 	RETURN outbox.inbox_dead_letter_unchecked(consumer, stream, entry_id, event_id, topic, key, payload, headers,
 											  reason, sqlstate, deliveries);
 END
@@ -26,7 +26,7 @@ LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-	PERFORM @extschema@.inbox_consumer_check(consumer);
+	PERFORM outbox.consumer_check(consumer);
 	RETURN outbox.inbox_dead_letter_unchecked(consumer, stream, entry_id, fields, reason, sqlstate, deliveries);
 END
 $$;
@@ -242,8 +242,9 @@ BEGIN
 		fault_field := NULL;
 		late_field := NULL;
 		FOR f IN 1 .. 5 LOOP
-			raw := CASE f WHEN 1 THEN event_ids[i] WHEN 2 THEN topics[i] WHEN 3 THEN keys[i]
-						  WHEN 4 THEN payloads[i] ELSE headers[i] END;
+			-- An array, not CASE f WHEN ...: a simple CASE compares with
+			-- whatever "=" the caller's search_path finds first.
+			raw := (ARRAY[event_ids[i], topics[i], keys[i], payloads[i], headers[i]])[f];
 			IF raw IS NULL THEN
 				CONTINUE WHEN f OPERATOR(pg_catalog.=) ANY ('{3,5}');
 				fault_field := f;
@@ -347,11 +348,10 @@ BEGIN
 		-- The conversion, field by field, on a server that is not UTF-8.
 		IF NOT utf8 THEN
 			FOR f IN 2 .. 5 LOOP
-				CONTINUE WHEN (CASE f WHEN 2 THEN topics[i] WHEN 3 THEN keys[i] WHEN 4 THEN payloads[i]
-									  ELSE headers[i] END) IS NULL;
+				CONTINUE WHEN (ARRAY[event_ids[i], topics[i], keys[i], payloads[i], headers[i]])[f] IS NULL;
 				BEGIN
-					txt[f] := pg_catalog.convert_from(CASE f WHEN 2 THEN topics[i] WHEN 3 THEN keys[i]
-															 WHEN 4 THEN payloads[i] ELSE headers[i] END, 'UTF8');
+					txt[f] := pg_catalog.convert_from((ARRAY[event_ids[i], topics[i], keys[i], payloads[i], headers[i]])[f],
+													  'UTF8');
 					IF f OPERATOR(pg_catalog.=) 4 THEN
 						pays[i] := txt[f]::pg_catalog.jsonb;
 					ELSIF f OPERATOR(pg_catalog.=) 5 THEN

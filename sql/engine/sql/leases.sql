@@ -139,8 +139,9 @@ BEGIN
 				  HINT = 'Valid units for this parameter are "us", "ms", "s", "min", "h", and "d".';
 	END IF;
 	ms := pg_catalog.round(parts[1]::pg_catalog.numeric OPERATOR(pg_catalog.*)
-		CASE parts[2] WHEN 'us' THEN 0.001 WHEN 's' THEN 1000 WHEN 'min' THEN 60000
-					  WHEN 'h' THEN 3600000 WHEN 'd' THEN 86400000 ELSE 1 END::pg_catalog.numeric);
+		CASE WHEN parts[2] OPERATOR(pg_catalog.=) 'us' THEN 0.001 WHEN parts[2] OPERATOR(pg_catalog.=) 's' THEN 1000
+			 WHEN parts[2] OPERATOR(pg_catalog.=) 'min' THEN 60000 WHEN parts[2] OPERATOR(pg_catalog.=) 'h' THEN 3600000
+			 WHEN parts[2] OPERATOR(pg_catalog.=) 'd' THEN 86400000 ELSE 1 END::pg_catalog.numeric);
 	IF ms OPERATOR(pg_catalog.<) 100::pg_catalog.numeric OR ms OPERATOR(pg_catalog.>) 3600000::pg_catalog.numeric THEN
 		RAISE EXCEPTION '% ms is outside the valid range for parameter "pg_outbox.lease" (100 ms .. 3600000 ms)', ms
 			USING ERRCODE = 'invalid_parameter_value';
@@ -150,14 +151,13 @@ END
 $$;
 COMMENT ON FUNCTION outbox.lease() IS 'pg_outbox: this session''s lease of a group''s leadership (pg_outbox.lease)';
 
--- pg_outbox.max_group_streams: 1000 when unset, between 1 and 100000, set
--- by a superuser or for the database or role (outbox.superuser_setting()).
+-- pg_outbox.max_group_streams: 1000 when unset, between 1 and 100000.
 CREATE FUNCTION outbox.max_group_streams()
 RETURNS integer
 LANGUAGE plpgsql STABLE PARALLEL SAFE
 AS $$
 DECLARE
-	value text := pg_catalog.btrim(outbox.superuser_setting('pg_outbox.max_group_streams'::pg_catalog.text));
+	value text := pg_catalog.btrim(pg_catalog.current_setting('pg_outbox.max_group_streams', true));
 BEGIN
 	IF value IS NULL OR value OPERATOR(pg_catalog.=) ''::pg_catalog.text THEN
 		RETURN 1000;
