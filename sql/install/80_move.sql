@@ -295,7 +295,9 @@ BEGIN
 	IF commit_group IS NOT NULL AND NOT outbox.commit_order_available() THEN
 		RAISE EXCEPTION 'group "%" is in commit order, which this server does not provide', commit_group
 			USING ERRCODE = 'feature_not_supported',
-				  DETAIL = format('Engine "%s" orders commits only where pg_outbox is preloaded on a primary.', (outbox.engine()).engine),
+				  DETAIL = CASE WHEN (outbox.engine()).engine OPERATOR(pg_catalog.=) 'sql'
+								THEN 'The SQL engine of pg_outbox has no commit order.'
+								ELSE 'The C engine orders commits only where pg_outbox is preloaded, on a primary.' END,
 				  HINT = 'Import where commits are ordered, or drop the group before the copy and create it again in xid8 order.';
 	END IF;
 

@@ -111,7 +111,9 @@ SET client_min_messages = error;  -- the warning names the lag, which varies
 SELECT action, object FROM outbox_maintain() WHERE action = 'lagging';
 SET client_min_messages = warning;
 SELECT outbox_group_set_stale('slow');
-SELECT action, count(*) FROM outbox_maintain() WHERE action IN ('dropped', 'detached', 'lagging') GROUP BY action;
+-- (One partition or two: background maintenance, where it runs, takes
+-- transaction ids of its own and may have moved the horizon past another.)
+SELECT action, count(*) >= 1 AS retired FROM outbox_maintain() WHERE action IN ('dropped', 'detached', 'lagging') GROUP BY action;
 SELECT count(*) >= 1 AS detached_kept FROM pg_class WHERE relname LIKE 'event\_%\_detached';
 SELECT count(*) AS events_left FROM outbox.event;
 SELECT group_name, stale FROM outbox.group_stats ORDER BY 1;

@@ -8,4 +8,4 @@ RETURNS bigint
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 AS $$ SELECT pg_catalog.octet_length(value::pg_catalog.text)::pg_catalog.int8 $$;
 COMMENT ON FUNCTION outbox.json_text_size(jsonb) IS
-	'pg_outbox: the size of a jsonb value as JSON text (as the relay publishes it), computed without printing it';
+	'pg_outbox: the size of a jsonb value as JSON text (as the relay publishes it), measured by printing it';

@@ -44,7 +44,7 @@ AS $$ SELECT 1868722040::pg_catalog.oid $$;
 COMMENT ON FUNCTION outbox.lock_class() IS 'pg_outbox: classid of pg_outbox''s advisory locks (pg_locks.classid)';
 
 -- The session's name, taken at its first call: the time then, stored in
--- the setting pg_outbox.session_started, and a session advisory lock that
+-- the setting pg_outbox_sql.session_started, and a session advisory lock that
 -- shows other sessions it lives (outbox.session_alive()).
 CREATE FUNCTION outbox.session_started()
 RETURNS timestamptz
