@@ -46,14 +46,15 @@ attempt() {
 }
 
 # What pg_outbox installed in a database, as the catalogs show it. Not the
-# partitions (and their indexes), which the C engine's maintenance makes
-# when it likes, on a cluster that preloads pg_outbox.
+# partitions, their indexes and the tables made to become one, which the
+# C engine's maintenance makes when it likes, on a cluster that preloads
+# pg_outbox.
 installed() {
 	q "$1" <<'SQL'
 SELECT 'extensions: ' || coalesce(string_agg(extname, ',' ORDER BY extname), '') FROM pg_extension WHERE extname LIKE 'pg\_outbox%';
 SELECT 'schema outbox: ' || count(*) FROM pg_namespace WHERE nspname = 'outbox';
 SELECT 'in outbox: ' || count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
- WHERE n.nspname = 'outbox' AND NOT c.relispartition;
+ WHERE n.nspname = 'outbox' AND NOT c.relispartition AND c.relname !~ '^(event|inbox|commit_log)_[0-9]';
 SELECT 'functions: ' || coalesce(string_agg(n.nspname || '.' || p.proname || ':' || (SELECT l.lanname FROM pg_language l WHERE l.oid = p.prolang), ',' ORDER BY 1), '')
   FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
  WHERE p.proname IN ('outbox_emit', 'engine', 'inbox_apply');
