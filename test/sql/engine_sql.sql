@@ -55,7 +55,7 @@ SELECT count(*) AS advisory_locks_after_commit FROM pg_locks
 -- callers and check in C; install.sql leaves these five out).
 SELECT p.proname, pg_get_function_identity_arguments(p.oid) AS args, p.prosecdef, p.proconfig
   FROM pg_proc p
- WHERE p.proname IN ('outbox_emit', 'outbox_emit_many', 'inbox_consumer_check', 'inbox_dead_letter', 'dead_letter_take',
+ WHERE p.proname IN ('outbox_emit', 'outbox_emit_many', 'inbox_consumer_check', 'inbox_dead_letter', 'dead_letter_take', 'outbox_relay_waiting',
                      'consumer_check')
  ORDER BY 1, 2;
 -- Relays are woken by a deferred constraint trigger, queued by the first

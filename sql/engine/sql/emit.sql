@@ -357,42 +357,41 @@ COMMENT ON FUNCTION @extschema@.outbox_emit_many(text, text[], jsonb[], jsonb[],
 
 -- Waking relays. The C engine queues one NOTIFY on channel "pg_outbox" at
 -- the pre-commit of a transaction that emitted, when pg_outbox.notify is
--- on (its default), and none at PREPARE TRANSACTION: a transaction that
--- queued a NOTIFY cannot be prepared, and emitting transactions must
--- support two-phase commit. Here a deferred constraint trigger does it: it
--- is queued by the first event of a transaction (seq 1; a rolled-back
--- savepoint takes its queued event with it, and the next event is seq 1
--- again), and fires when the transaction commits or prepares. At a
--- PREPARE TRANSACTION, which only a client's statement can run, it queues
+-- on (its default) and a relay asked for one, and none at PREPARE
+-- TRANSACTION: a transaction that queued a NOTIFY cannot be prepared, and
+-- emitting transactions must support two-phase commit. Here a deferred
+-- constraint trigger does it: it is queued by the first event of a
+-- transaction (seq 1; a rolled-back savepoint takes its queued event with
+-- it, and the next event is seq 1 again), and fires when the transaction
+-- commits or prepares. It notifies only while a relay waits (the flag
+-- outbox_relay_waiting() arms, in fetch.sql), and disarms the flag; two
+-- transactions committing at once may both notify. At a PREPARE
+-- TRANSACTION, which only a client's statement can run, it queues
 -- nothing: the prepared transaction wakes nobody when it commits, and
--- relays find its events by polling, as with the C engine. The SQL engine
--- has no sleepers in outbox_fetch(), so every committing transaction that
--- emitted notifies, as the C engine does without preloading.
+-- relays find its events by polling, as with the C engine.
 --
--- The function pins no search_path (a SET clause would cost every
--- emitting commit a save and restore of settings) and resolves nothing
--- through it; it runs as the committing role, which only sends itself a
--- notification.
+-- It runs as the extension's owner, which alone may read and set the flag.
 CREATE FUNCTION outbox.notify_relays()
 RETURNS trigger
-LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-	done pg_catalog.text;
+	done text;
 BEGIN
-	IF pg_catalog.btrim(coalesce(pg_catalog.current_setting('pg_outbox.notify', true), ''))
-			OPERATOR(pg_catalog.!~*) '^(of|off|f|fa|fal|fals|false|n|no|0)$'
-	   AND coalesce(pg_catalog.current_query(), '')
-			OPERATOR(pg_catalog.!~*) '\mprepare\s+transaction\M' THEN
+	IF pg_sequence_last_value('outbox.relays_waiting'::regclass) = 1
+	   AND btrim(coalesce(current_setting('pg_outbox.notify', true), '')) !~* '^(of|off|f|fa|fal|fals|false|n|no|0)$'
+	   AND coalesce(current_query(), '') !~* '\mprepare\s+transaction\M' THEN
+		PERFORM setval('outbox.relays_waiting'::regclass, 0, true);
 		-- An assignment, not PERFORM: evaluated as an expression, without
 		-- running a query.
-		done := pg_catalog.pg_notify('pg_outbox', '')::pg_catalog.text;
+		done := pg_notify('pg_outbox', '')::text;
 	END IF;
 	RETURN NULL;
 END
 $$;
 COMMENT ON FUNCTION outbox.notify_relays() IS
-	'pg_outbox (SQL engine): wakes relays with NOTIFY pg_outbox when a transaction that emitted commits';
+	'pg_outbox (SQL engine): wakes waiting relays with NOTIFY pg_outbox when a transaction that emitted commits';
 REVOKE ALL ON FUNCTION outbox.notify_relays() FROM PUBLIC;
 
 CREATE CONSTRAINT TRIGGER notify_relays AFTER INSERT ON outbox.event

@@ -27,8 +27,8 @@
 -- "wait": the C engine sleeps among its database's sleepers, which exist
 -- only when pg_outbox.so is preloaded; the SQL engine never has them and
 -- returns an empty batch at once, as the C engine does when not preloaded.
--- The relay then waits on LISTEN, and every commit that emitted notifies
--- (outbox_relay_waiting() returns false).
+-- The relay then waits on LISTEN, and the first commit that emitted after
+-- it asked (outbox_relay_waiting()) notifies.
 CREATE FUNCTION @extschema@.outbox_fetch(group_name text, batch_size integer DEFAULT 1000, after text DEFAULT NULL,
 										 wait interval DEFAULT NULL)
 RETURNS TABLE (pos text, txid xid8, seq bigint, event_id uuid, topic text, key text,
@@ -578,12 +578,33 @@ $$;
 COMMENT ON FUNCTION @extschema@.outbox_fetch_packed(text, integer, text, interval) IS
 	'pg_outbox: outbox_fetch()''s batch packed in one value, for the relay';
 
--- A relay is about to wait for a notification. Without pg_outbox.so there
--- are no sleepers to arm: every commit that emitted notifies, and this
--- says so (false), as the C engine does when it is not preloaded.
+-- A relay is about to wait for a notification. PostgreSQL serializes the
+-- commits of transactions that queued a NOTIFY (a cluster-wide lock from
+-- pre-commit until the commit record is flushed), so notifying at every
+-- emitting commit would cost concurrent emitters their group commit. As
+-- the C engine does in shared memory (extension/wakeup.c), this arms a
+-- flag, here the sequence outbox.relays_waiting (which a rollback does not
+-- undo), and the first emitting transaction to commit after it disarms it
+-- and notifies (outbox.notify_relays()). The relay fetches once more after
+-- arming, so a commit can be missed only in the instant between its
+-- pre-commit and that fetch, and then the next notification or the
+-- relay's poll interval finds it. It returns false: there are no sleepers
+-- in outbox_fetch() to wait among, and the relay waits on LISTEN.
+CREATE SEQUENCE outbox.relays_waiting AS bigint MINVALUE 0 MAXVALUE 1;
+COMMENT ON SEQUENCE outbox.relays_waiting IS 'pg_outbox (SQL engine): 1 while a relay waits for a notification, 0 once one was sent';
+REVOKE ALL ON SEQUENCE outbox.relays_waiting FROM PUBLIC;
+
 CREATE FUNCTION @extschema@.outbox_relay_waiting()
 RETURNS boolean
-LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
-AS $$ BEGIN RETURN false; END $$;
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	IF pg_sequence_last_value('outbox.relays_waiting'::regclass) IS DISTINCT FROM 1 THEN
+		PERFORM setval('outbox.relays_waiting'::regclass, 1, true);
+	END IF;
+	RETURN false;
+END
+$$;
 COMMENT ON FUNCTION @extschema@.outbox_relay_waiting() IS
 	'pg_outbox: a relay waits for a notification; the next committing transaction that emitted sends one';
