@@ -349,6 +349,10 @@ bool is_every_shard(const std::string& group, std::string* name) {
     return true;
 }
 
+const char* to_string(OnFailure mode) noexcept {
+    return mode == OnFailure::park_key ? "park-key" : "skip";
+}
+
 namespace {
 
 // --shards: each --stream holding "{shard}" becomes one stream per shard.
@@ -642,6 +646,13 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
         ->envname("PG_OUTBOX_MAX_DELIVERIES")
         ->check(CLI::Range(1, 1000000))
         ->capture_default_str();
+    std::string on_failure;
+    consume->add_option("--on-failure", on_failure,
+                        "what an entry failing for its own reasons does to the later entries of its key: park-key "
+                        "parks the key (its later entries are stored, not applied, until the failed one applies or "
+                        "is redriven with inbox_redrive or given up with inbox_skip); skip dead-letters it after "
+                        "--max-deliveries and goes on with the key (default: park-key with --pool, else skip)")
+        ->envname("PG_OUTBOX_ON_FAILURE");
     std::string shards;
     consume->add_option("--shards", shards,
                         "a sharded group's shard count: each --stream holding {shard} (e.g. 'outbox:orders:{shard}') "
@@ -790,6 +801,16 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
             }
             expand_shards(c);
             check_pool(c, pool_lease, pool_renew);
+            // Given, or by --pool (an empty value too: an env file's
+            // PG_OUTBOX_ON_FAILURE= is the default).
+            if (on_failure.empty())
+                c.on_failure = c.pool ? OnFailure::park_key : OnFailure::skip;
+            else if (on_failure == "park-key")
+                c.on_failure = OnFailure::park_key;
+            else if (on_failure == "skip")
+                c.on_failure = OnFailure::skip;
+            else
+                throw ConfigError("--on-failure: \"" + on_failure + "\" is not a mode; use skip or park-key");
             if (c.start_id != "0" && c.start_id != "$") throw ConfigError("--start: use 0 or $");
             if (c.block >= c.redis_timeout)
                 throw ConfigError("--block: must be shorter than --redis-timeout, or every wait would time out");

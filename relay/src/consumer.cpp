@@ -10,6 +10,7 @@
 #include <iterator>
 
 #include "pg_outbox/errors.hpp"
+#include "pg_outbox/sqlstates.hpp"
 
 namespace pg_outbox {
 
@@ -17,10 +18,20 @@ Consumer::Consumer(const Config& config, Metrics& metrics, const std::atomic<boo
     : Service(config, metrics, stop, "pg_outbox_relay consume " + config.consumer),
       reader_(config, metrics, stop),
       session_(config, metrics, *this),
+      drainer_(config, metrics, session_),
       hold_backoff_(config.retry_min, config.retry_max) {
     for (const auto& stream : config_.streams) metrics_.add_gap_stream(stream);
     spdlog::info("consumer \"{}\" (worker \"{}\", group \"{}\") reading {} stream(s) from {}", config_.consumer,
                  config_.worker, config_.consumer_group, config_.streams.size(), config_.redis.to_string());
+    spdlog::info("on failure: {}", config_.on_failure == OnFailure::park_key
+                                       ? "park-key (a key whose entry fails waits behind it; inbox_parked_keys())"
+                                       : "skip (an entry failing --max-deliveries times is dead-lettered and its "
+                                         "key goes on)");
+    if (config_.on_failure == OnFailure::park_key && !config_.pool)
+        spdlog::warn("--on-failure park-key without --pool: every worker honours the parked keys, but with several "
+                     "workers reading a stream, or a worker that crashes between applying a part of a batch and "
+                     "parking its key, a key's later entry may apply before its failed one; use --pool, or one "
+                     "worker per stream");
     if (config_.pool) {
         pool_.emplace(config_, metrics_, [this](std::string_view key, const std::vector<std::string_view>& argv) {
             return reader_.command(key, argv, "pool");
@@ -102,9 +113,12 @@ void Consumer::record_deleted(const std::string& stream, const std::string& id) 
     gone.id = id;
     spdlog::error("entry {} of stream \"{}\" was deleted from the stream before it was applied", gone.id, stream);
     const std::string reason = "entry was deleted from the stream (trimmed) before it was applied";
-    if (auto fault = session_.dead_letter(gone, reason, std::nullopt))
+    // A plain dead letter, unless it was a parked key's failed entry (the
+    // key is then dead, its dead letter made of the fields kept).
+    const auto record = session_.park_key(gone, reason, std::nullopt, true);
+    if (record.fault)
         spdlog::error("entry {} of stream \"{}\" could not be dead-lettered: {} (SQLSTATE {})", gone.id, stream,
-                      fault->second, fault->first);
+                      record.fault->second, record.fault->first);
 }
 
 // Claims the pending entries of workers that died or hang (idle longer
@@ -153,6 +167,7 @@ void Consumer::report_trimmed_unread(const std::string& stream) {
 }
 
 void Consumer::apply(const std::vector<StreamEntry>& entries) {
+    session_.begin_apply();
     // Calls of at most kMaxCallBytes, each acknowledged after its commit.
     std::vector<const StreamEntry*> call;
     std::size_t call_bytes = 0;
@@ -217,7 +232,17 @@ void Consumer::turn() {
         if (!held_on_new_session_) {
             const auto delay = hold_backoff_.next();
             const bool first = hold_backoff_.attempt() == 1;
-            metrics_.count_error(held_.fault == Fault::transient ? "pg_transient" : "pg_configuration");
+            if (held_.sqlstate == sqlstate::kParkLimitReached) {
+                // Parking is refused past the consumer's park_limit: the
+                // worker stops here, loudly, rather than apply a parked
+                // key's entry out of order or drop it.
+                metrics_.count_error("park_limit");
+                metrics_.set_park_limit("consumer \"" + config_.consumer + "\": " + held_.message +
+                                        "; nothing is acknowledged until a parked key is redriven or skipped, or "
+                                        "park_limit is raised");
+            } else {
+                metrics_.count_error(held_.fault == Fault::transient ? "pg_transient" : "pg_configuration");
+            }
             if (first || held_.fault == Fault::configuration)
                 spdlog::log(first ? spdlog::level::err : spdlog::level::warn,
                             "{} fault: {} (SQLSTATE {}); {} entries held, nothing dead-lettered or acknowledged; "
@@ -242,6 +267,7 @@ void Consumer::turn() {
         apply(retry);
         if (held_.entries.empty()) {
             hold_backoff_.reset();
+            metrics_.clear_park_limit();
             spdlog::info("the fault is gone: the {} held entries went through", retry.size());
         }
         return;
@@ -250,10 +276,12 @@ void Consumer::turn() {
     // A stream just taken: what its previous owner read and left pending
     // is applied first, in id order, whatever its idle time, so that each
     // key's events keep their order across the handover.
+    bool settled_one = false;
     for (auto it = unsettled_.begin(); it != unsettled_.end() && held_.entries.empty() && !stop_;) {
         if (pool_->holds(*it)) {
             reclaim_stream(*it, "0");
             if (!held_.entries.empty()) break;  // retried first; the stream stays unsettled
+            settled_one = true;
         }
         it = unsettled_.erase(it);
     }
@@ -262,7 +290,17 @@ void Consumer::turn() {
     if (now >= next_claim_) {
         reclaim();
         next_claim_ = now + config_.claim_interval;
+        // After the reclaim: a parked key's failed entry redelivered after a
+        // lost acknowledgement is acknowledged before its key drains.
+        if (held_.entries.empty()) drainer_.poll(reading());
+    } else if (settled_one) {
+        // A stream just taken may hold keys to drain.
+        drainer_.poll(reading());
     }
+    if (!held_.entries.empty()) return;
+    // Parked keys that are draining, a step at a time within a budget, so
+    // that the other keys keep flowing.
+    drainer_.tick([this](const std::string& stream) { return lost(stream); }, stop_);
     const auto names = reading();
     if (names.empty()) {
         // A pool's worker holding no stream (the others hold their share).

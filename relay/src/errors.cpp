@@ -1,6 +1,7 @@
 #include "pg_outbox/errors.hpp"
 
 #include "pg_outbox/redis_error.hpp"
+#include "pg_outbox/sqlstates.hpp"
 
 namespace pg_outbox {
 
@@ -20,6 +21,9 @@ Fault classify_sqlstate(std::string_view s) noexcept {
     if (s.size() != 5) return Fault::entry;
     const auto cls = s.substr(0, 2);
     if (cls == "42" || cls == "28" || s == "3D000" || s == "3F000") return Fault::configuration;
+    // The consumer's parked entries are at its park_limit: the same for
+    // every entry until a key is redriven or skipped, or the limit raised.
+    if (s == sqlstate::kParkLimitReached) return Fault::configuration;
     // The transaction's or the session's state, which the handler's
     // statements (or a function or procedure it calls) misuse, the same
     // for every entry: invalid transaction initiation, state (25006 too:

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "pg_outbox/errors.hpp"
+#include "pg_outbox/log.hpp"
 
 namespace pg_outbox {
 
@@ -23,8 +24,12 @@ namespace {
 // even after a handler changed it.
 constexpr const char* kConsumeSql =
     "SELECT ord, status, error_code, error_message "
-    "FROM @extschema@.inbox_consume($1::pg_catalog.text, $2::pg_catalog.text, $3::pg_catalog.bytea[], "
-    "$4::pg_catalog.bytea[], $5::pg_catalog.bytea[], $6::pg_catalog.bytea[], $7::pg_catalog.bytea[], "
+    "FROM @extschema@.inbox_consume_keyed($1::pg_catalog.text, $2::pg_catalog.text, $3::pg_catalog.text[], "
+    "$4::pg_catalog.text[], $5::pg_catalog.bytea[], $6::pg_catalog.bytea[], $7::pg_catalog.bytea[], "
+    "$8::pg_catalog.bytea[], $9::pg_catalog.bytea[], $10::pg_catalog.bool, $11::pg_catalog.bool)";
+constexpr const char* kParkKeySql =
+    "SELECT state, dead_letter_id FROM @extschema@.inbox_park_key($1::pg_catalog.text, $2::pg_catalog.text, "
+    "$3::pg_catalog.text, $4::pg_catalog.bytea[], $5::pg_catalog.text, $6::pg_catalog.text, $7::pg_catalog.int4, "
     "$8::pg_catalog.bool)";
 constexpr const char* kDeadLetterSql =
     "SELECT @extschema@.inbox_dead_letter($1::pg_catalog.text, $2::pg_catalog.text, $3::pg_catalog.text, "
@@ -52,6 +57,13 @@ std::string human_bytes(std::size_t n) {
 }
 
 }  // namespace
+
+std::string log_key(std::string_view key) {
+    constexpr std::size_t kShown = 64;
+    std::string out = "\"" + escape_control(key.substr(0, kShown)) + "\"";
+    if (key.size() > kShown) out += " (" + human_bytes(key.size()) + ")";
+    return out;
+}
 
 std::string pg_error_line(const std::string& message) {
     std::string line = message.substr(0, message.find('\n'));
@@ -211,8 +223,11 @@ std::optional<std::string> handler_refusal(std::string_view handler) {
     return std::nullopt;
 }
 
-std::string pg_bytea_array(const std::vector<const std::string*>& values) {
-    constexpr std::uint32_t kByteaOid = 17;
+namespace {
+
+// A one-dimensional array of a type whose binary form is its bytes
+// (bytea, text), in the array binary format.
+std::string pg_binary_array(const std::vector<const std::string*>& values, std::uint32_t element_oid) {
     std::size_t size = 20;
     bool has_null = false;
     for (const auto* v : values) {
@@ -223,7 +238,7 @@ std::string pg_bytea_array(const std::vector<const std::string*>& values) {
     out.reserve(size);
     put_int32(out, values.empty() ? 0 : 1);  // dimensions
     put_int32(out, has_null ? 1 : 0);
-    put_int32(out, kByteaOid);
+    put_int32(out, element_oid);
     if (values.empty()) return out;
     put_int32(out, static_cast<std::uint32_t>(values.size()));
     put_int32(out, 1);  // lower bound
@@ -234,6 +249,30 @@ std::string pg_bytea_array(const std::vector<const std::string*>& values) {
         }
         put_int32(out, static_cast<std::uint32_t>(v->size()));
         out.append(*v);
+    }
+    return out;
+}
+
+}  // namespace
+
+std::string pg_bytea_array(const std::vector<const std::string*>& values) { return pg_binary_array(values, 17); }
+
+std::string pg_text_array(const std::vector<const std::string*>& values) { return pg_binary_array(values, 25); }
+
+std::optional<std::string> pg_bytea_from_hex(std::string_view text) {
+    if (text.size() < 2 || text[0] != '\\' || text[1] != 'x' || text.size() % 2 != 0) return std::nullopt;
+    auto nibble = [](char c) -> int {
+        if (c >= '0' && c <= '9') return c - '0';
+        if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+        if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+        return -1;
+    };
+    std::string out;
+    out.reserve(text.size() / 2 - 1);
+    for (std::size_t i = 2; i < text.size(); i += 2) {
+        const int hi = nibble(text[i]), lo = nibble(text[i + 1]);
+        if (hi < 0 || lo < 0) return std::nullopt;
+        out.push_back(static_cast<char>(hi << 4 | lo));
     }
     return out;
 }
@@ -320,10 +359,30 @@ void InboxSession::apply(const std::vector<const StreamEntry*>& call, std::vecto
     apply_call(call, done, false);
 }
 
-void InboxSession::apply_call(const std::vector<const StreamEntry*>& call, std::vector<const StreamEntry*>& done,
+void InboxSession::apply_call(const std::vector<const StreamEntry*>& call_in, std::vector<const StreamEntry*>& done,
                               bool isolate) {
-    std::vector<const std::string*> ids, topics, keys, payloads, headers;
+    // With park-key, the later entries of a key held in this batch are
+    // held behind it, never applied before it.
+    std::vector<const StreamEntry*> kept;
+    const std::vector<const StreamEntry*>* call_ptr = &call_in;
+    if (!held_keys_.empty()) {
+        kept.reserve(call_in.size());
+        for (const auto* e : call_in) {
+            const auto* key = e->field("key");
+            const auto held = key ? held_keys_.find({e->stream, *key}) : held_keys_.end();
+            if (held == held_keys_.end())
+                kept.push_back(e);
+            else
+                sink_.held(*e, held->second.first, held->second.second);
+        }
+        if (kept.empty()) return;
+        call_ptr = &kept;
+    }
+    const auto& call = *call_ptr;
+    std::vector<const std::string*> streams, entry_ids, ids, topics, keys, payloads, headers;
     for (const auto* e : call) {
+        streams.push_back(&e->stream);
+        entry_ids.push_back(&e->id);
         ids.push_back(e->field("event_id"));
         topics.push_back(e->field("topic"));
         keys.push_back(e->field("key"));
@@ -334,10 +393,11 @@ void InboxSession::apply_call(const std::vector<const StreamEntry*>& call, std::
     try {
         const auto t0 = std::chrono::steady_clock::now();
         result.emplace(pg_->exec_prepared(kConsumeStatement,
-                                          {config_.consumer, config_.handler, pg_bytea_array(ids),
-                                           pg_bytea_array(topics), pg_bytea_array(keys), pg_bytea_array(payloads),
-                                           pg_bytea_array(headers), isolate ? "true" : "false"},
-                                          {0, 0, 1, 1, 1, 1, 1, 0}));
+                                          {config_.consumer, config_.handler, pg_text_array(streams),
+                                           pg_text_array(entry_ids), pg_bytea_array(ids), pg_bytea_array(topics),
+                                           pg_bytea_array(keys), pg_bytea_array(payloads), pg_bytea_array(headers),
+                                           isolate ? "true" : "false", parking() ? "true" : "false"},
+                                          {0, 0, 1, 1, 1, 1, 1, 1, 1, 0, 0}));
         metrics_.pg_rtt_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     } catch (const PgError& e) {
         // The whole call failed. A lost connection or a transient error is
@@ -364,7 +424,7 @@ void InboxSession::apply_call(const std::vector<const StreamEntry*>& call, std::
             return;
         }
         if (classify_sqlstate(e.sqlstate()) == Fault::configuration) {
-            for (const auto* entry : call) sink_.held(*entry, e.sqlstate(), pg_error_line(e.what()));
+            for (const auto* entry : call) hold(*entry, e.sqlstate(), pg_error_line(e.what()));
             return;
         }
         // Something one entry did outside its subtransaction (a statement
@@ -385,6 +445,9 @@ void InboxSession::apply_call(const std::vector<const StreamEntry*>& call, std::
     }
     // Committed: what follows may be acknowledged.
     const auto& r = *result;
+    // Entries the server did not touch because an earlier entry of their
+    // key failed in this call (isolate with park-key).
+    std::vector<const StreamEntry*> blocked;
     for (int i = 0; i < r.rows(); ++i) {
         const auto ord = std::stoul(std::string(r.get(i, 0)));
         const StreamEntry& e = *call.at(ord - 1);
@@ -394,6 +457,12 @@ void InboxSession::apply_call(const std::vector<const StreamEntry*>& call, std::
         if (status == "applied") {
             metrics_.events_applied++;
             done.push_back(&e);
+        } else if (status == "parked") {
+            // Stored behind its key's failed entry, in this transaction.
+            metrics_.entries_parked++;
+            done.push_back(&e);
+        } else if (status == "blocked") {
+            blocked.push_back(&e);
         } else if (status == "duplicate") {
             metrics_.events_duplicate++;
             spdlog::info("entry {} of \"{}\": event {} was applied before; acknowledged", e.id, e.stream,
@@ -403,33 +472,84 @@ void InboxSession::apply_call(const std::vector<const StreamEntry*>& call, std::
             metrics_.events_conflict++;
             spdlog::error("entry {} of \"{}\": {}", e.id, e.stream, message);
             if (auto fault = dead_letter(e, message, code))
-                sink_.held(e, fault->first, fault->second);
+                hold(e, fault->first, fault->second);
             else
                 done.push_back(&e);
         } else if (status == "malformed") {
             malformed(e, message, code, done);
         } else if (classify_sqlstate(code) != Fault::entry) {
-            sink_.held(e, code, message);
+            hold(e, code, message);
         } else {
             entry_failed(e, code, message, done);
         }
     }
+    if (blocked.empty()) return;
+    // Their key is parked now (they park when submitted again), or held
+    // (they are held behind it).
+    std::vector<const StreamEntry*> again;
+    for (const auto* e : blocked) {
+        const auto held = held_keys_.find({e->stream, *e->field("key")});
+        if (held != held_keys_.end())
+            sink_.held(*e, held->second.first, held->second.second);
+        else
+            again.push_back(e);
+    }
+    if (!again.empty()) apply_call(again, done, false);
+}
+
+void InboxSession::hold(const StreamEntry& e, std::string_view sqlstate, std::string_view message) {
+    if (parking())
+        if (const auto* key = e.field("key"))
+            held_keys_.try_emplace({e.stream, *key}, std::string(sqlstate), std::string(message));
+    sink_.held(e, sqlstate, message);
 }
 
 void InboxSession::entry_failed(const StreamEntry& e, std::string_view sqlstate, std::string_view message,
                                 std::vector<const StreamEntry*>& done) {
+    if (parking() && e.field("key") != nullptr) {
+        key_failed(e, sqlstate, message, done);
+        return;
+    }
     metrics_.events_failed++;
     if (e.deliveries >= config_.max_deliveries) {
         spdlog::error("entry {} of \"{}\" failed {} times, dead-lettered: {} (SQLSTATE {})", e.id, e.stream,
                       e.deliveries, message, sqlstate);
         if (auto fault = dead_letter(e, std::string(message), std::string(sqlstate)))
-            sink_.held(e, fault->first, fault->second);
+            hold(e, fault->first, fault->second);
         else
             done.push_back(&e);
     } else {
         spdlog::warn("entry {} of \"{}\" failed (delivery {} of {}), stays pending: {} (SQLSTATE {})", e.id,
                      e.stream, e.deliveries, config_.max_deliveries, message, sqlstate);
     }
+}
+
+bool InboxSession::key_failed(const StreamEntry& e, std::string_view sqlstate, std::string_view message,
+                              std::vector<const StreamEntry*>& done) {
+    metrics_.events_failed++;
+    const bool dead = e.deliveries >= config_.max_deliveries;
+    const auto record = park_key(e, std::string(message), std::string(sqlstate), dead);
+    if (record.fault) {
+        // Nothing recorded: held with its key, so that its later entries
+        // wait behind it.
+        spdlog::error("entry {} of \"{}\" failed ({}; SQLSTATE {}) and its key could not be parked: {} (SQLSTATE "
+                      "{})",
+                      e.id, e.stream, message, sqlstate, record.fault->second, record.fault->first);
+        hold(e, record.fault->first, record.fault->second);
+        return false;
+    }
+    const auto key = log_key(*e.field("key"));
+    if (dead) {
+        spdlog::error("entry {} of \"{}\" failed {} times, dead-lettered; its key {} is parked ({}) until "
+                      "inbox_redrive or inbox_skip: {} (SQLSTATE {})",
+                      e.id, e.stream, e.deliveries, key, record.state.value_or("not parked"), message, sqlstate);
+        done.push_back(&e);
+    } else {
+        spdlog::warn("entry {} of \"{}\" failed (delivery {} of {}), stays pending; its key {} is parked "
+                     "behind it: {} (SQLSTATE {})",
+                     e.id, e.stream, e.deliveries, config_.max_deliveries, key, message, sqlstate);
+    }
+    return record.state.has_value();
 }
 
 void InboxSession::malformed(const StreamEntry& e, const std::string& reason, const std::string& sqlstate,
@@ -445,11 +565,12 @@ void InboxSession::malformed(const StreamEntry& e, const std::string& reason, co
 }
 
 
-std::optional<std::pair<std::string, std::string>> InboxSession::dead_letter(
-    const StreamEntry& e, const std::string& reason, const std::optional<std::string>& sqlstate) {
+std::optional<std::pair<std::string, std::string>> InboxSession::with_fields(
+    const StreamEntry& e, const std::string& reason,
+    const std::function<void(const std::string& why, const Param& fields)>& record) {
     // The raw fields, names and values in turn; NULL for an entry gone
     // from the stream (no fields).
-    auto record = [&](const std::string& why, std::size_t cut) {
+    auto run = [&](const std::string& why, std::size_t cut) {
         std::vector<std::string> cut_values;
         std::vector<const std::string*> raw;
         cut_values.reserve(e.fields.size() * 2);
@@ -463,28 +584,22 @@ std::optional<std::pair<std::string, std::string>> InboxSession::dead_letter(
                 }
             }
         }
-        pg_->exec(extension_->sql(kDeadLetterSql),
-                  {config_.consumer, e.stream, e.id,
-                   e.fields.empty() ? Param(std::nullopt) : Param(pg_bytea_array(raw)), why,
-                   sqlstate ? Param(*sqlstate) : std::nullopt, std::to_string(std::max(1LL, e.deliveries))},
-                  {0, 0, 0, 1, 0, 0, 0});
+        record(why, e.fields.empty() ? Param(std::nullopt) : Param(pg_bytea_array(raw)));
     };
     const auto bytes = e.bytes();
     std::size_t cut = bytes > kMaxDeadLetterBytes ? kTruncatedValueBytes : SIZE_MAX;
     for (;;) {
         try {
-            record(cut == SIZE_MAX ? reason
-                                   : reason + " (fields cut to " + human_bytes(cut) + " each: the entry is " +
-                                         human_bytes(bytes) + ")",
-                   cut);
-            metrics_.dead_letters++;
+            run(cut == SIZE_MAX ? reason
+                                : reason + " (fields cut to " + human_bytes(cut) + " each: the entry is " +
+                                      human_bytes(bytes) + ")",
+                cut);
             return std::nullopt;
         } catch (const PgError& e2) {
             if (e2.retryable()) throw;
-            if (classify_sqlstate(e2.sqlstate()) != Fault::configuration && cut == SIZE_MAX) {
+            if (classify_sqlstate(e2.sqlstate()) != Fault::configuration && cut == SIZE_MAX && !e.fields.empty()) {
                 // Too large for the server after all (54000, 53200, XX000).
-                spdlog::warn("entry {} of \"{}\": its dead letter could not be recorded in full ({}); cutting its "
-                             "fields",
+                spdlog::warn("entry {} of \"{}\": its fields could not be recorded in full ({}); cutting them",
                              e.id, e.stream, pg_error_line(e2.what()));
                 cut = kTruncatedValueBytes;
                 continue;
@@ -492,6 +607,40 @@ std::optional<std::pair<std::string, std::string>> InboxSession::dead_letter(
             return std::pair{e2.sqlstate(), pg_error_line(e2.what())};
         }
     }
+}
+
+std::optional<std::pair<std::string, std::string>> InboxSession::dead_letter(
+    const StreamEntry& e, const std::string& reason, const std::optional<std::string>& sqlstate) {
+    auto fault = with_fields(e, reason, [&](const std::string& why, const Param& fields) {
+        pg_->exec(extension_->sql(kDeadLetterSql),
+                  {config_.consumer, e.stream, e.id, fields, why, sqlstate ? Param(*sqlstate) : std::nullopt,
+                   std::to_string(std::max(1LL, e.deliveries))},
+                  {0, 0, 0, 1, 0, 0, 0});
+    });
+    if (!fault) metrics_.dead_letters++;
+    return fault;
+}
+
+ParkRecord InboxSession::park_key(const StreamEntry& e, const std::string& reason,
+                                  const std::optional<std::string>& sqlstate, bool dead) {
+    ParkRecord out;
+    out.fault = with_fields(e, reason, [&](const std::string& why, const Param& fields) {
+        const auto r = pg_->exec(extension_->sql(kParkKeySql),
+                                 {config_.consumer, e.stream, e.id, fields, why,
+                                  sqlstate ? Param(*sqlstate) : std::nullopt,
+                                  std::to_string(std::max(1LL, e.deliveries)), dead ? "true" : "false"},
+                                 {0, 0, 0, 1, 0, 0, 0, 0});
+        out.state.reset();
+        bool dead_lettered = false;
+        if (r.rows() > 0) {
+            if (!r.is_null(0, 0)) out.state = std::string(r.get(0, 0));
+            dead_lettered = !r.is_null(0, 1);
+        }
+        // A dead letter recorded now (an entry given up), not one kept
+        // from before (a retrying head failing again).
+        if (dead && dead_lettered) metrics_.dead_letters++;
+    });
+    return out;
 }
 
 }  // namespace pg_outbox

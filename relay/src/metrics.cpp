@@ -43,7 +43,7 @@ std::vector<std::string> kinds_of(std::initializer_list<std::string> own) {
 
 const std::vector<std::string>& error_kinds(std::string_view mode) {
     static const auto publish = kinds_of({"pg", "maintenance", "event_too_large"});
-    static const auto consume = kinds_of({"pg", "pg_configuration", "pg_transient"});
+    static const auto consume = kinds_of({"pg", "pg_configuration", "pg_transient", "park_limit"});
     return mode == "consume" ? consume : publish;
 }
 
@@ -167,6 +167,18 @@ void Metrics::clear_event_too_large() {
     event_too_large_ = false;
 }
 
+void Metrics::set_park_limit(std::string why) {
+    std::lock_guard lock(errors_mutex_);
+    park_limit_ = std::move(why);
+    park_limit_reached_ = true;
+}
+
+void Metrics::clear_park_limit() {
+    std::lock_guard lock(errors_mutex_);
+    park_limit_.clear();
+    park_limit_reached_ = false;
+}
+
 void Metrics::heartbeat() { last_heartbeat_ms_.store(now_ms()); }
 
 void Metrics::lease_renewed(std::chrono::steady_clock::time_point sent) {
@@ -213,7 +225,13 @@ Metrics::Health Metrics::health(std::chrono::seconds max_silence) const {
         return {false, "unhealthy: PostgreSQL is a standby (in recovery); waiting for a primary\n"};
     if (!pg_connected.load()) return {false, "unhealthy: not connected to PostgreSQL\n"};
     if (!redis_connected.load()) return {false, "unhealthy: not connected to Redis\n"};
-    if (mode_ == "consume") return {true, "ok\n"};
+    if (mode_ == "consume") {
+        if (park_limit_reached_.load()) {
+            std::lock_guard lock(errors_mutex_);
+            return {false, "unhealthy: " + escape_control(park_limit_) + "\n"};
+        }
+        return {true, "ok\n"};
+    }
     if (!leader.load()) return {true, "ok standby\n"};
     if (!leads()) {
         const auto age = lease_age_ms();
@@ -303,6 +321,21 @@ void Metrics::collect(MetricFamilies& out) const {
                "Batches that failed as one transaction (a handler or a conversion raised) and were applied "
                "again with each entry in a subtransaction of its own.",
                batches_isolated.load());
+        metric("pg_outbox_relay_keys_parked", "gauge",
+               "Keys of the streams this worker reads that are parked (retrying, dead or draining) at the last "
+               "poll of inbox_parked_keys().",
+               keys_parked.load());
+        metric("pg_outbox_relay_entries_parked_total", "counter",
+               "Entries parked behind an earlier failed entry of their key: stored in the consumer's database "
+               "and acknowledged, not applied.",
+               entries_parked.load());
+        metric("pg_outbox_relay_entries_redriven_total", "counter",
+               "Parked entries (and head dead letters) applied by this worker's drains, in their key's order.",
+               entries_redriven.load());
+        metric("pg_outbox_relay_park_limit_reached", "gauge",
+               "1 while the consumer's parked entries are at its park_limit (SQLSTATE OB005): the worker holds "
+               "its batch, nothing is acknowledged, and /health fails.",
+               park_limit_reached_.load() ? 1 : 0);
         {
             constexpr const char* kGaps = "pg_outbox_relay_gaps_total";
             constexpr const char* kGapsHelp =

@@ -593,6 +593,62 @@ TEST(ConsumeConfig, HostilePoolFlagsExitTwo) {
     EXPECT_NE(err2.find("--shards: no --stream holds {shard}"), std::string::npos) << err2;
 }
 
+// --on-failure: park-key by default with --pool, skip without; the flag
+// and PG_OUTBOX_ON_FAILURE override the default either way, the flag
+// winning over the variable; an empty variable is the default.
+TEST(ConsumeConfig, OnFailureDefaultsByPool) {
+    auto plain = parse({"consume", "--consumer", "c", "--handler", "x", "--stream", "s"});
+    ASSERT_TRUE(plain.config);
+    EXPECT_EQ(plain.config->on_failure, OnFailure::skip);
+    auto pooled = parse({"consume", "--consumer", "c", "--handler", "x", "--stream", "s{shard}", "--shards", "2",
+                         "--pool"});
+    ASSERT_TRUE(pooled.config);
+    EXPECT_EQ(pooled.config->on_failure, OnFailure::park_key);
+    auto pooled_skip = parse({"consume", "--consumer", "c", "--handler", "x", "--stream", "s{shard}", "--shards",
+                              "2", "--pool", "--on-failure", "skip"});
+    ASSERT_TRUE(pooled_skip.config);
+    EXPECT_EQ(pooled_skip.config->on_failure, OnFailure::skip);
+    auto plain_park = parse({"consume", "--consumer", "c", "--handler", "x", "--stream", "s", "--on-failure",
+                             "park-key"});
+    ASSERT_TRUE(plain_park.config);
+    EXPECT_EQ(plain_park.config->on_failure, OnFailure::park_key);
+    EXPECT_STREQ(to_string(OnFailure::park_key), "park-key");
+    EXPECT_STREQ(to_string(OnFailure::skip), "skip");
+
+    ::setenv("PG_OUTBOX_ON_FAILURE", "park-key", 1);
+    auto env = parse({"consume", "--consumer", "c", "--handler", "x", "--stream", "s"});
+    auto flag_wins = parse({"consume", "--consumer", "c", "--handler", "x", "--stream", "s", "--on-failure", "skip"});
+    ::setenv("PG_OUTBOX_ON_FAILURE", "", 1);
+    auto empty = parse({"consume", "--consumer", "c", "--handler", "x", "--stream", "s{shard}", "--shards", "2",
+                        "--pool"});
+    ::unsetenv("PG_OUTBOX_ON_FAILURE");
+    ASSERT_TRUE(env.config);
+    EXPECT_EQ(env.config->on_failure, OnFailure::park_key);
+    ASSERT_TRUE(flag_wins.config);
+    EXPECT_EQ(flag_wins.config->on_failure, OnFailure::skip);
+    ASSERT_TRUE(empty.config);
+    EXPECT_EQ(empty.config->on_failure, OnFailure::park_key);
+}
+
+// Anything but the two modes exits 2 naming the flag; a control character
+// in the value is escaped in the message.
+TEST(ConsumeConfig, HostileOnFailureExitsTwo) {
+    for (const char* bad : {"park", "PARK-KEY", "Skip", "park_key", " skip", "skip ", "dead-letter", "0",
+                            "park-key\n", "park-key\x1b[31m"}) {
+        auto [code, err] = parse_error({"consume", "--consumer", "c", "--handler", "x", "--stream", "s",
+                                        "--on-failure", bad});
+        EXPECT_EQ(code, 2) << bad;
+        EXPECT_NE(err.find("--on-failure: \""), std::string::npos) << err;
+        EXPECT_NE(err.find("is not a mode; use skip or park-key"), std::string::npos) << err;
+        EXPECT_EQ(err.find('\x1b'), std::string::npos) << err;
+    }
+    ::setenv("PG_OUTBOX_ON_FAILURE", "always", 1);
+    auto [code, err] = parse_error({"consume", "--consumer", "c", "--handler", "x", "--stream", "s"});
+    ::unsetenv("PG_OUTBOX_ON_FAILURE");
+    EXPECT_EQ(code, 2);
+    EXPECT_NE(err.find("--on-failure: \"always\" is not a mode"), std::string::npos) << err;
+}
+
 // The relay's parser against the extension's: the shared vectors of
 // test/vectors/group_names.txt, which the pg_regress test group_names runs
 // through outbox.split_group_name().

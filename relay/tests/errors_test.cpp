@@ -49,7 +49,7 @@ TEST(Backoff, GrowsWithJitterAndCaps) {
 TEST(Errors, ConsumeFaults) {
     for (const char* s : {"22021", "22P02", "22P05", "23505", "P0001", "OB001", "54000", "57014", "XX000", "", "4"})
         EXPECT_EQ(classify_sqlstate(s), Fault::entry) << s;
-    for (const char* s : {"42883", "42601", "42501", "42P01", "42703", "28000", "3F000", "3D000", "25006"})
+    for (const char* s : {"42883", "42601", "42501", "42P01", "42703", "28000", "3F000", "3D000", "25006", "OB005"})
         EXPECT_EQ(classify_sqlstate(s), Fault::configuration) << s;
     // A handler that misuses the transaction or the session (a function
     // it calls commits, or EXECUTEs transaction control): the same for

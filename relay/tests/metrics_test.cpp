@@ -89,6 +89,48 @@ TEST(Metrics, EventTooLargeFailsHealth) {
     EXPECT_FALSE(m.event_too_large());
 }
 
+// Consume mode's park series exist from the start, at 0, the park_limit
+// error kind among them; a worker held at its park_limit (OB005) fails
+// health saying why until it is cleared; publish mode has none of them.
+TEST(Metrics, ParkSeriesAndParkLimit) {
+    Metrics m("consume", "g", 0ms, "c");
+    m.heartbeat();
+    m.pg_connected = true;
+    m.redis_connected = true;
+    const std::string labels = "{mode=\"consume\",consumer=\"c\",group=\"g\"}";
+    auto text = m.render();
+    for (const char* name : {"pg_outbox_relay_keys_parked", "pg_outbox_relay_entries_parked_total",
+                             "pg_outbox_relay_entries_redriven_total", "pg_outbox_relay_park_limit_reached"})
+        EXPECT_NE(text.find(std::string(name) + labels + " 0\n"), std::string::npos) << name << '\n' << text;
+    EXPECT_NE(text.find("# TYPE pg_outbox_relay_keys_parked gauge"), std::string::npos);
+    EXPECT_NE(text.find("# TYPE pg_outbox_relay_entries_parked_total counter"), std::string::npos);
+    EXPECT_NE(text.find("# TYPE pg_outbox_relay_entries_redriven_total counter"), std::string::npos);
+    EXPECT_NE(text.find("# TYPE pg_outbox_relay_park_limit_reached gauge"), std::string::npos);
+    EXPECT_NE(text.find("pg_outbox_relay_errors_total{mode=\"consume\",consumer=\"c\",group=\"g\",kind=\"park_limit\"} 0"),
+              std::string::npos);
+    m.keys_parked = 3;
+    m.entries_parked += 7;
+    m.entries_redriven += 5;
+    text = m.render();
+    EXPECT_NE(text.find("pg_outbox_relay_keys_parked" + labels + " 3\n"), std::string::npos) << text;
+    EXPECT_NE(text.find("pg_outbox_relay_entries_parked_total" + labels + " 7\n"), std::string::npos);
+    EXPECT_NE(text.find("pg_outbox_relay_entries_redriven_total" + labels + " 5\n"), std::string::npos);
+    EXPECT_EQ(m.health(60s).text, "ok\n");
+    m.set_park_limit("consumer \"c\" has 1000000 parked entries, its park_limit\nsecond line");
+    EXPECT_TRUE(m.park_limit_reached());
+    const auto h = m.health(60s);
+    EXPECT_FALSE(h.ok);
+    EXPECT_EQ(h.text, "unhealthy: consumer \"c\" has 1000000 parked entries, its park_limit\\nsecond line\n");
+    EXPECT_NE(m.render().find("pg_outbox_relay_park_limit_reached" + labels + " 1\n"), std::string::npos);
+    m.clear_park_limit();
+    EXPECT_FALSE(m.park_limit_reached());
+    EXPECT_EQ(m.health(60s).text, "ok\n");
+    EXPECT_NE(m.render().find("pg_outbox_relay_park_limit_reached" + labels + " 0\n"), std::string::npos);
+    const auto publish = Metrics("publish", "g").render();
+    EXPECT_EQ(publish.find("parked"), std::string::npos);
+    EXPECT_EQ(publish.find("park_limit"), std::string::npos);
+}
+
 // A leader with events waiting that publishes nothing (a batch Redis keeps
 // refusing) is stuck after --stuck-after; one published batch or a feed
 // run dry clears it; a standby and a leader that keeps up never are.
@@ -186,6 +228,7 @@ TEST(Metrics, EveryErrorKindIsExposedFromTheStart) {
     const auto& consume = error_kinds("consume");
     EXPECT_NE(std::find(consume.begin(), consume.end(), "pg_configuration"), consume.end());
     EXPECT_NE(std::find(consume.begin(), consume.end(), "pg_transient"), consume.end());
+    EXPECT_NE(std::find(consume.begin(), consume.end(), "park_limit"), consume.end());
 }
 
 // Redis error codes map onto a fixed set of kinds.

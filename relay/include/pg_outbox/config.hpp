@@ -86,6 +86,18 @@ enum class IdMode {
 
 enum class LogFormat { text, json };
 
+// What consume mode does after an entry of a key fails for its own reasons
+// (--on-failure): "skip" retries it until --max-deliveries, dead-letters it
+// and goes on with the key's later entries; "park-key" parks the key at
+// the failure, so that none of its later entries applies before it (they
+// are stored in the consumer's database and applied in order once it
+// applies, or after inbox_redrive / inbox_skip). Both honour the keys
+// parked already.
+enum class OnFailure { skip, park_key };
+
+// "skip" or "park-key".
+const char* to_string(OnFailure mode) noexcept;
+
 struct Config {
     enum class Mode { publish, consume };
 
@@ -139,6 +151,9 @@ struct Config {
     std::chrono::milliseconds min_idle{30000};
     std::chrono::milliseconds claim_interval{5000};
     int max_deliveries = 5;
+    // --on-failure: park-key by default with --pool (each stream read by
+    // one worker, which the full order guarantee needs), skip otherwise.
+    OnFailure on_failure = OnFailure::skip;
     // --shards N: each --stream holding "{shard}" stands for N streams,
     // {shard} replaced by 0 to N-1 (0: no expansion).
     int shards = 0;

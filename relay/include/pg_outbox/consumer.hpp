@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "pg_outbox/backoff.hpp"
+#include "pg_outbox/drain.hpp"
 #include "pg_outbox/errors.hpp"
 #include "pg_outbox/inbox_session.hpp"
 #include "pg_outbox/service.hpp"
@@ -83,6 +84,8 @@ private:
 
     StreamReader reader_;
     InboxSession session_;
+    // The parked keys of the streams read, drained between reads.
+    Drainer drainer_;
     // The held entries are retried on a new session: the one they failed on
     // was closed after a configuration fault (the handler may have changed
     // it: its search_path, its role).

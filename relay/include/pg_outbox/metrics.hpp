@@ -70,6 +70,14 @@ public:
     std::atomic<std::uint64_t> entries_malformed{0};
     std::atomic<std::uint64_t> batches_isolated{0};
     std::atomic<double> pending_oldest_idle_seconds{0};
+    // Parked keys (--on-failure park-key, and the parks any worker of the
+    // consumer made): the keys of the streams this worker reads that are
+    // parked, in any state, at the last poll (-1 until the first); the
+    // entries this worker parked (stored, acknowledged, not applied); the
+    // parked entries its drains applied.
+    std::atomic<std::int64_t> keys_parked{0};
+    std::atomic<std::uint64_t> entries_parked{0};
+    std::atomic<std::uint64_t> entries_redriven{0};
     // consume --pool: streams this worker holds, and the streams it took,
     // let go of for a worker that joined, and lost (its lease ran out or
     // another worker holds it).
@@ -141,6 +149,14 @@ public:
     void clear_event_too_large();
     bool event_too_large() const { return event_too_large_.load(); }
 
+    // The consumer's parked entries reached its park_limit (SQLSTATE
+    // OB005): the worker holds its batch, health fails saying why, and
+    // pg_outbox_relay_park_limit_reached is 1, until a held batch goes
+    // through.
+    void set_park_limit(std::string why);
+    void clear_park_limit();
+    bool park_limit_reached() const { return park_limit_reached_.load(); }
+
     // A run that ended in a fatal error, in a relay that starts it again
     // (one of several groups of a process): health fails, saying why,
     // until clear_failed().
@@ -171,6 +187,8 @@ private:
     std::string failed_;             // under errors_mutex_; empty: not failed
     std::string too_large_;          // under errors_mutex_: why, while event_too_large_
     std::atomic<bool> event_too_large_{false};
+    std::string park_limit_;  // under errors_mutex_: why, while park_limit_reached_
+    std::atomic<bool> park_limit_reached_{false};
     std::atomic<std::int64_t> last_heartbeat_ms_{0};
     const std::chrono::milliseconds stuck_after_;
     std::atomic<std::int64_t> waiting_since_ms_{0};  // 0: nothing waits

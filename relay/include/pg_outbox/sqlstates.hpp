@@ -17,5 +17,7 @@ inline constexpr std::string_view kRewound = "OB002";
 inline constexpr std::string_view kNotLeader = "OB003";
 // The group's next event is too large to publish.
 inline constexpr std::string_view kEventTooLarge = "OB004";
+// A consumer's parked entries reached its park_limit (outbox.config).
+inline constexpr std::string_view kParkLimitReached = "OB005";
 
 }  // namespace pg_outbox::sqlstate
