@@ -16,6 +16,36 @@ TEST(Entry, ByteaArrayBinaryFormat) {
     EXPECT_EQ(pg_bytea_array({}), std::string("\0\0\0\0" "\0\0\0\0" "\0\0\0\x11", 12));
 }
 
+// Streams and entry ids go to inbox_consume_keyed() as a binary text[]:
+// the bytea layout with the text element type.
+TEST(Entry, TextArrayBinaryFormat) {
+    const std::string a = "outbox:a", b = "1-2";
+    const std::string expect = std::string("\0\0\0\1" "\0\0\0\0" "\0\0\0\x19" "\0\0\0\2" "\0\0\0\1", 20) +
+                               std::string("\0\0\0\x08" "outbox:a", 12) + std::string("\0\0\0\3" "1-2", 7);
+    EXPECT_EQ(pg_text_array({&a, &b}), expect);
+    EXPECT_EQ(pg_text_array({}), std::string("\0\0\0\0" "\0\0\0\0" "\0\0\0\x19", 12));
+}
+
+// inbox_parked_keys() returns key_bytes as text; any bytes come back, and
+// anything but "\x" and pairs of hex digits is refused.
+TEST(Entry, ByteaFromHex) {
+    EXPECT_EQ(pg_bytea_from_hex("\\x"), std::string());
+    EXPECT_EQ(pg_bytea_from_hex("\\x00ff41"), std::string("\0\xff" "A", 3));
+    EXPECT_EQ(pg_bytea_from_hex("\\xDEADbeef"), std::string("\xde\xad\xbe\xef"));
+    for (const char* bad : {"", "\\", "x00", "\\x0", "\\x0g", "\\X00", "00ff", "\\x00 ", "\\000"})
+        EXPECT_EQ(pg_bytea_from_hex(bad), std::nullopt) << bad;
+}
+
+// A key in a log line: its first 64 bytes, quoted, control characters
+// escaped, the size of a longer one said.
+TEST(Entry, LogKeyIsCutAndEscaped) {
+    EXPECT_EQ(log_key("acc-7"), "\"acc-7\"");
+    EXPECT_EQ(log_key(""), "\"\"");
+    EXPECT_EQ(log_key("a\nb\x1b"), "\"a\\nb\\x1b\"");
+    const std::string big(1 << 20, 'k');
+    EXPECT_EQ(log_key(big), "\"" + std::string(64, 'k') + "\" (1 MiB)");
+}
+
 TEST(Entry, FieldsKeptAsReceived) {
     StreamEntry e;
     e.fields = {{"payload", "1"}, {std::string("\0", 1), "x"}, {"payload", "2"}};
