@@ -1,0 +1,244 @@
+// Integration tests of parked keys (consume --on-failure park-key): a key
+// whose event fails waits behind it, its later events parked in the
+// consumer's database, while the other keys flow; once the failed event
+// applies (on a retry, or after inbox_redrive) the key drains in order.
+// With --on-failure skip, today's behaviour: the key goes on past its dead
+// letter. Against real PostgreSQL and Redis, entries appended by hand.
+#include <gtest/gtest.h>
+
+#include <httplib.h>
+
+#include <string>
+#include <vector>
+
+#include "fixture.hpp"
+
+using namespace pg_outbox;
+using namespace pg_outbox::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+const char* const kStream = "outbox:ledger";
+
+class ParkTest : public RelayTest {
+protected:
+    void SetUp() override {
+        RelayTest::SetUp();
+        sink_ = pg_->create_database("sink");
+        PgConnection db(sink_, "tests");
+        db.exec("CREATE ROLE consumer_user LOGIN IN ROLE outbox_consumer");
+        // The projection keeps the order of applies (seq); the handler
+        // raises for an event marked "fail" while "broken" holds a row:
+        // deleting the row is the fix.
+        db.exec("CREATE TABLE projection (seq bigserial PRIMARY KEY, event_id uuid, key text, n int)");
+        db.exec("CREATE TABLE broken (why text)");
+        db.exec("INSERT INTO broken VALUES ('the handler has a bug')");
+        db.exec(R"(CREATE FUNCTION apply_event(topic text, key text, payload jsonb, headers jsonb, event_id uuid)
+            RETURNS void LANGUAGE plpgsql AS $$
+            BEGIN
+                IF payload ? 'fail' AND EXISTS (SELECT 1 FROM broken) THEN
+                    RAISE EXCEPTION 'handler refuses event % of key %', payload->>'n', key;
+                END IF;
+                INSERT INTO projection (event_id, key, n) VALUES (event_id, key, (payload->>'n')::int);
+            END $$)");
+        db.exec("GRANT ALL ON projection, broken TO consumer_user");
+        db.exec("GRANT USAGE ON SEQUENCE projection_seq_seq TO consumer_user");
+        db.exec("SELECT inbox_consumer_create('accounting', 'consumer_user')");
+    }
+
+    Process& start_consumer(const std::vector<std::string>& extra) {
+        std::vector<std::string> args{PG_OUTBOX_RELAY_BINARY, "consume", "--consumer", "accounting",
+                                      "--pg", pg_->conninfo("sink", "consumer_user"),
+                                      "--redis", redis_->address(), "--worker", "w1", "--stream", kStream,
+                                      "--handler", "SELECT apply_event($1, $2, $3, $4, $5)", "--block", "100ms",
+                                      "--min-idle", "300ms", "--claim-interval", "100ms",
+                                      "--retry-min", "20ms", "--retry-max", "300ms", "--log-level", "debug"};
+        args.insert(args.end(), extra.begin(), extra.end());
+        return start_process(args);
+    }
+
+    PgConnection sink() { return PgConnection(sink_, "tests"); }
+
+    long long sink_count(const std::string& sql) {
+        auto db = sink();
+        return std::stoll(query_column(db, sql)[0]);
+    }
+
+    // Appends keys A, B and C interleaved, events 1 to n of each; A's
+    // event "fail_at" is marked to fail.
+    void append_interleaved(int n, int fail_at) {
+        auto redis = redis_->connect();
+        auto pg = sink();
+        for (int i = 1; i <= n; ++i) {
+            for (const char* key : {"A", "B", "C"}) {
+                const bool fail = std::string(key) == "A" && i == fail_at;
+                const std::string event_id = query_column(pg, "SELECT gen_random_uuid()::text")[0];
+                const std::string payload =
+                    "{\"n\": " + std::to_string(i) + (fail ? ", \"fail\": true}" : "}");
+                auto r = redis.command({"XADD", kStream, "*", "event_id", event_id, "topic", "ledger", "key", key,
+                                        "payload", payload});
+                ASSERT_NE(r->type, REDIS_REPLY_ERROR) << reply_text(r.get());
+            }
+        }
+    }
+
+    // The n of a key's applied events, in the order they were applied.
+    std::string applied(const std::string& key) {
+        auto db = sink();
+        std::string out;
+        for (const auto& n : query_column(db, "SELECT n::text FROM projection WHERE key = '" + key + "' ORDER BY seq"))
+            out += (out.empty() ? "" : " ") + n;
+        return out;
+    }
+
+    long long pending() {
+        auto redis = redis_->connect();
+        auto r = redis.command({"XPENDING", kStream, "accounting"});
+        return r->type == REDIS_REPLY_ARRAY ? r->element[0]->integer : -1;
+    }
+
+    // A series of the consumer's /metrics, -1 when absent; "extra"
+    // labels follow the consumer's.
+    static double metric(int port, const std::string& name, const std::string& extra = {}) {
+        httplib::Client client("127.0.0.1", port);
+        auto res = client.Get("/metrics");
+        if (!res || res->status != 200) return -1;
+        const std::string series =
+            name + "{mode=\"consume\",consumer=\"accounting\",group=\"accounting\"" + extra + "} ";
+        const auto at = res->body.find("\n" + series);
+        if (at == std::string::npos) return -1;
+        return std::stod(res->body.substr(at + series.size() + 1));
+    }
+
+    static std::pair<int, std::string> health(int port) {
+        httplib::Client client("127.0.0.1", port);
+        auto res = client.Get("/health");
+        if (!res) return {0, ""};
+        return {res->status, res->body};
+    }
+
+    std::string sink_;
+};
+
+}  // namespace
+
+// A's third event fails until the fix. B and C are applied completely
+// while A's later events are parked, never applied; A's event reaches
+// --max-deliveries and is dead-lettered, A waits (dead). After the fix,
+// inbox_redrive applies A's dead letter and then its parked events, in
+// order, and un-parks A; the metrics follow.
+TEST_F(ParkTest, KeyWaitsBehindItsFailedEventUntilRedriven) {
+    const int port = free_port();
+    auto& consumer = start_consumer({"--on-failure", "park-key", "--max-deliveries", "2", "--metrics-address",
+                                     "127.0.0.1:" + std::to_string(port)});
+    append_interleaved(5, 3);
+    ASSERT_TRUE(eventually([&] { return applied("B") == "1 2 3 4 5" && applied("C") == "1 2 3 4 5"; }, 30s))
+        << consumer.log();
+    ASSERT_TRUE(eventually(
+        [&] {
+            return sink_count("SELECT count(*) FROM outbox.parked_keys WHERE key = 'A' AND state = 'dead'") == 1;
+        },
+        30s))
+        << consumer.log();
+    EXPECT_EQ(applied("A"), "1 2");
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.parked_entries WHERE key = 'A'"), 2);
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.dead_letters"), 1);
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.dead_letters WHERE key = 'A' AND replayed_at IS NULL"), 1);
+    EXPECT_TRUE(eventually([&] { return pending() == 0; }, 10s)) << "the parked entries are acknowledged";
+    EXPECT_TRUE(eventually([&] { return metric(port, "pg_outbox_relay_keys_parked") == 1; }, 10s));
+    EXPECT_EQ(metric(port, "pg_outbox_relay_entries_parked_total"), 2);
+    EXPECT_EQ(metric(port, "pg_outbox_relay_dead_letters_total"), 1);
+    EXPECT_EQ(metric(port, "pg_outbox_relay_park_limit_reached"), 0);
+
+    // The fix, then the redrive: asynchronous, the relay drains.
+    sink().exec("DELETE FROM broken");
+    auto db = sink();
+    const auto result = query_column(db, "SELECT result FROM inbox_redrive('accounting', 'A')");
+    ASSERT_EQ(result.size(), 1u);
+    EXPECT_EQ(result[0], "requested");
+    ASSERT_TRUE(eventually([&] { return applied("A") == "1 2 3 4 5"; }, 30s)) << applied("A") << consumer.log();
+    EXPECT_TRUE(eventually([&] { return sink_count("SELECT count(*) FROM outbox.parked_keys") == 0; }, 10s));
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.parked_entries"), 0);
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.dead_letters WHERE replayed_at IS NOT NULL"), 1);
+    EXPECT_EQ(sink_count("SELECT count(*) FROM projection"), 15);
+    EXPECT_EQ(sink_count("SELECT count(DISTINCT event_id) FROM projection"), 15);
+    EXPECT_TRUE(eventually([&] { return metric(port, "pg_outbox_relay_keys_parked") == 0; }, 10s));
+    EXPECT_GE(metric(port, "pg_outbox_relay_entries_redriven_total"), 2);
+    EXPECT_NE(consumer.log().find("un-parked"), std::string::npos) << consumer.log();
+    // Nothing more for the relay to do: a second redrive is a no-op.
+    EXPECT_EQ(query_column(db, "SELECT result FROM inbox_redrive('accounting', 'A')"),
+              std::vector<std::string>{"not parked"});
+}
+
+// The fix lands before --max-deliveries: A's failed event applies on its
+// retry and A's parked events drain by themselves, in order; nobody
+// redrives, nothing is dead-lettered.
+TEST_F(ParkTest, KeyDrainsByItselfWhenItsEventAppliesOnRetry) {
+    auto& consumer = start_consumer({"--on-failure", "park-key", "--max-deliveries", "1000"});
+    append_interleaved(5, 3);
+    ASSERT_TRUE(eventually([&] { return applied("B") == "1 2 3 4 5" && applied("C") == "1 2 3 4 5"; }, 30s))
+        << consumer.log();
+    ASSERT_TRUE(eventually(
+        [&] {
+            return sink_count("SELECT count(*) FROM outbox.parked_entries WHERE key = 'A'") == 2 &&
+                   sink_count("SELECT count(*) FROM outbox.parked_keys WHERE key = 'A' AND state = 'retrying'") == 1;
+        },
+        30s))
+        << consumer.log();
+    EXPECT_EQ(applied("A"), "1 2");
+    sink().exec("DELETE FROM broken");
+    ASSERT_TRUE(eventually([&] { return applied("A") == "1 2 3 4 5"; }, 30s)) << applied("A") << consumer.log();
+    EXPECT_TRUE(eventually([&] { return sink_count("SELECT count(*) FROM outbox.parked_keys") == 0; }, 10s));
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.parked_entries"), 0);
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.dead_letters"), 0);
+    EXPECT_TRUE(eventually([&] { return pending() == 0; }, 10s));
+}
+
+// --on-failure skip, today's behaviour: A's later events are applied
+// while its failed event waits for its retries, which is then
+// dead-lettered; nothing is parked.
+TEST_F(ParkTest, SkipAppliesTheKeyPastItsFailedEvent) {
+    auto& consumer = start_consumer({"--on-failure", "skip", "--max-deliveries", "2"});
+    append_interleaved(5, 3);
+    ASSERT_TRUE(eventually([&] { return sink_count("SELECT count(*) FROM outbox.dead_letters") == 1; }, 30s))
+        << consumer.log();
+    EXPECT_TRUE(eventually([&] { return pending() == 0; }, 10s));
+    EXPECT_EQ(applied("A"), "1 2 4 5");
+    EXPECT_EQ(applied("B"), "1 2 3 4 5");
+    EXPECT_EQ(applied("C"), "1 2 3 4 5");
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.dead_letters WHERE key = 'A'"), 1);
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.parked_keys"), 0);
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.parked_entries"), 0);
+}
+
+// A consumer whose parked entries reach its park_limit (OB005) holds its
+// batch: nothing of it is acknowledged, the gauge is 1 and /health fails
+// saying why; raising the limit lets the batch through.
+TEST_F(ParkTest, ParkLimitHoldsTheWorkerLoudlyUntilRaised) {
+    sink().exec("UPDATE outbox.config SET park_limit = 1");
+    const int port = free_port();
+    auto& consumer = start_consumer({"--on-failure", "park-key", "--max-deliveries", "1000", "--metrics-address",
+                                     "127.0.0.1:" + std::to_string(port)});
+    append_interleaved(5, 3);
+    ASSERT_TRUE(eventually([&] { return metric(port, "pg_outbox_relay_park_limit_reached") == 1; }, 30s))
+        << consumer.log();
+    const auto [status, body] = health(port);
+    EXPECT_EQ(status, 503);
+    EXPECT_NE(body.find("park_limit"), std::string::npos) << body;
+    EXPECT_GE(metric(port, "pg_outbox_relay_errors_total", ",kind=\"park_limit\""), 1);
+    EXPECT_LE(sink_count("SELECT count(*) FROM outbox.parked_entries"), 1);
+    EXPECT_NE(applied("A").find("1 2"), std::string::npos);
+    EXPECT_EQ(applied("A").find('4'), std::string::npos) << "a later event of A applied before its failed one";
+    EXPECT_GT(pending(), 0);
+
+    sink().exec("UPDATE outbox.config SET park_limit = 100");
+    ASSERT_TRUE(eventually([&] { return metric(port, "pg_outbox_relay_park_limit_reached") == 0; }, 30s))
+        << consumer.log();
+    EXPECT_TRUE(eventually([&] { return health(port).first == 200; }, 10s));
+    EXPECT_TRUE(eventually([&] { return applied("B") == "1 2 3 4 5" && applied("C") == "1 2 3 4 5"; }, 30s));
+    EXPECT_TRUE(eventually([&] { return sink_count("SELECT count(*) FROM outbox.parked_entries") == 2; }, 30s));
+    EXPECT_EQ(applied("A"), "1 2");
+    sink().exec("DELETE FROM broken");
+    EXPECT_TRUE(eventually([&] { return applied("A") == "1 2 3 4 5"; }, 30s)) << consumer.log();
+}
