@@ -34,4 +34,8 @@
 #define OUTBOX_SQLSTATE_EVENT_TOO_LARGE		"OB004"
 #define ERRCODE_OUTBOX_EVENT_TOO_LARGE		MAKE_SQLSTATE('O', 'B', '0', '0', '4')
 
+/* OB005: a consumer's parked entries would exceed outbox.config.park_limit. */
+#define OUTBOX_SQLSTATE_PARK_LIMIT_REACHED	"OB005"
+#define ERRCODE_OUTBOX_PARK_LIMIT_REACHED	MAKE_SQLSTATE('O', 'B', '0', '0', '5')
+
 #endif							/* OUTBOX_SQLSTATES_H */

@@ -22,6 +22,7 @@
 --   OB002     rewound             the leader's group's cursor was moved by outbox_rewind() or outbox_skip()
 --   OB003     not_leader          this session does not lead the group (any more)
 --   OB004     event_too_large     the group's next event is too large to publish
+--   OB005     park_limit_reached  a consumer's parked entries would exceed outbox.config.park_limit
 
 \echo Use "CREATE EXTENSION pg_outbox" to load this file. \quit
 
@@ -93,6 +94,7 @@ CREATE TABLE outbox.config (
 	lock_timeout interval NOT NULL DEFAULT '200 milliseconds',
 	max_group_lag interval NOT NULL DEFAULT '1 day',
 	inbox_retention interval NOT NULL DEFAULT '7 days',
+	park_limit bigint NOT NULL DEFAULT 1000000,
 	CONSTRAINT config_pkey PRIMARY KEY (only_row),
 	CONSTRAINT config_only_row CHECK (only_row),
 	CONSTRAINT config_partition_width_range CHECK (partition_width BETWEEN 100 AND 1000000000000),
@@ -101,7 +103,8 @@ CREATE TABLE outbox.config (
 	CONSTRAINT config_retire_mode_check CHECK (retire_mode IN ('drop', 'detach')),
 	CONSTRAINT config_lock_timeout_check CHECK (lock_timeout BETWEEN interval '1 millisecond' AND interval '1 minute'),
 	CONSTRAINT config_max_group_lag_check CHECK (max_group_lag > interval '0'),
-	CONSTRAINT config_inbox_retention_check CHECK (inbox_retention >= interval '1 day')
+	CONSTRAINT config_inbox_retention_check CHECK (inbox_retention >= interval '1 day'),
+	CONSTRAINT config_park_limit_check CHECK (park_limit >= 1)
 );
 COMMENT ON TABLE outbox.config IS 'pg_outbox settings (one row)';
 COMMENT ON COLUMN outbox.config.partition_width IS 'transaction ids covered by one event partition';
@@ -111,6 +114,7 @@ COMMENT ON COLUMN outbox.config.retire_mode IS 'drop: retired partitions are dro
 COMMENT ON COLUMN outbox.config.lock_timeout IS 'longest wait of maintenance DDL for a lock before it retries on a later run';
 COMMENT ON COLUMN outbox.config.max_group_lag IS 'a group whose oldest waiting event is older than this is reported as lagging';
 COMMENT ON COLUMN outbox.config.inbox_retention IS 'how long the inbox remembers applied events; must cover the broker''s retention and any replay window';
+COMMENT ON COLUMN outbox.config.park_limit IS 'most entries a consumer may have parked (outbox.parked_entries); parking more fails with SQLSTATE OB005';
 INSERT INTO outbox.config DEFAULT VALUES;
 SELECT pg_catalog.pg_extension_config_dump('outbox.config', '');
 

@@ -364,6 +364,8 @@ CREATE TABLE outbox.dead_letters (
 	first_failed_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
 	last_failed_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
 	replayed_at timestamptz,
+	skipped_at timestamptz,
+	skipped_by name,
 	CONSTRAINT dead_letters_pkey PRIMARY KEY (id),
 	CONSTRAINT dead_letters_entry_key UNIQUE (consumer, stream, entry_id)
 );
@@ -372,6 +374,8 @@ COMMENT ON COLUMN outbox.dead_letters.applied_payload IS 'for an identity confli
 COMMENT ON COLUMN outbox.dead_letters.fields IS 'the stream entry''s fields exactly as received, names and values in turn (NULL when recorded from typed values)';
 COMMENT ON COLUMN outbox.dead_letters.event_id IS 'the entry''s event_id field when it decodes';
 COMMENT ON COLUMN outbox.dead_letters.payload IS 'the entry''s payload field when it decodes';
+COMMENT ON COLUMN outbox.dead_letters.skipped_at IS 'when inbox_skip() gave the dead letter up, so that the later entries of its key could drain';
+COMMENT ON COLUMN outbox.dead_letters.skipped_by IS 'the session user who gave the dead letter up with inbox_skip()';
 SELECT pg_catalog.pg_extension_config_dump('outbox.dead_letters', '');
 
 -- Records (or updates) a dead letter; returns its id.

@@ -71,6 +71,8 @@ TRUNCATE outbox.event;
 --   owner (install.sql leaves their security out): here, the caller.
 SELECT p.proname, pg_get_function_identity_arguments(p.oid) AS args, p.prosecdef, p.proconfig
   FROM pg_proc p
- WHERE p.proname IN ('outbox_emit', 'outbox_emit_many', 'inbox_consumer_check', 'inbox_dead_letter', 'dead_letter_take', 'outbox_relay_waiting')
+ WHERE p.proname IN ('outbox_emit', 'outbox_emit_many', 'inbox_consumer_check', 'inbox_dead_letter', 'dead_letter_take', 'outbox_relay_waiting',
+                     'parked_match', 'parked_add', 'parked_settle', 'inbox_park_key',
+                     'parked_take', 'inbox_parked_keys', 'inbox_redrive', 'inbox_skip')
  ORDER BY 1, 2;
 SELECT to_regproc('outbox.notify_relays') AS notify_relays, to_regproc('outbox.consumer_check') AS consumer_check;

@@ -56,6 +56,8 @@ SELECT count(*) AS advisory_locks_after_commit FROM pg_locks
 SELECT p.proname, pg_get_function_identity_arguments(p.oid) AS args, p.prosecdef, p.proconfig
   FROM pg_proc p
  WHERE p.proname IN ('outbox_emit', 'outbox_emit_many', 'inbox_consumer_check', 'inbox_dead_letter', 'dead_letter_take', 'outbox_relay_waiting',
+                     'parked_match', 'parked_add', 'parked_settle', 'inbox_park_key',
+                     'parked_take', 'inbox_parked_keys', 'inbox_redrive', 'inbox_skip',
                      'consumer_check')
  ORDER BY 1, 2;
 -- Relays are woken by a deferred constraint trigger, queued by the first

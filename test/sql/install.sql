@@ -20,7 +20,9 @@ SELECT n.nspname, p.proname, pg_get_function_identity_arguments(p.oid) AS args,
   JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
   JOIN pg_extension x ON x.oid = d.refobjid AND x.extname = 'pg_outbox'
   CROSS JOIN LATERAL (SELECT p.proname IN ('outbox_emit', 'outbox_emit_many', 'inbox_consumer_check',
-                                           'inbox_dead_letter', 'dead_letter_take', 'outbox_relay_waiting') AS engine_own) o
+                                           'inbox_dead_letter', 'dead_letter_take', 'outbox_relay_waiting',
+                     'parked_match', 'parked_add', 'parked_settle', 'inbox_park_key',
+                     'parked_take', 'inbox_parked_keys', 'inbox_redrive', 'inbox_skip') AS engine_own) o
  WHERE NOT (n.nspname = 'outbox' AND p.proname IN ('notify_relays', 'consumer_check'))
  ORDER BY 1, 2, 3;
 
