@@ -197,9 +197,9 @@ $$;
 COMMENT ON FUNCTION @extschema@.inbox_consumer_set_owner(text, regrole) IS
 	'pg_outbox: gives an inbox consumer another owner role';
 
--- Unregisters a consumer. Its inbox rows and dead letters would outlive it
--- unseen and come back to whoever registers the name again, so it must
--- have none, or forget => true deletes them with it.
+-- Unregisters a consumer. Its inbox rows, dead letters and parked keys
+-- would outlive it unseen and come back to whoever registers the name
+-- again, so it must have none, or forget => true deletes them with it.
 CREATE FUNCTION @extschema@.inbox_consumer_drop(consumer text, forget boolean DEFAULT false)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
@@ -208,6 +208,8 @@ AS $$
 DECLARE
 	applied bigint;
 	dead bigint;
+	keys bigint;
+	entries bigint;
 BEGIN
 	PERFORM outbox.consumer_name_check(consumer);
 	IF forget IS NULL THEN
@@ -217,24 +219,31 @@ BEGIN
 	IF NOT FOUND THEN
 		RAISE EXCEPTION 'consumer "%" does not exist', consumer USING ERRCODE = 'undefined_object';
 	END IF;
-	-- Applies in progress finish first, so that the count sees them.
-	LOCK TABLE outbox.inbox, outbox.dead_letters IN SHARE MODE;
+	-- Applies, parks and drains in progress finish first, so that the
+	-- counts see them.
+	LOCK TABLE outbox.inbox, outbox.dead_letters, outbox.parked_keys, outbox.parked_entries IN SHARE MODE;
 	SELECT count(*) INTO applied FROM outbox.inbox i WHERE i.consumer = inbox_consumer_drop.consumer;
 	SELECT count(*) INTO dead FROM outbox.dead_letters d WHERE d.consumer = inbox_consumer_drop.consumer;
-	IF (applied > 0 OR dead > 0) AND NOT forget THEN
-		RAISE EXCEPTION 'consumer "%" still has applied events or dead letters', consumer
+	SELECT count(*) INTO keys FROM outbox.parked_keys k WHERE k.consumer = inbox_consumer_drop.consumer;
+	SELECT count(*) INTO entries FROM outbox.parked_entries e WHERE e.consumer = inbox_consumer_drop.consumer;
+	IF (applied > 0 OR dead > 0 OR keys > 0 OR entries > 0) AND NOT forget THEN
+		RAISE EXCEPTION 'consumer "%" still has applied events, dead letters or parked keys', consumer
 			USING ERRCODE = 'dependent_objects_still_exist',
-				  DETAIL = format('The inbox holds %s events and %s dead letters of it.', applied, dead),
+				  DETAIL = format('The inbox holds %s events, %s dead letters and %s parked keys with %s parked entries of it.',
+								  applied, dead, keys, entries),
 				  HINT = 'Pass forget => true to delete them with it, or give it another owner with inbox_consumer_set_owner().';
 	END IF;
 	DELETE FROM outbox.inbox i WHERE i.consumer = inbox_consumer_drop.consumer;
 	DELETE FROM outbox.dead_letters d WHERE d.consumer = inbox_consumer_drop.consumer;
+	DELETE FROM outbox.parked_keys k WHERE k.consumer = inbox_consumer_drop.consumer;
+	DELETE FROM outbox.parked_entries e WHERE e.consumer = inbox_consumer_drop.consumer;
 	DELETE FROM outbox.consumers c WHERE c.name = consumer;
-	RAISE LOG 'pg_outbox: consumer "%" dropped with % events and % dead letters', consumer, applied, dead;
+	RAISE LOG 'pg_outbox: consumer "%" dropped with % events, % dead letters and % parked keys (% parked entries)',
+		consumer, applied, dead, keys, entries;
 END
 $$;
 COMMENT ON FUNCTION @extschema@.inbox_consumer_drop(text, boolean) IS
-	'pg_outbox: unregisters an inbox consumer; refused while it has inbox rows or dead letters unless forget => true deletes them';
+	'pg_outbox: unregisters an inbox consumer; refused while it has inbox rows, dead letters or parked keys unless forget => true deletes them';
 
 -- The registered consumers.
 CREATE FUNCTION @extschema@.inbox_consumers()

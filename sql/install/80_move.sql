@@ -11,8 +11,9 @@
 -- What moves: the settings, the groups (cursors, epochs, streams, stream
 -- templates, shards, topics, stale flags), the consumers, the inbox (every
 -- row: it is what dedupes redeliveries), the dead letters (with their ids,
--- which inbox_replay() takes) and the skipped events. What does not: the
--- events. The new engine's tables are new tables, and an event is only
+-- which inbox_replay() and the parked keys take), the parked keys and
+-- their parked entries (acknowledged in their streams: they are kept
+-- nowhere else) and the skipped events. What does not: the events. The new engine's tables are new tables, and an event is only
 -- safe to leave behind once every group published it; so the copy is
 -- refused, naming the group, while any group has an event after its cursor
 -- (committed, whether below the horizon or not), and while any relay leads
@@ -140,7 +141,8 @@ BEGIN
 	-- Emitters, relays, consumers and maintenance wait from here to the end
 	-- of the transaction; the transactions that wrote before finish first.
 	LOCK TABLE outbox.event, outbox.commit_log, outbox.groups, outbox.consumers, outbox.inbox, outbox.dead_letters,
-		outbox.skipped_events, outbox.config, outbox.maintenance IN EXCLUSIVE MODE;
+		outbox.parked_keys, outbox.parked_entries, outbox.skipped_events, outbox.config, outbox.maintenance
+		IN EXCLUSIVE MODE;
 	SELECT x.name, x.shard, x.shards, x.leader_pid INTO live
 	  FROM outbox.groups x
 	 WHERE outbox.leader_live(x.leader_pid, x.leader_started, x.lease_until)
@@ -211,8 +213,11 @@ BEGIN
 					  FROM outbox.consumers c', into_schema);
 	EXECUTE format('CREATE TABLE %I.inbox AS SELECT * FROM outbox.inbox', into_schema);
 	EXECUTE format('CREATE TABLE %I.dead_letters AS SELECT * FROM outbox.dead_letters', into_schema);
+	EXECUTE format('CREATE TABLE %I.parked_keys AS SELECT * FROM outbox.parked_keys', into_schema);
+	EXECUTE format('CREATE TABLE %I.parked_entries AS SELECT * FROM outbox.parked_entries', into_schema);
 	EXECUTE format('CREATE TABLE %I.skipped_events AS SELECT * FROM outbox.skipped_events', into_schema);
-	FOREACH t IN ARRAY ARRAY['config', 'groups', 'consumers', 'inbox', 'dead_letters', 'skipped_events'] LOOP
+	FOREACH t IN ARRAY ARRAY['config', 'groups', 'consumers', 'inbox', 'dead_letters', 'parked_keys', 'parked_entries',
+							 'skipped_events'] LOOP
 		object := t;
 		EXECUTE format('SELECT count(*) FROM %I.%I', into_schema, t) INTO copied;
 		RETURN NEXT;
@@ -221,11 +226,14 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION @extschema@.outbox_export_state(name) IS
-	'pg_outbox: copies the state (settings, groups, consumers, inbox, dead letters) into a new schema, to move to the other engine; refused while a group has events to publish or a relay leads one';
+	'pg_outbox: copies the state (settings, groups, consumers, inbox, dead letters, parked keys) into a new schema, to move to the other engine; refused while a group has events to publish or a relay leads one';
 
 -- Restores the state outbox_export_state() copied, into a database where
 -- pg_outbox (either engine) was just installed: the rows with their ids,
 -- the inbox rows into their day partitions, the index of each shard count.
+-- A copy made before keys could park has no parked keys, and dead letters
+-- without the columns of inbox_skip(): it is imported as it is (a column
+-- the copy lacks takes its default).
 -- Re-anchors the commit-ordered groups (tickets are the engine's own), and
 -- every group when "reanchor" is true, or when it is NULL and the copy
 -- comes from another cluster. Returns what it did, a row per step.
@@ -275,18 +283,23 @@ BEGIN
 				  HINT = 'Import it with the version of pg_outbox that copied it, or a later one.';
 	END IF;
 	LOCK TABLE outbox.event, outbox.commit_log, outbox.groups, outbox.consumers, outbox.inbox, outbox.dead_letters,
-		outbox.skipped_events, outbox.config, outbox.maintenance IN EXCLUSIVE MODE;
+		outbox.parked_keys, outbox.parked_entries, outbox.skipped_events, outbox.config, outbox.maintenance
+		IN EXCLUSIVE MODE;
 	SELECT (SELECT count(*) FROM outbox.groups) AS groups, (SELECT count(*) FROM outbox.consumers) AS consumers,
 		   (SELECT count(*) FROM outbox.inbox) AS inbox, (SELECT count(*) FROM outbox.dead_letters) AS dead_letters,
+		   (SELECT count(*) FROM outbox.parked_keys) AS parked_keys,
+		   (SELECT count(*) FROM outbox.parked_entries) AS parked_entries,
 		   (SELECT count(*) FROM outbox.skipped_events) AS skipped
 	  INTO have;
 	IF have.groups OPERATOR(pg_catalog.>) 0 OR have.consumers OPERATOR(pg_catalog.>) 0
 	   OR have.inbox OPERATOR(pg_catalog.>) 0 OR have.dead_letters OPERATOR(pg_catalog.>) 0
+	   OR have.parked_keys OPERATOR(pg_catalog.>) 0 OR have.parked_entries OPERATOR(pg_catalog.>) 0
 	   OR have.skipped OPERATOR(pg_catalog.>) 0 THEN
 		RAISE EXCEPTION 'pg_outbox in database "%" has a state of its own already', current_database()
 			USING ERRCODE = 'object_not_in_prerequisite_state',
-				  DETAIL = format('It has %s groups, %s consumers, %s inbox rows, %s dead letters and %s skipped events.',
-								  have.groups, have.consumers, have.inbox, have.dead_letters, have.skipped),
+				  DETAIL = format('It has %s groups, %s consumers, %s inbox rows, %s dead letters, %s parked keys, %s parked entries and %s skipped events.',
+								  have.groups, have.consumers, have.inbox, have.dead_letters, have.parked_keys,
+								  have.parked_entries, have.skipped),
 				  HINT = 'Import into a database where pg_outbox was just installed.';
 	END IF;
 	-- Commit-ordered groups need the new engine's commit tickets.
@@ -301,7 +314,11 @@ BEGIN
 				  HINT = 'Import where commits are ordered, or drop the group before the copy and create it again in xid8 order.';
 	END IF;
 
-	FOREACH t IN ARRAY ARRAY['config', 'groups', 'consumers', 'inbox', 'dead_letters', 'skipped_events'] LOOP
+	FOREACH t IN ARRAY ARRAY['config', 'groups', 'consumers', 'inbox', 'dead_letters', 'parked_keys', 'parked_entries',
+							 'skipped_events'] LOOP
+		-- The parked keys are not in a copy made before keys could park.
+		CONTINUE WHEN t OPERATOR(pg_catalog.=) ANY (ARRAY['parked_keys', 'parked_entries'])
+			AND to_regclass(format('%I.%I', from_schema, t)) IS NULL;
 		n := outbox.copy_rows(format('%I.%I', from_schema, t)::regclass, format('outbox.%I', t)::regclass);
 		action := 'restored'; object := t;
 		detail := format('%s %s', n, CASE WHEN n OPERATOR(pg_catalog.=) 1 THEN 'row' ELSE 'rows' END);
