@@ -221,17 +221,17 @@ Metrics::Health Metrics::health(std::chrono::seconds max_silence) const {
     const auto silent = now_ms() - last;
     if (silent > std::chrono::duration_cast<std::chrono::milliseconds>(max_silence).count())
         return {false, "unhealthy: the relay's loop has not turned for " + std::to_string(silent / 1000) + "s\n"};
+    // Before the connections: the held batch is retried on new sessions,
+    // so the connection comes and goes, and the limit is what to fix.
+    if (park_limit_reached_.load()) {
+        std::lock_guard lock(errors_mutex_);
+        return {false, "unhealthy: " + escape_control(park_limit_) + "\n"};
+    }
     if (pg_in_recovery.load())
         return {false, "unhealthy: PostgreSQL is a standby (in recovery); waiting for a primary\n"};
     if (!pg_connected.load()) return {false, "unhealthy: not connected to PostgreSQL\n"};
     if (!redis_connected.load()) return {false, "unhealthy: not connected to Redis\n"};
-    if (mode_ == "consume") {
-        if (park_limit_reached_.load()) {
-            std::lock_guard lock(errors_mutex_);
-            return {false, "unhealthy: " + escape_control(park_limit_) + "\n"};
-        }
-        return {true, "ok\n"};
-    }
+    if (mode_ == "consume") return {true, "ok\n"};
     if (!leader.load()) return {true, "ok standby\n"};
     if (!leads()) {
         const auto age = lease_age_ms();

@@ -121,6 +121,9 @@ TEST(Metrics, ParkSeriesAndParkLimit) {
     const auto h = m.health(60s);
     EXPECT_FALSE(h.ok);
     EXPECT_EQ(h.text, "unhealthy: consumer \"c\" has 1000000 parked entries, its park_limit\\nsecond line\n");
+    m.pg_connected = false;  // the held batch is retried on a new session
+    EXPECT_EQ(m.health(60s).text, h.text);
+    m.pg_connected = true;
     EXPECT_NE(m.render().find("pg_outbox_relay_park_limit_reached" + labels + " 1\n"), std::string::npos);
     m.clear_park_limit();
     EXPECT_FALSE(m.park_limit_reached());
