@@ -8,6 +8,7 @@
 
 #include <httplib.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -29,15 +30,15 @@ protected:
         PgConnection db(sink_, "tests");
         db.exec("CREATE ROLE consumer_user LOGIN IN ROLE outbox_consumer");
         // The projection keeps the order of applies (seq); the handler
-        // raises for an event marked "fail" while "broken" holds a row:
-        // deleting the row is the fix.
+        // raises for an event marked "fail": "<bug>" while "broken" holds
+        // that bug: deleting the row is the fix.
         db.exec("CREATE TABLE projection (seq bigserial PRIMARY KEY, event_id uuid, key text, n int)");
         db.exec("CREATE TABLE broken (why text)");
-        db.exec("INSERT INTO broken VALUES ('the handler has a bug')");
+        db.exec("INSERT INTO broken VALUES ('bug')");
         db.exec(R"(CREATE FUNCTION apply_event(topic text, key text, payload jsonb, headers jsonb, event_id uuid)
             RETURNS void LANGUAGE plpgsql AS $$
             BEGIN
-                IF payload ? 'fail' AND EXISTS (SELECT 1 FROM broken) THEN
+                IF EXISTS (SELECT 1 FROM broken b WHERE b.why = payload->>'fail') THEN
                     RAISE EXCEPTION 'handler refuses event % of key %', payload->>'n', key;
                 END IF;
                 INSERT INTO projection (event_id, key, n) VALUES (event_id, key, (payload->>'n')::int);
@@ -66,16 +67,16 @@ protected:
     }
 
     // Appends keys A, B and C interleaved, events 1 to n of each; A's
-    // event "fail_at" is marked to fail.
-    void append_interleaved(int n, int fail_at) {
+    // events in "fail" are marked with their bug.
+    void append_interleaved(int n, const std::map<int, std::string>& fail) {
         auto redis = redis_->connect();
         auto pg = sink();
         for (int i = 1; i <= n; ++i) {
             for (const char* key : {"A", "B", "C"}) {
-                const bool fail = std::string(key) == "A" && i == fail_at;
+                const auto bug = std::string(key) == "A" ? fail.find(i) : fail.end();
                 const std::string event_id = query_column(pg, "SELECT gen_random_uuid()::text")[0];
-                const std::string payload =
-                    "{\"n\": " + std::to_string(i) + (fail ? ", \"fail\": true}" : "}");
+                const std::string payload = "{\"n\": " + std::to_string(i) +
+                                            (bug != fail.end() ? ", \"fail\": \"" + bug->second + "\"}" : "}");
                 auto r = redis.command({"XADD", kStream, "*", "event_id", event_id, "topic", "ledger", "key", key,
                                         "payload", payload});
                 ASSERT_NE(r->type, REDIS_REPLY_ERROR) << reply_text(r.get());
@@ -132,7 +133,7 @@ TEST_F(ParkTest, KeyWaitsBehindItsFailedEventUntilRedriven) {
     const int port = free_port();
     auto& consumer = start_consumer({"--on-failure", "park-key", "--max-deliveries", "2", "--metrics-address",
                                      "127.0.0.1:" + std::to_string(port)});
-    append_interleaved(5, 3);
+    append_interleaved(5, {{3, "bug"}});
     ASSERT_TRUE(eventually([&] { return applied("B") == "1 2 3 4 5" && applied("C") == "1 2 3 4 5"; }, 30s))
         << consumer.log();
     ASSERT_TRUE(eventually(
@@ -176,7 +177,7 @@ TEST_F(ParkTest, KeyWaitsBehindItsFailedEventUntilRedriven) {
 // redrives, nothing is dead-lettered.
 TEST_F(ParkTest, KeyDrainsByItselfWhenItsEventAppliesOnRetry) {
     auto& consumer = start_consumer({"--on-failure", "park-key", "--max-deliveries", "1000"});
-    append_interleaved(5, 3);
+    append_interleaved(5, {{3, "bug"}});
     ASSERT_TRUE(eventually([&] { return applied("B") == "1 2 3 4 5" && applied("C") == "1 2 3 4 5"; }, 30s))
         << consumer.log();
     ASSERT_TRUE(eventually(
@@ -200,7 +201,7 @@ TEST_F(ParkTest, KeyDrainsByItselfWhenItsEventAppliesOnRetry) {
 // dead-lettered; nothing is parked.
 TEST_F(ParkTest, SkipAppliesTheKeyPastItsFailedEvent) {
     auto& consumer = start_consumer({"--on-failure", "skip", "--max-deliveries", "2"});
-    append_interleaved(5, 3);
+    append_interleaved(5, {{3, "bug"}});
     ASSERT_TRUE(eventually([&] { return sink_count("SELECT count(*) FROM outbox.dead_letters") == 1; }, 30s))
         << consumer.log();
     EXPECT_TRUE(eventually([&] { return pending() == 0; }, 10s));
@@ -220,7 +221,7 @@ TEST_F(ParkTest, ParkLimitHoldsTheWorkerLoudlyUntilRaised) {
     const int port = free_port();
     auto& consumer = start_consumer({"--on-failure", "park-key", "--max-deliveries", "1000", "--metrics-address",
                                      "127.0.0.1:" + std::to_string(port)});
-    append_interleaved(5, 3);
+    append_interleaved(5, {{3, "bug"}});
     ASSERT_TRUE(eventually([&] { return metric(port, "pg_outbox_relay_park_limit_reached") == 1; }, 30s))
         << consumer.log();
     const auto [status, body] = health(port);
@@ -241,4 +242,69 @@ TEST_F(ParkTest, ParkLimitHoldsTheWorkerLoudlyUntilRaised) {
     EXPECT_EQ(applied("A"), "1 2");
     sink().exec("DELETE FROM broken");
     EXPECT_TRUE(eventually([&] { return applied("A") == "1 2 3 4 5"; }, 30s)) << consumer.log();
+}
+
+// A redrive that meets another failing event of the key: the events
+// before it apply, it is retried after --min-idle and then becomes the
+// key's dead letter, and the key waits again from it on; a second fix and
+// redrive apply the rest, in order.
+TEST_F(ParkTest, RedriveStopsAtTheNextFailingEvent) {
+    sink().exec("INSERT INTO broken VALUES ('second bug')");
+    auto& consumer = start_consumer({"--on-failure", "park-key", "--max-deliveries", "2"});
+    append_interleaved(5, {{3, "bug"}, {4, "second bug"}});
+    ASSERT_TRUE(eventually(
+        [&] {
+            return sink_count("SELECT count(*) FROM outbox.parked_keys WHERE key = 'A' AND state = 'dead'") == 1 &&
+                   applied("B") == "1 2 3 4 5" && applied("C") == "1 2 3 4 5";
+        },
+        30s))
+        << consumer.log();
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.parked_entries"), 2);
+    sink().exec("DELETE FROM broken WHERE why = 'bug'");
+    auto db = sink();
+    EXPECT_EQ(query_column(db, "SELECT result FROM inbox_redrive('accounting', 'A')"),
+              std::vector<std::string>{"requested"});
+    ASSERT_TRUE(eventually(
+        [&] {
+            return sink_count("SELECT count(*) FROM outbox.dead_letters") == 2 &&
+                   sink_count("SELECT count(*) FROM outbox.parked_keys WHERE state = 'dead'") == 1;
+        },
+        30s))
+        << consumer.log();
+    EXPECT_EQ(applied("A"), "1 2 3");
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.parked_entries"), 1);
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.dead_letters WHERE replayed_at IS NOT NULL"), 1);
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.parked_keys k JOIN outbox.dead_letters d "
+                         "ON d.id = k.dead_letter_id WHERE d.reason LIKE '%event 4 of key A%'"),
+              1);
+    sink().exec("DELETE FROM broken");
+    EXPECT_EQ(query_column(db, "SELECT result FROM inbox_redrive('accounting', 'A')"),
+              std::vector<std::string>{"requested"});
+    ASSERT_TRUE(eventually([&] { return applied("A") == "1 2 3 4 5"; }, 30s)) << applied("A") << consumer.log();
+    EXPECT_TRUE(eventually([&] { return sink_count("SELECT count(*) FROM outbox.parked_keys") == 0; }, 10s));
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.dead_letters WHERE replayed_at IS NULL"), 0);
+}
+
+// inbox_skip gives the dead letter up, recording who and when, and the
+// key's parked events apply without it, in order.
+TEST_F(ParkTest, SkipGivesUpTheDeadLetterAndAppliesTheRest) {
+    auto& consumer = start_consumer({"--on-failure", "park-key", "--max-deliveries", "1"});
+    append_interleaved(5, {{3, "bug"}});
+    ASSERT_TRUE(eventually(
+        [&] {
+            return sink_count("SELECT count(*) FROM outbox.parked_keys WHERE key = 'A' AND state = 'dead'") == 1 &&
+                   sink_count("SELECT count(*) FROM outbox.parked_entries") == 2;
+        },
+        30s))
+        << consumer.log();
+    auto db = sink();
+    EXPECT_EQ(query_column(db, "SELECT result FROM inbox_skip('accounting', 'A')"),
+              std::vector<std::string>{"skipped"});
+    ASSERT_TRUE(eventually([&] { return applied("A") == "1 2 4 5"; }, 30s)) << applied("A") << consumer.log();
+    EXPECT_TRUE(eventually([&] { return sink_count("SELECT count(*) FROM outbox.parked_keys") == 0; }, 10s));
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.dead_letters WHERE skipped_at IS NOT NULL AND skipped_by = "
+                         "session_user AND replayed_at IS NULL"),
+              1);
+    EXPECT_EQ(applied("B"), "1 2 3 4 5");
+    EXPECT_EQ(applied("C"), "1 2 3 4 5");
 }
