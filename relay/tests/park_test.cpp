@@ -308,3 +308,36 @@ TEST_F(ParkTest, SkipGivesUpTheDeadLetterAndAppliesTheRest) {
     EXPECT_EQ(applied("B"), "1 2 3 4 5");
     EXPECT_EQ(applied("C"), "1 2 3 4 5");
 }
+
+// An event that meets a configuration fault (here the handler's 42501)
+// inside a batch applied entry by entry is held and retried; the later
+// events of its key are held behind it, in its part and in the later
+// parts of the batch, never applied before it, while the other keys
+// apply. Once the fault is gone, the key applies in order.
+TEST_F(ParkTest, ConfigurationFaultHoldsTheLaterEventsOfItsKey) {
+    sink().exec(R"(CREATE OR REPLACE FUNCTION apply_event(topic text, key text, payload jsonb, headers jsonb,
+                                                          event_id uuid)
+        RETURNS void LANGUAGE plpgsql AS $$
+        BEGIN
+            IF EXISTS (SELECT 1 FROM broken b WHERE b.why = payload->>'fail') THEN
+                RAISE EXCEPTION 'permission denied for event % of key %', payload->>'n', key
+                    USING ERRCODE = 'insufficient_privilege';
+            END IF;
+            INSERT INTO projection (event_id, key, n) VALUES (event_id, key, (payload->>'n')::int);
+        END $$)");
+    auto& consumer = start_consumer({"--on-failure", "park-key", "--batch-size", "200"});
+    // 90 entries: one batch, applied again in parts of 64 and 26.
+    append_interleaved(30, {{2, "bug"}});
+    std::string all;
+    for (int i = 1; i <= 30; ++i) all += (i > 1 ? " " : "") + std::to_string(i);
+    ASSERT_TRUE(eventually([&] { return applied("B") == all && applied("C") == all; }, 30s)) << consumer.log();
+    ASSERT_TRUE(eventually(
+        [&] { return consumer.log().find("configuration fault") != std::string::npos; }, 10s))
+        << consumer.log();
+    EXPECT_EQ(applied("A"), "1") << "a later event of A applied before its held one";
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.parked_keys"), 0) << "a configuration fault parks nothing";
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.dead_letters"), 0);
+    sink().exec("DELETE FROM broken");
+    ASSERT_TRUE(eventually([&] { return applied("A") == all; }, 30s)) << applied("A") << consumer.log();
+    EXPECT_TRUE(eventually([&] { return pending() == 0; }, 10s));
+}
