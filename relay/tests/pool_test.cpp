@@ -272,6 +272,79 @@ TEST_F(PoolTest, KilledWorkersStreamsAreTakenOver) {
     expect_once_in_key_order();
 }
 
+// The pool's default, --on-failure park-key, with 4 workers: key k5 fails
+// from its first event, parks, and is dead-lettered after
+// --max-deliveries while every other key applies. The owner of k5's
+// stream is killed (SIGKILL) while k5 waits: the new owner goes on
+// parking k5's new events. After the fix, inbox_redrive applies k5's dead
+// letter and then its parked events, in emit order, through the worker
+// that holds the stream now.
+TEST_F(PoolTest, ParkedKeySurvivesItsWorkersDeathAndRedrivesInOrder) {
+    {
+        auto db = sink();
+        db.exec("CREATE TABLE broken (key text)");
+        db.exec("INSERT INTO broken VALUES ('k5')");
+        db.exec("GRANT SELECT ON broken TO consumer_user");
+        db.exec(R"(CREATE OR REPLACE FUNCTION apply_event(topic text, key text, payload jsonb, headers jsonb,
+                                                          event_id uuid)
+            RETURNS void LANGUAGE plpgsql AS $$
+            BEGIN
+                IF EXISTS (SELECT 1 FROM broken b WHERE b.key = apply_event.key) THEN
+                    RAISE EXCEPTION 'handler refuses key %', key;
+                END IF;
+                INSERT INTO projection (event_id, key, n) VALUES (event_id, key, (payload->>'n')::int);
+            END $$)");
+    }
+    std::map<std::string, Process*> workers;
+    for (const char* w : {"w1", "w2", "w3", "w4"})
+        workers[w] = &start_worker(w, {"--max-deliveries", "2", "--min-idle", "300ms", "--claim-interval", "100ms"});
+    ASSERT_TRUE(eventually([&] { return one_stream_each({"w1", "w2", "w3", "w4"}); }, 30s));
+    emit_keyed(240);
+    const long long k5_events = 240 / kKeys;
+    ASSERT_TRUE(eventually([&] { return sink_count("SELECT count(*) FROM projection") >= 240 - k5_events; }, 60s));
+    ASSERT_TRUE(eventually(
+        [&] {
+            return sink_count("SELECT count(*) FROM outbox.parked_keys WHERE key = 'k5' AND state = 'dead'") == 1 &&
+                   sink_count("SELECT count(*) FROM outbox.parked_entries") == k5_events - 1;
+        },
+        30s));
+    EXPECT_EQ(sink_count("SELECT count(*) FROM projection WHERE key = 'k5'"), 0);
+    std::string stream;
+    {
+        auto db = sink();
+        stream = query_column(db, "SELECT stream FROM outbox.parked_keys")[0];
+    }
+    const auto token = lease_holders()[stream];
+    const auto owner = token.substr(0, token.find('#'));
+    ASSERT_TRUE(workers.count(owner)) << token;
+    workers[owner]->signal(SIGKILL);
+    EXPECT_EQ(workers[owner]->wait(10s), 128 + SIGKILL);
+    ASSERT_TRUE(eventually(
+        [&] {
+            const auto now = lease_holders()[stream];
+            return !now.empty() && now.substr(0, now.find('#')) != owner;
+        },
+        30s));
+    // New events of k5 while it waits park behind the dead letter.
+    emit_keyed(48);
+    ASSERT_TRUE(eventually(
+        [&] { return sink_count("SELECT count(*) FROM outbox.parked_entries") == k5_events + 1; }, 30s));
+    EXPECT_EQ(sink_count("SELECT count(*) FROM projection WHERE key = 'k5'"), 0);
+
+    sink().exec("DELETE FROM broken");
+    {
+        auto db = sink();
+        EXPECT_EQ(query_column(db, "SELECT result FROM inbox_redrive('accounting', 'k5')"),
+                  std::vector<std::string>{"requested"});
+    }
+    ASSERT_TRUE(wait_applied());
+    ASSERT_TRUE(eventually([&] { return sink_count("SELECT count(*) FROM outbox.parked_keys") == 0; }, 20s));
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.parked_entries"), 0);
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.dead_letters WHERE replayed_at IS NULL"), 0);
+    ASSERT_TRUE(eventually([&] { return pending() == 0; }, 20s));
+    expect_once_in_key_order();
+}
+
 // A worker paused (SIGSTOP) past its lease while the others go on: its
 // streams are taken over; resumed, it reads nothing more of them (it logs
 // the loss, no key's order breaks), and it rejoins, holding a stream again.
