@@ -341,3 +341,59 @@ TEST_F(ParkTest, ConfigurationFaultHoldsTheLaterEventsOfItsKey) {
     ASSERT_TRUE(eventually([&] { return applied("A") == all; }, 30s)) << applied("A") << consumer.log();
     EXPECT_TRUE(eventually([&] { return pending() == 0; }, 10s));
 }
+
+// Hostile keys: a key of 1 MB and a key of every byte from 0x01 to 0x7f
+// (control characters included) park, are listed by inbox_parked_keys()
+// with their exact bytes, and redrive by their exact text, in order; the
+// worker's own log lines show 64 bytes of a key.
+TEST_F(ParkTest, HugeAndControlCharacterKeysParkAndRedrive) {
+    std::string control_bytes;
+    for (int c = 1; c < 0x80; ++c) control_bytes.push_back(static_cast<char>(c));
+    const std::string huge(1u << 20, 'k');
+    const std::string control = control_bytes;
+    const std::vector<const std::string*> keys{&huge, &control};
+    auto& consumer = start_consumer({"--on-failure", "park-key", "--max-deliveries", "1"});
+    {
+        auto redis = redis_->connect();
+        auto pg = sink();
+        for (int i = 1; i <= 3; ++i)
+            for (const auto* key : keys) {
+                const std::string event_id = query_column(pg, "SELECT gen_random_uuid()::text")[0];
+                const std::string payload =
+                    "{\"n\": " + std::to_string(i) + (i == 2 ? ", \"fail\": \"bug\"}" : "}");
+                auto r = redis.command({"XADD", kStream, "*", "event_id", event_id, "topic", "ledger", "key", *key,
+                                        "payload", payload});
+                ASSERT_NE(r->type, REDIS_REPLY_ERROR) << reply_text(r.get());
+            }
+    }
+    ASSERT_TRUE(eventually(
+        [&] {
+            return sink_count("SELECT count(*) FROM outbox.parked_keys WHERE state = 'dead'") == 2 &&
+                   sink_count("SELECT count(*) FROM outbox.parked_entries") == 2;
+        },
+        30s))
+        << consumer.log().substr(0, 20000);
+    auto db = sink();
+    for (const auto* key : keys) {
+        EXPECT_EQ(query_column(db, "SELECT count(*)::text FROM inbox_parked_keys('accounting') WHERE key = $1 AND "
+                                   "key_bytes = convert_to($1, 'UTF8')",
+                               {Param(*key)}),
+                  std::vector<std::string>{"1"});
+        EXPECT_EQ(query_column(db, "SELECT string_agg(n::text, ' ' ORDER BY seq) FROM projection WHERE key = $1",
+                               {Param(*key)}),
+                  std::vector<std::string>{"1"});
+    }
+    // The relay's own lines show the first 64 bytes of the huge key (the
+    // handler's error message is the handler's).
+    EXPECT_NE(consumer.log().find(std::string(64, 'k') + "\" (1 MiB)"), std::string::npos);
+    db.exec("DELETE FROM broken");
+    for (const auto* key : keys)
+        EXPECT_EQ(query_column(db, "SELECT result FROM inbox_redrive('accounting', $1)", {Param(*key)}),
+                  std::vector<std::string>{"requested"});
+    ASSERT_TRUE(eventually([&] { return sink_count("SELECT count(*) FROM outbox.parked_keys") == 0; }, 30s))
+        << consumer.log().substr(0, 20000);
+    for (const auto* key : keys)
+        EXPECT_EQ(query_column(db, "SELECT string_agg(n::text, ' ' ORDER BY seq) FROM projection WHERE key = $1",
+                               {Param(*key)}),
+                  std::vector<std::string>{"1 2 3"});
+}
