@@ -1,7 +1,9 @@
 // Consume mode's PostgreSQL side: the consumer's settings checked once,
-// the inbox_consume() call prepared on each session, a batch applied as
-// one transaction and, when it fails as one, again entry by entry with
-// isolate, and the dead letters of entries that cannot be applied.
+// the inbox_consume_keyed() call prepared on each session, a batch applied
+// as one transaction and, when it fails as one, again entry by entry with
+// isolate, the dead letters of entries that cannot be applied, and with
+// --on-failure park-key the parks of the keys whose entries fail, so that
+// no later entry of a key applies before an earlier one (I-20).
 #include "pg_outbox/inbox_session.hpp"
 
 #include <spdlog/spdlog.h>
@@ -524,7 +526,7 @@ void InboxSession::entry_failed(const StreamEntry& e, std::string_view sqlstate,
     }
 }
 
-bool InboxSession::key_failed(const StreamEntry& e, std::string_view sqlstate, std::string_view message,
+void InboxSession::key_failed(const StreamEntry& e, std::string_view sqlstate, std::string_view message,
                               std::vector<const StreamEntry*>& done) {
     metrics_.events_failed++;
     const bool dead = e.deliveries >= config_.max_deliveries;
@@ -536,7 +538,7 @@ bool InboxSession::key_failed(const StreamEntry& e, std::string_view sqlstate, s
                       "{})",
                       e.id, e.stream, message, sqlstate, record.fault->second, record.fault->first);
         hold(e, record.fault->first, record.fault->second);
-        return false;
+        return;
     }
     const auto key = log_key(*e.field("key"));
     if (dead) {
@@ -549,7 +551,6 @@ bool InboxSession::key_failed(const StreamEntry& e, std::string_view sqlstate, s
                      "behind it: {} (SQLSTATE {})",
                      e.id, e.stream, e.deliveries, config_.max_deliveries, key, message, sqlstate);
     }
-    return record.state.has_value();
 }
 
 void InboxSession::malformed(const StreamEntry& e, const std::string& reason, const std::string& sqlstate,

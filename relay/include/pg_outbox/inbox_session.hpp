@@ -1,6 +1,7 @@
 // The PostgreSQL side of consume mode: the consumer's session, which
-// checks the settings, applies entries through inbox_consume() and
-// records dead letters.
+// checks the settings, applies entries through inbox_consume_keyed()
+// (inbox_consume() with the parked keys honoured), records dead letters
+// and parks the keys of failed entries (--on-failure park-key).
 #pragma once
 
 #include <cstddef>
@@ -203,8 +204,8 @@ private:
                       std::vector<const StreamEntry*>& done);
     // The same with --on-failure park-key for a keyed entry: parks its key
     // (dead after --max-deliveries, then added to "done"); held, with its
-    // key, when the park cannot be recorded. Whether the key is parked.
-    bool key_failed(const StreamEntry& e, std::string_view sqlstate, std::string_view message,
+    // key, when the park cannot be recorded.
+    void key_failed(const StreamEntry& e, std::string_view sqlstate, std::string_view message,
                     std::vector<const StreamEntry*>& done);
     // Hands an entry to the sink as held; with park-key its key is held
     // too, so that no later entry of it applies in this batch.

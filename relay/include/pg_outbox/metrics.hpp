@@ -72,7 +72,7 @@ public:
     std::atomic<double> pending_oldest_idle_seconds{0};
     // Parked keys (--on-failure park-key, and the parks any worker of the
     // consumer made): the keys of the streams this worker reads that are
-    // parked, in any state, at the last poll (-1 until the first); the
+    // parked, in any state, at the last poll (0 before the first); the
     // entries this worker parked (stored, acknowledged, not applied); the
     // parked entries its drains applied.
     std::atomic<std::int64_t> keys_parked{0};
