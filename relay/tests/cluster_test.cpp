@@ -250,7 +250,8 @@ protected:
         db.exec("SELECT inbox_consumer_create('accounting', 'consumer_user')");
     }
 
-    Process& start_consumer(const std::vector<std::string>& extra_streams = {}) {
+    Process& start_consumer(const std::vector<std::string>& extra_streams = {},
+                            const std::vector<std::string>& extra_args = {}) {
         std::vector<std::string> args{PG_OUTBOX_RELAY_BINARY, "consume", "--consumer", "accounting",
                                       "--pg", pg_->conninfo("sink", "consumer_user"),
                                       "--redis", cluster_->url(), "--redis-timeout", "1s",
@@ -261,6 +262,7 @@ protected:
                                       "--retry-min", "20ms", "--retry-max", "300ms", "--log-level", "debug"};
         for (const auto& t : topics_) args.insert(args.end(), {"--stream", "outbox:" + t});
         for (const auto& s : extra_streams) args.insert(args.end(), {"--stream", s});
+        args.insert(args.end(), extra_args.begin(), extra_args.end());
         return start_process(args);
     }
 
@@ -821,4 +823,70 @@ TEST_F(ClusterPoolTest, WorkersShareShardStreamsAcrossMasters) {
         30s));
     expect_once_in_key_order();
     EXPECT_TRUE(w2.running()) << w2.log();
+}
+
+// Parked keys on a cluster: two streams on two slots (two masters), each
+// with keys A and B interleaved, A's second event failing. A parks on
+// each stream (a key is per stream) while B applies; the parks, the
+// drain and the redrive are PostgreSQL's, so nothing new is asked of
+// Redis: after the fix, inbox_redrive applies A's events in order on both
+// streams.
+TEST_F(ClusterConsumeTest, ParkedKeysRedriveInOrderOnEachSlot) {
+    {
+        PgConnection db(sink_, "tests");
+        db.exec("CREATE TABLE ledger (seq bigserial PRIMARY KEY, stream text, key text, n int)");
+        db.exec("CREATE TABLE broken (why text)");
+        db.exec("INSERT INTO broken VALUES ('bug')");
+        db.exec(R"(CREATE OR REPLACE FUNCTION apply_event(topic text, key text, payload jsonb, headers jsonb,
+                                                          event_id uuid)
+            RETURNS void LANGUAGE plpgsql AS $$
+            BEGIN
+                IF EXISTS (SELECT 1 FROM broken b WHERE b.why = payload->>'fail') THEN
+                    RAISE EXCEPTION 'handler refuses event % of key %', payload->>'n', key;
+                END IF;
+                INSERT INTO ledger (stream, key, n) VALUES (topic, key, (payload->>'n')::int);
+            END $$)");
+        db.exec("GRANT ALL ON ledger, ledger_seq_seq, broken TO consumer_user");
+    }
+    const std::vector<std::string> streams{"{h}:ledger", "{x}:ledger"};
+    ASSERT_NE(key_slot(streams[0]), key_slot(streams[1]));
+    for (const auto& stream : streams) {
+        auto c = cluster_->node(cluster_->master_of(key_slot(stream))).connect();
+        for (int n = 1; n <= 4; ++n)
+            for (const char* key : {"A", "B"}) {
+                const std::string uuid = "00000000-0000-4000-8000-" + std::string(8, '0') +
+                                         std::to_string(1000 + (stream == streams[0] ? 0 : 100) + n * 2 +
+                                                        (key[0] == 'A' ? 0 : 1));
+                const bool fail = key[0] == 'A' && n == 2;
+                auto r = c.command({"XADD", stream, "*", "event_id", uuid, "topic", stream, "key", key, "payload",
+                                    "{\"n\": " + std::to_string(n) + (fail ? ", \"fail\": \"bug\"}" : "}")});
+                ASSERT_NE(r->type, REDIS_REPLY_ERROR) << reply_text(r.get());
+            }
+    }
+    auto& consumer = start_consumer(streams, {"--on-failure", "park-key", "--max-deliveries", "1"});
+    auto applied = [&](const std::string& stream, const std::string& key) {
+        PgConnection db(sink_, "tests");
+        return query_column(db, "SELECT coalesce(string_agg(n::text, ' ' ORDER BY seq), '') FROM ledger "
+                                "WHERE stream = $1 AND key = $2",
+                            {stream, key})[0];
+    };
+    ASSERT_TRUE(eventually(
+        [&] {
+            return sink_count("SELECT count(*) FROM outbox.parked_keys WHERE state = 'dead'") == 2 &&
+                   applied(streams[0], "B") == "1 2 3 4" && applied(streams[1], "B") == "1 2 3 4";
+        },
+        30s, 100ms))
+        << consumer.log();
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.parked_entries"), 4);
+    for (const auto& stream : streams) EXPECT_EQ(applied(stream, "A"), "1") << stream;
+    {
+        PgConnection db(sink_, "tests");
+        db.exec("DELETE FROM broken");
+        EXPECT_EQ(query_column(db, "SELECT string_agg(result, ' ') FROM inbox_redrive('accounting', 'A')")[0],
+                  "requested requested");
+    }
+    ASSERT_TRUE(eventually([&] { return sink_count("SELECT count(*) FROM outbox.parked_keys") == 0; }, 30s, 100ms))
+        << consumer.log();
+    for (const auto& stream : streams) EXPECT_EQ(applied(stream, "A"), "1 2 3 4") << stream;
+    EXPECT_TRUE(consumer.running()) << consumer.log();
 }
