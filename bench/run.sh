@@ -6,7 +6,7 @@
 # table and writes it, with its charts, to bench/results/. Asserts nothing.
 # bench/README.md describes every workload and row.
 #
-#   BENCH_ONLY="fetch advance emit drain shards scaling latency coldstart consume catchup bloat engines"   workloads (default: all)
+#   BENCH_ONLY="fetch advance emit drain shards scaling latency coldstart consume park catchup bloat engines"   workloads (default: all)
 #   BENCH_ROUNDS=3                         interleaved rounds per workload
 #   BENCH_EVENTS=1000000                   events drained per round
 #   BENCH_EMIT_SECONDS=10 BENCH_BULK=200000 emit: pgbench duration per run; rows of a bulk emit
@@ -18,6 +18,7 @@
 #                                          over a 4-shard group (batch 100); tx/s of the latency runs
 #                                          and their duration (s), also pgbench -S's; tx/s emitted
 #                                          beside pgbench -S
+#   BENCH_PARK=100000                      park: entries a round over 1,000 keys
 #   BENCH_BACKLOGS="10000 1000000 5000000" catchup: backlogs behind the cursor
 #   BENCH_BLOAT=1000000                    bloat: events through emit, publish, retention
 #   BENCH_FETCH_SECONDS=5                  fetch: pgbench duration per call measured

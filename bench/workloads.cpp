@@ -13,6 +13,7 @@ void workload_scaling(Context&);
 void workload_latency(Context&);
 void workload_coldstart(Context&);
 void workload_consume(Context&);
+void workload_park(Context&);
 void workload_catchup(Context&);
 void workload_bloat(Context&);
 void workload_engines(Context&);
@@ -28,6 +29,7 @@ const std::vector<Workload>& workloads() {
         {"latency", workload_latency},
         {"coldstart", workload_coldstart},
         {"consume", workload_consume},
+        {"park", workload_park},
         {"catchup", workload_catchup},
         {"bloat", workload_bloat},
         {"engines", workload_engines},

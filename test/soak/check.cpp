@@ -18,10 +18,19 @@
 //                     per application: a duplicate apply is two rows); the
 //                     optional order (an increasing number) says in which
 //                     order they were applied, else applied_at does
-//   dead_letters.tsv  stream  entry_id  event_id
+//   dead_letters.tsv  stream  entry_id  event_id  [skipped]
 //                     entries the consumer gave up on; an entry_id "(A B)"
 //                     (or "(A B]") is a range of ids trimmed before the
-//                     consumer read them
+//                     consumer read them; "skipped" when an operator gave
+//                     the entry up on purpose (inbox_skip)
+//   parked.tsv        stream  entry_id  event_id   (optional)
+//                     entries a consumer with --on-failure park-key holds
+//                     behind an earlier failing entry of their key; its
+//                     presence says the consumer parks, which turns on
+//                     the check that no event of a key is passed over:
+//                     an event dead-lettered and never applied nor
+//                     skipped while a later event of its (topic, key) was
+//                     applied is a key order violation
 //
 // It prints one line per measure and a verdict; the exit status is 0 when
 // lost, phantom, duplicate applies, order violations, duplicate stream
@@ -159,7 +168,7 @@ int main(int argc, char** argv) {
     // Dead letters: single entries by event id, or by stream and entry id
     // (an entry trimmed while pending has no event id left; with explicit
     // ids its entry id is the position); ranges by stream and position.
-    std::unordered_set<std::string> dead_ids;
+    std::unordered_set<std::string> dead_ids, skipped_ids;
     std::set<std::pair<std::string, Position>> dead_entries;
     struct Range {
         Position from, to;
@@ -168,6 +177,7 @@ int main(int argc, char** argv) {
     std::map<std::string, std::vector<Range>> dead_ranges;
     for (const auto& r : read_tsv(dir + "/dead_letters.tsv")) {
         if (!r[2].empty()) dead_ids.insert(r[2]);
+        if (!r[2].empty() && r[3] == "skipped") skipped_ids.insert(r[2]);
         if (const auto p = parse_position(r[1]); p && r[1].front() != '(') dead_entries.emplace(r[0], *p);
         if (!r[1].empty() && r[1].front() == '(') {
             std::string from, to;
@@ -187,13 +197,39 @@ int main(int argc, char** argv) {
         return false;
     };
 
-    std::size_t lost = 0, dead = 0, published = 0;
+    // Parked entries, by event id: accounted for, not lost.
+    std::unordered_set<std::string> parked_ids;
+    std::ifstream parked_file(dir + "/parked.tsv");
+    const bool parks = static_cast<bool>(parked_file);
+    parked_file.close();
+    if (parks)
+        for (const auto& r : read_tsv(dir + "/parked.tsv"))
+            if (!r[2].empty()) parked_ids.insert(r[2]);
+
+    std::size_t lost = 0, dead = 0, parked = 0, published = 0;
+    // With parking, the feed position of the latest applied event of each
+    // (topic, key), to find events passed over.
+    std::unordered_map<std::string, Position> latest_applied;
+    if (parks && routed)
+        for (const auto& [id, c] : committed)
+            if (applies.count(id)) {
+                auto& latest = latest_applied[c.topic + '\0' + c.key];
+                if (latest < c.position) latest = c.position;
+            }
     for (const auto& [id, c] : committed) {
         if (in_streams.count(id)) ++published;
         const bool applied = applies.count(id) > 0;
-        const bool is_dead = !applied && dead_lettered(id, c);
+        const bool is_parked = !applied && parked_ids.count(id) > 0;
+        const bool is_dead = !applied && !is_parked && dead_lettered(id, c);
+        if (is_parked) ++parked;
         if (is_dead) ++dead;
-        if (!applied && !is_dead) ++lost;
+        if (!applied && !is_dead && !is_parked) ++lost;
+        // Passed over: given up without an operator's say while a later
+        // event of its key went through.
+        if (parks && routed && is_dead && dead_ids.count(id) && !skipped_ids.count(id)) {
+            const auto it = latest_applied.find(c.topic + '\0' + c.key);
+            if (it != latest_applied.end() && c.position < it->second) ++key_order_violations;
+        }
     }
 
     std::sort(delays.begin(), delays.end());
@@ -204,14 +240,16 @@ int main(int argc, char** argv) {
     std::printf("published: %zu\n", published);
     std::printf("applied: %zu\n", applies.size());
     std::printf("dead-lettered: %zu\n", dead);
-    std::printf("lost (committed, never applied nor dead-lettered): %zu\n", lost);
+    if (parks) std::printf("parked: %zu\n", parked);
+    std::printf("lost (committed, never applied nor dead-lettered%s): %zu\n", parks ? " nor parked" : "", lost);
     std::printf("phantom (published or applied, never committed): %zu\n", phantom + applied_phantom);
     std::printf("duplicate stream entries: %zu\n", duplicate_entries);
     std::printf("duplicate applies: %zu\n", duplicate_applies);
     std::printf("order violations: %zu\n", order_violations);
     if (routed) {
         std::printf("misrouted (in another stream than their shard's): %zu\n", misrouted);
-        std::printf("key order violations (applied after a later event of their key): %zu\n", key_order_violations);
+        std::printf("key order violations (applied after a later event of their key%s): %zu\n",
+                    parks ? ", or dead-lettered and passed over" : "", key_order_violations);
     }
     std::printf("end-to-end delay: p99 %.1f ms, max %.1f ms\n", p99, max);
     const bool ok = lost == 0 && phantom + applied_phantom == 0 && duplicate_applies == 0 && order_violations == 0 &&

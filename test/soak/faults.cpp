@@ -77,6 +77,23 @@ void postgresql_restart(Soak& s) {
 }
 
 // The single-node faults, one every 1 to 4 seconds, in a random order.
+// The handler fails for one of the hot keys for 5 to 15 s (with
+// SOAK_PARK): its first failing entry is tried again, dead-lettered after
+// 3 deliveries, and the key's later entries are parked meanwhile.
+void key_fail(Soak& s) {
+    const auto key = "hot" + std::to_string(s.draw(10));
+    const auto seconds = std::to_string(5 + s.draw(11));
+    s.note("key fail: the handler fails for a hot key for 5 to 15 s");
+    try {
+        s.query("sink",
+                "INSERT INTO soak_failing VALUES ($1, clock_timestamp() + make_interval(secs => $2::int)) "
+                "ON CONFLICT (key) DO UPDATE SET until = excluded.until",
+                {key, seconds});
+    } catch (const std::exception& e) {
+        s.remark(std::string("  key fail failed: ") + e.what());
+    }
+}
+
 const std::vector<Fault>& single_faults() {
     static const std::vector<Fault> table{
         {"kill a relay", [](Soak& s) { kill_and_restart(s, "relay" + std::to_string(1 + s.draw(2))); }},
@@ -135,7 +152,11 @@ const std::vector<Fault>& single_faults() {
 
 void Soak::fault() {
     const auto& table = single_faults();
-    table[static_cast<std::size_t>(draw(static_cast<int>(table.size())))].run(*this);
+    const auto i = static_cast<std::size_t>(draw(static_cast<int>(table.size()) + (opt.park ? 1 : 0)));
+    if (i == table.size())
+        key_fail(*this);
+    else
+        table[i].run(*this);
 }
 
 // ---- the Redis Cluster
@@ -173,7 +194,11 @@ void Soak::cluster_fault() {
              s.migrate_stream_slot();
          }},
     };
-    table[static_cast<std::size_t>(draw(static_cast<int>(table.size())))].run(*this);
+    const auto i = static_cast<std::size_t>(draw(static_cast<int>(table.size()) + (opt.park ? 1 : 0)));
+    if (i == table.size())
+        key_fail(*this);
+    else
+        table[i].run(*this);
 }
 
 // A node that answers.

@@ -127,6 +127,10 @@ std::map<std::string, std::string> writer_scripts() {
         {"twopc_abort", k + g + "BEGIN;\n" + e + "PREPARE TRANSACTION 'soak-:g';\nROLLBACK PREPARED 'soak-:g';\n"},
         {"bulk", k + "SELECT count(*) FROM outbox_emit_many('t' || (:k % 3), NULL, (SELECT "
                      "array_agg(jsonb_build_object('n', nextval('soak_n'))) FROM generate_series(1, 20)));\n"},
+        // Ten hot keys, hot0 to hot9: a key the "key fail" fault picks
+        // receives events while it fails.
+        {"hot", "\\set h random(0, 9)\nBEGIN;\nSELECT outbox_emit('t' || (:h % 3), 'hot' || :h, "
+                "jsonb_build_object('n', nextval('soak_n')));\nCOMMIT;\n"},
     };
 }
 
@@ -248,8 +252,15 @@ void Soak::start(const std::string& name) {
         } else {
             for (const auto& s : streams) argv.insert(argv.end(), {"--stream", s});
         }
-        argv.insert(argv.end(), {"--handler", "SELECT soak_apply($3, $5)", "--block", "200ms", "--min-idle", "2s",
-                                 "--claim-interval", "500ms", "--max-deliveries", "1000000", "--retry-max", "1s"});
+        // With park-key, an entry dead-letters after 3 deliveries (its key
+        // then waits for the redrive at the end); otherwise failures are
+        // only faults of the servers, retried until they go through.
+        argv.insert(argv.end(), {"--handler", "SELECT soak_apply($2, $3, $5)", "--block", "200ms", "--min-idle", "2s",
+                                 "--claim-interval", "500ms", "--retry-max", "1s"});
+        if (opt.park)
+            argv.insert(argv.end(), {"--on-failure", "park-key", "--max-deliveries", "3"});
+        else
+            argv.insert(argv.end(), {"--on-failure", "skip", "--max-deliveries", "1000000"});
     }
     procs[name] = std::make_unique<Process>(argv, work + "/" + name + ".log");
 }
@@ -356,9 +367,17 @@ void Soak::setup_databases() {
     query("sink",
           "CREATE TABLE projection (event_id uuid NOT NULL, n bigint, applied_at timestamptz NOT NULL DEFAULT "
           "clock_timestamp(), seq bigserial)");
+    // The "key fail" fault's keys: the handler raises for one until its
+    // time is up.
+    query("sink", "CREATE TABLE soak_failing (key text PRIMARY KEY, until timestamptz NOT NULL)");
     query("sink",
-          "CREATE FUNCTION soak_apply(payload jsonb, event_id uuid) RETURNS void LANGUAGE sql AS "
-          "$$ INSERT INTO projection (event_id, n) VALUES (event_id, (payload->>'n')::bigint) $$");
+          "CREATE FUNCTION soak_apply(key text, payload jsonb, event_id uuid) RETURNS void LANGUAGE plpgsql AS $$\n"
+          "BEGIN\n"
+          "  IF EXISTS (SELECT FROM soak_failing f WHERE f.key = soak_apply.key AND f.until > clock_timestamp()) THEN\n"
+          "    RAISE EXCEPTION 'soak: key % fails for now', key;\n"
+          "  END IF;\n"
+          "  INSERT INTO projection (event_id, n) VALUES (event_id, (payload->>'n')::bigint);\n"
+          "END $$");
     query("sink", "SELECT inbox_consumer_create('projection', current_user::regrole)");
 }
 
@@ -368,12 +387,13 @@ void Soak::write_scripts() {
     for (const auto& [name, text] : writer_scripts()) std::ofstream(dir + "/" + name + ".sql") << text;
     // An emitting transaction cannot be prepared while a commit-ordered
     // group exists: in commit order, those weights go to plain transactions.
-    const std::vector<std::pair<std::string, int>> weights =
+    std::vector<std::pair<std::string, int>> weights =
         opt.ordering == "commit"
             ? std::vector<std::pair<std::string, int>>{{"normal", 74}, {"abort", 10}, {"savepoint", 10}, {"long", 1},
                                                        {"bulk", 5}}
             : std::vector<std::pair<std::string, int>>{{"normal", 68}, {"abort", 10}, {"savepoint", 10}, {"long", 1},
                                                        {"twopc", 4}, {"twopc_abort", 2}, {"bulk", 5}};
+    if (opt.park) weights.emplace_back("hot", 10);
     for (const auto& [name, weight] : weights) mix_.insert(mix_.end(), {"-f", dir + "/" + name + ".sql@" + std::to_string(weight)});
 }
 
@@ -443,6 +463,26 @@ void Soak::drain() {
         query("soak", "COMMIT PREPARED '" + row[0] + "'");
     }
     query("soak", "SELECT count(*) FROM outbox_maintain()");
+    if (opt.park) {
+        // The handler is fixed; every key the faults left parked goes on:
+        // a dead one is redriven (its dead letter first, then its parked
+        // entries, by the worker that reads its stream), a retrying one
+        // applies its head at its next delivery and drains by itself.
+        query("sink", "DELETE FROM soak_failing");
+        const bool clear = wait_for(180, [this] {
+            try {
+                query("sink",
+                      "SELECT count(*) FROM inbox_parked_keys('projection') p, "
+                      "LATERAL inbox_redrive('projection', p.key, p.stream) r WHERE p.state = 'dead'");
+                return value("sink", "SELECT count(*) FROM inbox_parked_keys('projection')") == "0";
+            } catch (const Interrupted&) {
+                throw;
+            } catch (const std::exception&) {
+                return false;
+            }
+        });
+        if (!clear) remark("  parked keys were left after 180 s of redrives");
+    }
     auto settled = [this] {
         try {
             const auto applied = std::stoll(value("sink", "SELECT count(DISTINCT event_id) FROM projection"));
@@ -529,7 +569,28 @@ int Soak::history_and_check() {
     }
     write_tsv(h + "/applied.tsv", query("sink", "SELECT event_id, extract(epoch FROM applied_at), seq FROM projection"));
     write_tsv(h + "/dead_letters.tsv",
-              query("sink", "SELECT stream, entry_id, coalesce(event_id::text, '') FROM outbox.dead_letters"));
+              query("sink",
+                    "SELECT stream, entry_id, coalesce(event_id::text, ''), CASE WHEN skipped_at IS NULL THEN '' "
+                    "ELSE 'skipped' END FROM outbox.dead_letters"));
+    // Entries still parked (none, once the redrive at the end is done).
+    write_tsv(h + "/parked.tsv", query("sink",
+                                       "SELECT stream, entry_id, coalesce(convert_from(event_id, 'UTF8'), '') "
+                                       "FROM outbox.parked_entries"));
+    // With park-key, every key the handler failed for is applied in the
+    // end: no key left parked, no dead letter of the handler's not
+    // redriven.
+    std::string unfinished;
+    if (opt.park) {
+        const auto keys = value("sink", "SELECT count(*) FROM inbox_parked_keys('projection')");
+        const auto letters = value("sink",
+                                   "SELECT count(*) FROM outbox.dead_letters WHERE sqlstate = 'P0001' "
+                                   "AND replayed_at IS NULL AND skipped_at IS NULL");
+        say("parked keys: " +
+            value("sink", "SELECT count(DISTINCT (stream, key)) FROM outbox.dead_letters WHERE sqlstate = 'P0001'") +
+            " dead-lettered by the handler and redriven; left parked: " + keys +
+            ", handler dead letters not redriven: " + letters);
+        if (keys != "0" || letters != "0") unfinished = "parked keys or handler dead letters were left after the redrive";
+    }
 
     const std::string dir = own_dir();
     if (net) {
@@ -560,7 +621,8 @@ int Soak::history_and_check() {
         std::to_string(line_count(h + "/dead_letters.tsv")) + " dead letters");
     const auto check = run_program({dir + "/pg_outbox_check", h}, std::chrono::seconds(600));
     std::cout << check.output << std::flush;
-    if (check.ok()) {
+    if (!unfinished.empty()) std::cout << "soak: " << unfinished << '\n';
+    if (check.ok() && unfinished.empty()) {
         std::cout << "soak: 1 passed, 0 failed" << std::endl;
         return 0;
     }
@@ -586,7 +648,7 @@ int Soak::run() {
         lease_ms = 3000;
     }
     say("soak: " + std::to_string(opt.seconds) + "s, " + opt.engine + " engine, " + opt.ordering + " order, " + opt.mode +
-        ", fault schedule seed " + std::to_string(opt.seed) + ", work in " + work);
+        (opt.park ? ", park-key" : "") + ", fault schedule seed " + std::to_string(opt.seed) + ", work in " + work);
     setup_servers();
     setup_databases();
     // In sharded-cluster mode relayNx publishes shard N, workerN reads
@@ -717,6 +779,9 @@ int main() {
     o.fault_max = env_int("SOAK_FAULT_MAX", std::clamp(o.seconds / 6, 5, 120), 0, 1000000);
     o.fault_max = std::clamp(o.fault_max, 5, 120);
     o.pg_options = env("SOAK_PG_OPTIONS");
+    const auto park = env("SOAK_PARK", "0");
+    if (park != "0" && park != "1") usage_error("SOAK_PARK must be 0 or 1, not \"" + park + "\"");
+    o.park = park == "1";
     o.keep = env("KEEP") == "1";
 
     struct sigaction sa {};

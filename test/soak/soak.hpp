@@ -123,6 +123,9 @@ struct Options {
     // preloaded).
     std::string engine = "c";
     std::string mode = "single";
+    // Consume with --on-failure park-key, and fail the handler for a hot
+    // key for a while now and then (the "key fail" fault).
+    bool park = false;
     int fault_max = 0;
     std::string pg_options;
     bool keep = false;

@@ -45,6 +45,18 @@
 #                      then also reports how long each cut took to be
 #                      noticed and how long after each heal publishing or
 #                      applying resumed (pg_outbox_soak_network)
+#   SOAK_PARK=1        the workers consume with --on-failure park-key
+#                      and --max-deliveries 3, writers also emit on ten hot
+#                      keys, and a fault makes the handler fail for one of
+#                      them for 5 to 15 s: its first failing entry is tried
+#                      again, then dead-lettered, and its later entries are
+#                      parked meanwhile. At the end the handler is fixed,
+#                      every dead key is redriven (inbox_redrive), and the
+#                      run fails if a key is left parked or a handler's
+#                      dead letter was not redriven; the history gains
+#                      parked.tsv, with which the checker also counts a
+#                      dead letter passed over by a later event of its
+#                      key as a key order violation
 #   SOAK_FAULT_MAX     network mode: the longest fault in seconds (5 to
 #                      120; default a sixth of SOAK_SECONDS within that)
 #   SOAK_PG_OPTIONS    network mode: conninfo keywords added to the
