@@ -300,14 +300,16 @@ void Consumer::turn() {
     if (!held_.entries.empty()) return;
     // Parked keys that are draining, a step at a time within a budget, so
     // that the other keys keep flowing.
-    drainer_.tick([this](const std::string& stream) { return lost(stream); }, stop_);
+    const auto is_lost = [this](const std::string& stream) { return lost(stream); };
+    drainer_.tick(is_lost, stop_);
     const auto names = reading();
     if (names.empty()) {
         // A pool's worker holding no stream (the others hold their share).
         pause(config_.block);
         return;
     }
-    auto entries = reader_.read(names, [this](const Gap& gap) { record_gap(gap); });
+    // A drain left for the next turn: no wait for new entries meanwhile.
+    auto entries = reader_.read(names, [this](const Gap& gap) { record_gap(gap); }, !drainer_.due(is_lost));
     if (!entries.empty()) apply(entries);
 }
 

@@ -126,6 +126,13 @@ void Drainer::tick(const std::function<bool(const std::string&)>& lost, const st
     }
 }
 
+bool Drainer::due(const std::function<bool(const std::string&)>& lost) const {
+    const auto now = std::chrono::steady_clock::now();
+    for (const auto& [key, d] : keys_)
+        if (d.next_at <= now && !lost(key.first)) return true;
+    return false;
+}
+
 bool Drainer::step(const Key& key, Due& due) {
     const auto& [stream, bytes] = key;
     const auto now = std::chrono::steady_clock::now();

@@ -242,7 +242,7 @@ std::vector<std::string> StreamReader::wait_argv(const std::vector<std::string_v
 // equal share of --block, so that the wait for a new entry stays about
 // --block.
 std::vector<StreamEntry> StreamReader::read(const std::vector<std::string>& names,
-                                            const std::function<void(const Gap&)>& gap) {
+                                            const std::function<void(const Gap&)>& gap, bool wait_for_entries) {
     std::map<int, std::vector<std::string_view>> by_slot;
     const bool per_slot = redis_->per_slot();
     for (const auto& s : names) by_slot[per_slot ? key_slot(s) : 0].emplace_back(s);
@@ -301,7 +301,7 @@ std::vector<StreamEntry> StreamReader::read(const std::vector<std::string>& name
         report_gaps(std::move(delivered), entries, gap);
         return entries;
     }
-    if (stop_) return entries;
+    if (stop_ || !wait_for_entries) return entries;
     const auto share = std::max(std::chrono::milliseconds(1),
                                 config_.block / static_cast<std::chrono::milliseconds::rep>(by_slot.size()));
     for (const auto& [slot, streams] : by_slot) {

@@ -143,6 +143,30 @@ TEST_F(StreamReaderTest, ReadReturnsNewEntriesThatStayPendingUntilAcknowledged) 
     EXPECT_EQ(pending("in:b"), 0);
 }
 
+// A read without waiting (the worker has parked keys to drain) returns
+// none at once when nothing is new: no XREAD BLOCK is sent; with entries,
+// it reads them as any read does.
+TEST_F(StreamReaderTest, ReadWithoutWaitingSendsNoBlockingXread) {
+    auto r = reader("w1");
+    r->reader.ensure_groups();
+    auto xreads = [&] {
+        auto info = admin_->command({"INFO", "commandstats"});
+        const std::string text(reply_text(info.get()));
+        const auto at = text.find("cmdstat_xread:calls=");
+        return at == std::string::npos ? 0L : std::stol(text.substr(at + 20));
+    };
+    const auto before = xreads();
+    auto none = r->reader.read(config_.streams, [](const Gap&) {}, false);
+    EXPECT_TRUE(none.empty());
+    EXPECT_EQ(xreads(), before);
+    EXPECT_TRUE(read(*r).ids.empty());  // waits --block: one XREAD
+    EXPECT_EQ(xreads(), before + 1);
+    add("in:a", "1-1", "0-0");
+    auto one = r->reader.read(config_.streams, [](const Gap&) {}, false);
+    ASSERT_EQ(one.size(), 1u);
+    EXPECT_EQ(one[0].id, "1-1");
+}
+
 // An entry whose prev is beyond the group's last entry read reveals a
 // gap: handed over, counted and logged, and the entries are returned.
 // Entries missing after the last one read are found by the read that

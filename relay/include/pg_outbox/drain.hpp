@@ -49,6 +49,10 @@ public:
     void tick(const std::function<bool(const std::string&)>& lost, const std::atomic<bool>& stop);
     // Keys scheduled to drain, due or not.
     std::size_t scheduled() const { return keys_.size(); }
+    // Whether a key of a stream not "lost" is due now (a drain left for
+    // the next turn): the read then takes what is there without waiting
+    // for more.
+    bool due(const std::function<bool(const std::string&)>& lost) const;
 
 private:
     struct Due {

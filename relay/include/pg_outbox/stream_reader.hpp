@@ -109,8 +109,10 @@ public:
     // group read: each is counted, logged and handed to "gap" (to be
     // dead-lettered) before the entries are returned. When there is
     // nothing new, waits up to --block for an entry and returns none (the
-    // next read takes it).
-    std::vector<StreamEntry> read(const std::vector<std::string>& streams, const std::function<void(const Gap&)>& gap);
+    // next read takes it); without "wait_for_entries", returns none at
+    // once (the worker has other work: parked keys to drain).
+    std::vector<StreamEntry> read(const std::vector<std::string>& streams, const std::function<void(const Gap&)>& gap,
+                                  bool wait_for_entries = true);
 
     // The stream's pending entries idle at least "min_idle" ms, whoever's
     // they are, claimed for this worker in id order from "cursor", a page
