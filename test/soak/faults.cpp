@@ -77,23 +77,6 @@ void postgresql_restart(Soak& s) {
 }
 
 // The single-node faults, one every 1 to 4 seconds, in a random order.
-// The handler fails for one of the hot keys for 5 to 15 s (with
-// SOAK_PARK): its first failing entry is tried again, dead-lettered after
-// 3 deliveries, and the key's later entries are parked meanwhile.
-void key_fail(Soak& s) {
-    const auto key = "hot" + std::to_string(s.draw(10));
-    const auto seconds = std::to_string(5 + s.draw(11));
-    s.note("key fail: the handler fails for a hot key for 5 to 15 s");
-    try {
-        s.query("sink",
-                "INSERT INTO soak_failing VALUES ($1, clock_timestamp() + make_interval(secs => $2::int)) "
-                "ON CONFLICT (key) DO UPDATE SET until = excluded.until",
-                {key, seconds});
-    } catch (const std::exception& e) {
-        s.remark(std::string("  key fail failed: ") + e.what());
-    }
-}
-
 const std::vector<Fault>& single_faults() {
     static const std::vector<Fault> table{
         {"kill a relay", [](Soak& s) { kill_and_restart(s, "relay" + std::to_string(1 + s.draw(2))); }},
@@ -154,7 +137,7 @@ void Soak::fault() {
     const auto& table = single_faults();
     const auto i = static_cast<std::size_t>(draw(static_cast<int>(table.size()) + (opt.park ? 1 : 0)));
     if (i == table.size())
-        key_fail(*this);
+        key_fault();
     else
         table[i].run(*this);
 }
@@ -196,7 +179,7 @@ void Soak::cluster_fault() {
     };
     const auto i = static_cast<std::size_t>(draw(static_cast<int>(table.size()) + (opt.park ? 1 : 0)));
     if (i == table.size())
-        key_fail(*this);
+        key_fault();
     else
         table[i].run(*this);
 }
@@ -447,6 +430,25 @@ void Soak::cluster_fix() {
     run_program({"redis-cli", "--cluster", "fix", "127.0.0.1:" + std::to_string(cluster->node(cluster_port_index()).port()),
                  "--cluster-yes"},
                 std::chrono::seconds(60), work + "/reshard.log");
+}
+
+// The handler fails for one of the hot keys for 5 to 15 s (with
+// SOAK_PARK): its first failing entry is tried again, dead-lettered after
+// 3 deliveries, and the key's later entries are parked meanwhile.
+void Soak::key_fault() {
+    const auto key = "hot" + std::to_string(draw(10));
+    const auto seconds = std::to_string(5 + draw(11));
+    note("key fail: the handler fails for a hot key for 5 to 15 s");
+    try {
+        query("sink",
+              "INSERT INTO soak_failing VALUES ($1, clock_timestamp() + make_interval(secs => $2::int)) "
+              "ON CONFLICT (key) DO UPDATE SET until = excluded.until",
+              {key, seconds});
+    } catch (const Interrupted&) {
+        throw;
+    } catch (const std::exception& e) {
+        remark(std::string("  key fail failed: ") + e.what());
+    }
 }
 
 }  // namespace pg_outbox::soak

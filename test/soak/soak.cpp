@@ -425,6 +425,12 @@ void Soak::faults() {
     nap(2);
     if (cluster && !wait_for(30, [this] { return cluster_settled(); }))
         remark("  the replicas did not sync within 30 s");
+    // With parking, the first fault fails a key, so that every run parks
+    // one; the schedule draws more.
+    if (opt.park) {
+        key_fault();
+        nap(1 + draw(4));
+    }
     while (std::chrono::steady_clock::now() < until) {
         try {
             if (cluster)
@@ -585,7 +591,12 @@ int Soak::history_and_check() {
         const auto letters = value("sink",
                                    "SELECT count(*) FROM outbox.dead_letters WHERE sqlstate = 'P0001' "
                                    "AND replayed_at IS NULL AND skipped_at IS NULL");
-        say("parked keys: " +
+        std::vector<std::string> worker_logs;
+        for (const auto& w : workers) worker_logs.push_back(work + "/" + w + ".log");
+        say("parked keys: " + std::to_string(count_matching(worker_logs, std::regex("its key .* is parked behind it"))) +
+            " failed deliveries that parked their key, " +
+            std::to_string(count_matching(worker_logs, std::regex(" un-parked, [0-9]+ entries redriven"))) +
+            " keys drained and un-parked, " +
             value("sink", "SELECT count(DISTINCT (stream, key)) FROM outbox.dead_letters WHERE sqlstate = 'P0001'") +
             " dead-lettered by the handler and redriven; left parked: " + keys +
             ", handler dead letters not redriven: " + letters);

@@ -201,6 +201,7 @@ public:
     // ---- the faults (faults.cpp)
     void fault();          // one single-node fault
     void cluster_fault();  // one Redis Cluster fault
+    void key_fault();      // the handler fails for a hot key (SOAK_PARK)
     bool cluster_settled();
 
 private:
