@@ -392,6 +392,18 @@ SELECT pg_temp.try($$SELECT * FROM inbox_consume_keyed('parker', 'SELECT 1', '{s
 SELECT pg_temp.try($$SELECT * FROM inbox_consume_keyed('parker', 'SELECT 1', '{{s},{s}}', '{1-1,1-2}', pg_temp.b('{00000000-0000-4000-8000-000000000001,00000000-0000-4000-8000-000000000002}'), pg_temp.b('{t,t}'), NULL, pg_temp.b('{"{}","{}"}'), NULL)$$);
 SELECT pg_temp.try($$SELECT * FROM inbox_consume_keyed('parker', 'SELECT 1', '[0:1]={s,s}', '{1-1,1-2}', pg_temp.b('{00000000-0000-4000-8000-000000000001,00000000-0000-4000-8000-000000000002}'), pg_temp.b('{t,t}'), NULL, pg_temp.b('{"{}","{}"}'), NULL)$$);
 SELECT pg_temp.explain($$SELECT * FROM pg_temp.consume('parker', array_fill('k'::text, ARRAY[65]), ARRAY(SELECT i FROM generate_series(1, 65) i), iso => true)$$);
+-- The consumer's name is checked as everywhere else.
+SELECT pg_temp.try($$SELECT * FROM inbox_consume_keyed('', 'SELECT 1', '{}', '{}', '{}', '{}', NULL, '{}', NULL)$$);
+SELECT pg_temp.try($$SELECT * FROM inbox_consume_keyed(repeat('c', 256), 'SELECT 1', '{}', '{}', '{}', '{}', NULL, '{}', NULL)$$);
+SELECT pg_temp.try($$SELECT * FROM inbox_consume_keyed(E'park\x01er', 'SELECT 1', '{}', '{}', '{}', '{}', NULL, '{}', NULL)$$);
+-- A handler that cannot run in a function is refused, as by
+-- inbox_consume(), also when some entries of the batch park.
+SELECT pg_temp.try($$SELECT * FROM inbox_consume_keyed('parker', 'COMMIT', '{"",""}', '{8-1,8-2}', pg_temp.b('{00000000-0000-4000-8000-000000008001,00000000-0000-4000-8000-000000008002}'), pg_temp.b('{t,t}'), pg_temp.b('{A,B}'), pg_temp.b('{"{}","{}"}'), NULL)$$);
+-- Keyless batches (keys NULL) take the fast path; headers are kept as
+-- received when an entry parks.
+SELECT * FROM inbox_consume_keyed('parker', 'SELECT 1', '{"",""}', '{8-3,8-4}', pg_temp.b('{00000000-0000-4000-8000-000000008003,00000000-0000-4000-8000-000000008004}'), pg_temp.b('{t,t}'), NULL, pg_temp.b('{"{}","{}"}'), NULL);
+SELECT * FROM inbox_consume_keyed('parker', 'SELECT 1', '{""}', '{8-5}', pg_temp.b('{00000000-0000-4000-8000-000000008005}'), pg_temp.b('{t}'), pg_temp.b('{A}'), pg_temp.b('{"{}"}'), pg_temp.b('{"{\"trace\": \"x\\u0000\"}"}'));
+SELECT entry_id, convert_from(headers, 'UTF8') AS headers FROM outbox.parked_entries WHERE entry_id = '8-5';
 -- An empty batch is an empty result, after the consumer check.
 SELECT count(*) AS empty FROM inbox_consume_keyed('parker', 'SELECT 1', '{}', '{}', '{}', '{}', NULL, '{}', NULL);
 SELECT pg_temp.try($$SELECT * FROM inbox_consume_keyed('unknown', 'SELECT 1', '{}', '{}', '{}', '{}', NULL, '{}', NULL)$$);
