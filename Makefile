@@ -45,12 +45,12 @@ DATA_built = sql/pg_outbox--$(EXTVERSION).sql sql/pg_outbox_sql--$(EXTVERSION).s
 # does) and the upgrade scripts between them.
 DATA = $(wildcard sql/released/pg_outbox--*.sql)
 
-REGRESS = install emit emit_errors emit_drivers groups group_names feed group_ops packed skip privileges explain inbox inbox_context inbox_entries inbox_consumers maintain shards engine_c drop
+REGRESS = install emit emit_errors emit_drivers groups group_names feed group_ops packed skip privileges explain inbox inbox_context inbox_entries inbox_consumers inbox_park inbox_redrive maintain shards engine_c drop
 REGRESS_OPTS = --inputdir=test --outputdir=test --load-extension=pg_outbox
 # Specs whose setup or teardown truncates the event table wait for the
 # maintenance lock first: on a preloaded cluster a background maintenance run
 # could otherwise deadlock with the TRUNCATE.
-ISOLATION = xid_order emit_ids abort_savepoint open_tx prepared two_relays inbox_race inbox_isolation maintain_concurrent rewind_leader holders_privacy lease
+ISOLATION = xid_order emit_ids abort_savepoint open_tx prepared two_relays inbox_race inbox_isolation inbox_park_race maintain_concurrent rewind_leader holders_privacy lease
 ISOLATION_OPTS = --inputdir=test --outputdir=test/isolation --load-extension=pg_outbox
 
 # Tests that need pg_outbox in shared_preload_libraries (the commit order):

@@ -96,13 +96,16 @@ BEGIN
 		RETURN NEXT;
 		RETURN;
 	END IF;
-	RETURN QUERY
-		SELECT 'entry'::text, e.entry_id, e.event_id, e.topic, e.key, e.payload, e.headers, e.deliveries + 1, k.state
-		  FROM outbox.parked_entries e
-		 WHERE e.consumer = parked_take_unchecked.consumer AND e.stream = parked_take_unchecked.stream
-		   AND e.key_hash = k.key_hash
-		 ORDER BY e.pos_ms, e.pos_seq
-		 LIMIT max_entries;
+	-- Planned at each call, for the table as it is now: a plan cached
+	-- while few entries were parked (a scan and a sort) would stay in use
+	-- once a key has a million, for every step of its drain.
+	RETURN QUERY EXECUTE
+		'SELECT ''entry''::text, e.entry_id, e.event_id, e.topic, e.key, e.payload, e.headers, e.deliveries + 1, $4
+		   FROM outbox.parked_entries e
+		  WHERE e.consumer = $1 AND e.stream = $2 AND e.key_hash = $3
+		  ORDER BY e.pos_ms, e.pos_seq
+		  LIMIT $5'
+		USING k.consumer, k.stream, k.key_hash, k.state, max_entries;
 END
 $$;
 COMMENT ON FUNCTION outbox.parked_take_unchecked(text, text, bytea, integer) IS

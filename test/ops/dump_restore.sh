@@ -3,7 +3,8 @@
 # a DBA does it: custom format, custom format in one transaction, plain
 # SQL through psql with ON_ERROR_STOP. Each must exit 0 and bring back the
 # settings, the groups with their cursors and stream templates, the inbox's memory of applied
-# events (dedupe still holds), the dead letters and the user's own data.
+# events (dedupe still holds), the dead letters, the parked keys with their
+# parked entries (which then drain) and the user's own data.
 # Events are not carried (see README, "Dump and restore"): their
 # transaction ids mean nothing in another cluster.
 #
@@ -49,6 +50,27 @@ SELECT inbox_consumer_create('ledger', 'dump_ledger');
 SELECT inbox_apply('ledger', ('00000000-0000-4000-8000-00000000000' || i)::uuid, jsonb_build_object('n', i))
   FROM generate_series(1, 9) i;
 SELECT inbox_dead_letter('ledger', 'outbox:orders', '1-1', NULL, 'orders', NULL, NULL, NULL, 'broken entry');
+-- Parked keys of stream outbox:accounts: acct-7 dead at its event 5 (the
+-- dead letter) with 6 and 7 parked; acct-9 dead at 8, skipped, 9 parked.
+CREATE TABLE drained (n serial, key text, payload jsonb);
+CREATE FUNCTION pg_temp.f(key text, n int) RETURNS bytea[] LANGUAGE sql AS $$
+	SELECT ARRAY[convert_to('event_id', 'UTF8'), convert_to(format('00000000-0000-4000-8000-%s', lpad((500 + n)::text, 12, '0')), 'UTF8'),
+				 convert_to('topic', 'UTF8'), convert_to('accounts', 'UTF8'), convert_to('key', 'UTF8'), convert_to(key, 'UTF8'),
+				 convert_to('payload', 'UTF8'), convert_to(format('{"n": %s}', n), 'UTF8')]
+$$;
+CREATE FUNCTION pg_temp.park(key text, ns int[]) RETURNS SETOF text LANGUAGE sql AS $$
+	SELECT c.status
+	  FROM inbox_consume_keyed('ledger', 'INSERT INTO drained (key, payload) VALUES ($2, $3)',
+							   array_fill('outbox:accounts'::text, ARRAY[cardinality(ns)]),
+							   ARRAY(SELECT n || '-1' FROM unnest(ns) n), ARRAY(SELECT (pg_temp.f(key, n))[2] FROM unnest(ns) n),
+							   ARRAY(SELECT (pg_temp.f(key, n))[4] FROM unnest(ns) n), ARRAY(SELECT (pg_temp.f(key, n))[6] FROM unnest(ns) n),
+							   ARRAY(SELECT (pg_temp.f(key, n))[8] FROM unnest(ns) n), NULL) c
+$$;
+SELECT * FROM inbox_park_key('ledger', 'outbox:accounts', '5-1', pg_temp.f('acct-7', 5), 'handler failed', 'P0001', 3, true);
+SELECT * FROM inbox_park_key('ledger', 'outbox:accounts', '8-1', pg_temp.f('acct-9', 8), 'handler failed', 'P0001', 3, true);
+SELECT pg_temp.park('acct-7', '{6,7}');
+SELECT pg_temp.park('acct-9', '{9}');
+SELECT * FROM inbox_skip('ledger', 'acct-9');
 -- Maintenance puts today's inbox rows in their day's partition (again
 -- while the background run woken by the install holds the lock).
 DO $$
@@ -66,7 +88,9 @@ snapshot() {
 SELECT 'config', partition_width, premake, retention, inbox_retention, retire_mode FROM outbox.config;
 SELECT 'group', name, shard, shards, topics, ordering, cursor, stale, streams, stream_template FROM outbox.groups ORDER BY name, shard;
 SELECT 'inbox', consumer, event_id, payload FROM outbox.inbox ORDER BY consumer, event_id;
-SELECT 'dead', consumer, stream, entry_id, reason FROM outbox.dead_letters ORDER BY id;
+SELECT 'dead', id, consumer, stream, entry_id, reason, fields, replayed_at, skipped_at, skipped_by FROM outbox.dead_letters ORDER BY id;
+SELECT 'parked key', * FROM outbox.parked_keys ORDER BY consumer, stream, key_hash;
+SELECT 'parked entry', * FROM outbox.parked_entries ORDER BY consumer, stream, entry_id;
 SELECT 'consumer', consumer, owner FROM inbox_consumers();
 SELECT 'orders', id, total FROM orders ORDER BY id;
 SQL
@@ -108,12 +132,31 @@ for way in custom single plain; do
 	db="dst_$way"
 	check "restore ($way) exits 0" "restore_$way" "$db"
 	snapshot "$db" >"$work/$db"
-	check "restore ($way) brings back settings, groups, cursors, inbox, dead letters and data" \
+	check "restore ($way) brings back settings, groups, cursors, inbox, dead letters, parked keys and data" \
 		diff -u "$work/src" "$work/$db"
 	check "restore ($way): a redelivered event is still a duplicate" \
 		test "$(q "$db" -c "SELECT inbox_apply('ledger', '00000000-0000-4000-8000-000000000003', '{\"n\": 3}')")" = f
 	check "restore ($way): the same id with another payload is still a conflict (OB001)" \
 		bash -c "psql -X -q -At -d $db -c \"SELECT inbox_apply('ledger', '00000000-0000-4000-8000-000000000003', '{\\\"n\\\": 4}')\" 2>&1 | grep -q 'already applied'"
+	check "restore ($way): the parked keys drain, in order" \
+		eq "$(q "$db" <<'SQL'
+SELECT result FROM inbox_redrive('ledger', 'acct-7');
+PREPARE step(text) AS
+	SELECT applied || ' ' || coalesce(key_state, 'un-parked')
+	  FROM inbox_redrive_step('ledger', 'INSERT INTO drained (key, payload) VALUES ($2, $3)', 'outbox:accounts',
+							  convert_to($1, 'UTF8'));
+EXECUTE step('acct-7');
+EXECUTE step('acct-7');
+EXECUTE step('acct-9');
+SELECT string_agg(key || ':' || (payload->>'n'), ' ' ORDER BY n) FROM drained;
+SELECT count(*) FROM inbox_parked_keys('ledger');
+SQL
+)" "requested
+1 draining
+2 un-parked
+1 un-parked
+acct-7:5 acct-7:6 acct-7:7 acct-9:9
+0"
 	check "restore ($way): events are not carried" \
 		test "$(q "$db" -c "SELECT count(*) FROM outbox.event")" = 0
 	check "restore ($way): maintenance runs in the restored database" \

@@ -8,6 +8,11 @@
 # topics and shard exactly once, in order, across both moves, at rising
 # positions; the inbox still refuses a redelivery (false) and a forged
 # event (OB001) after each move; the dead letters are still replayed.
+# Parked keys (consume --on-failure park-key) move with their parked
+# entries: a dead key, a retrying one and one draining past a skipped dead
+# letter survive both moves as they were, and then drain, in order. A copy
+# made before keys could park (no parked tables, dead letters without
+# skipped_at and skipped_by) is imported too.
 # A move that cannot be made (a group with events it has not published, a
 # relay leading a group) is refused whole, naming the group.
 #
@@ -43,6 +48,30 @@ SELECT inbox_dead_letter('ledger', 'outbox:orders', '1-' || i, ('00000000-0000-4
 						 'orders', 'k' || i, jsonb_build_object('n', 100 + i), NULL, 'handler failed')
   FROM generate_series(1, 2) i;
 CREATE TABLE applied (event_id uuid PRIMARY KEY, payload jsonb NOT NULL);
+-- Parked keys of stream outbox:accounts: acct-7 dead at its event 5 with
+-- 6, 7 and 8 parked; acct-8 retrying its event 10 with 11 parked; acct-9
+-- dead at 12 and skipped (draining 13).
+CREATE TABLE drained (n bigserial, key text, payload jsonb);
+CREATE FUNCTION pg_temp.f(key text, n int) RETURNS bytea[] LANGUAGE sql AS $$
+	SELECT ARRAY[convert_to('event_id', 'UTF8'), convert_to(format('00000000-0000-4000-8000-%s', lpad((500 + n)::text, 12, '0')), 'UTF8'),
+				 convert_to('topic', 'UTF8'), convert_to('accounts', 'UTF8'), convert_to('key', 'UTF8'), convert_to(key, 'UTF8'),
+				 convert_to('payload', 'UTF8'), convert_to(format('{"n": %s}', n), 'UTF8')]
+$$;
+CREATE FUNCTION pg_temp.park(key text, ns int[]) RETURNS SETOF text LANGUAGE sql AS $$
+	SELECT c.status
+	  FROM inbox_consume_keyed('ledger', 'INSERT INTO drained (key, payload) VALUES ($2, $3)',
+							   array_fill('outbox:accounts'::text, ARRAY[cardinality(ns)]),
+							   ARRAY(SELECT n || '-1' FROM unnest(ns) n), ARRAY(SELECT (pg_temp.f(key, n))[2] FROM unnest(ns) n),
+							   ARRAY(SELECT (pg_temp.f(key, n))[4] FROM unnest(ns) n), ARRAY(SELECT (pg_temp.f(key, n))[6] FROM unnest(ns) n),
+							   ARRAY(SELECT (pg_temp.f(key, n))[8] FROM unnest(ns) n), NULL) c
+$$;
+SELECT * FROM inbox_park_key('ledger', 'outbox:accounts', '5-1', pg_temp.f('acct-7', 5), 'handler failed', 'P0001', 3, true);
+SELECT * FROM inbox_park_key('ledger', 'outbox:accounts', '10-1', pg_temp.f('acct-8', 10), 'handler failed', 'P0001', 1, false);
+SELECT * FROM inbox_park_key('ledger', 'outbox:accounts', '12-1', pg_temp.f('acct-9', 12), 'handler failed', 'P0001', 3, true);
+SELECT pg_temp.park('acct-7', '{6,7,8}');
+SELECT pg_temp.park('acct-8', '{11}');
+SELECT pg_temp.park('acct-9', '{13}');
+SELECT * FROM inbox_skip('ledger', 'acct-9');
 SQL
 
 # Emits events in three transactions (of two topics; one by
@@ -111,7 +140,9 @@ SELECT 'config', partition_width, premake, retention, inbox_retention, retire_mo
 SELECT 'group', id, name, shard, shards, topics, ordering, cursor, epoch, stale, streams, stream_template, created_at FROM outbox.groups ORDER BY name, shard;
 SELECT 'consumer', consumer, owner, created_at FROM inbox_consumers();
 SELECT 'inbox', consumer, event_id, payload, applied_at FROM outbox.inbox ORDER BY consumer, event_id;
-SELECT 'dead', id, consumer, event_id, stream, entry_id, topic, key, payload, reason, deliveries, first_failed_at, replayed_at FROM outbox.dead_letters ORDER BY id;
+SELECT 'dead', id, consumer, event_id, stream, entry_id, topic, key, payload, fields, reason, deliveries, first_failed_at, replayed_at, skipped_at, skipped_by FROM outbox.dead_letters ORDER BY id;
+SELECT 'parked key', * FROM outbox.parked_keys ORDER BY consumer, stream, key_hash;
+SELECT 'parked entry', * FROM outbox.parked_entries ORDER BY consumer, stream, entry_id;
 SELECT 'applied', event_id, payload FROM applied ORDER BY event_id;
 SQL
 }
@@ -175,7 +206,7 @@ snapshot >"$work/before"
 check "the move to the SQL engine exits 0" move_to sql
 check "the database is on the SQL engine" eq "$(engine)" sql
 snapshot >"$work/after"
-check "the move to the SQL engine keeps settings, groups, cursors, consumers, inbox and dead letters" \
+check "the move to the SQL engine keeps settings, groups, cursors, consumers, inbox, dead letters and parked keys" \
 	diff -u "$work/before" "$work/after"
 check "nobody leads a group after the move" \
 	eq "$(q "$db" -c "SELECT count(*) FROM outbox.groups WHERE leader_pid IS NOT NULL")" 0
@@ -192,12 +223,58 @@ snapshot >"$work/before"
 check "the move back to the C engine exits 0" move_to c
 check "the database is on the C engine" eq "$(engine)" c
 snapshot >"$work/after"
-check "the move back keeps settings, groups, cursors, consumers, inbox and dead letters" \
+check "the move back keeps settings, groups, cursors, consumers, inbox, dead letters and parked keys" \
 	diff -u "$work/before" "$work/after"
 inbox_checks C 2
 
 emit
 check "the events emitted after the move back are published" drain
+
+# The parked keys, moved twice, drain: acct-7 once redriven (its dead
+# letter first, then 6, 7 and 8), acct-9 past its skipped dead letter;
+# acct-8 still retries its head.
+check "after both moves, acct-8 is still retrying and acct-7 waits for a redrive" \
+	eq "$(q "$db" -c "SELECT string_agg(key || ' ' || state || ' ' || parked, ', ' ORDER BY key) FROM inbox_parked_keys('ledger')")" \
+	"acct-7 dead 3, acct-8 retrying 1, acct-9 draining 1"
+check "acct-7 is redriven" \
+	eq "$(q "$db" -c "SELECT result FROM inbox_redrive('ledger', 'acct-7')")" requested
+step() {
+	q "$db" -c "SELECT applied || ' ' || coalesce(key_state, 'un-parked')
+				  FROM inbox_redrive_step('ledger', 'INSERT INTO drained (key, payload) VALUES (\$2, \$3)', 'outbox:accounts',
+										  convert_to('$1', 'UTF8'))"
+}
+check "acct-7's first step applies its dead letter alone" eq "$(step acct-7)" "1 draining"
+check "acct-7's next step applies its parked entries and un-parks it" eq "$(step acct-7)" "3 un-parked"
+check "acct-9's step applies its parked entry, not the skipped dead letter" eq "$(step acct-9)" "1 un-parked"
+check "the drained events are applied in order" \
+	eq "$(q "$db" -c "SELECT string_agg(key || ':' || (payload->>'n'), ' ' ORDER BY n) FROM drained")" \
+	"acct-7:5 acct-7:6 acct-7:7 acct-7:8 acct-9:13"
+check "acct-7's dead letter is replayed, acct-9's skipped" \
+	eq "$(q "$db" -c "SELECT string_agg(entry_id || ' ' || (replayed_at IS NOT NULL) || ' ' || (skipped_at IS NOT NULL), ', ' ORDER BY id)
+						FROM outbox.dead_letters WHERE stream = 'outbox:accounts'")" \
+	"5-1 true false, 12-1 false true"
+check "only acct-8 is still parked" \
+	eq "$(q "$db" -c "SELECT string_agg(key || ' ' || state, ', ') FROM inbox_parked_keys('ledger')")" "acct-8 retrying"
+
+# A copy made before keys could park, without the parked tables and the
+# dead letters' skipped_at and skipped_by, is imported as it is.
+check "a copy without parked keys is imported" \
+	eq "$(q "$db" <<'SQL'
+BEGIN;
+SELECT count(*) FROM outbox_export_state('cp') \g /dev/null
+DROP TABLE cp.parked_keys, cp.parked_entries;
+ALTER TABLE cp.dead_letters DROP COLUMN skipped_at, DROP COLUMN skipped_by;
+CREATE TEMP TABLE was AS SELECT id, entry_id FROM cp.dead_letters;
+DROP EXTENSION pg_outbox;
+CREATE EXTENSION pg_outbox_sql;
+SELECT string_agg(object, ',' ORDER BY object) FILTER (WHERE action = 'restored') FROM outbox_import_state('cp');
+SELECT count(*) FROM outbox.dead_letters d JOIN was w USING (id, entry_id) WHERE d.skipped_at IS NULL AND d.skipped_by IS NULL;
+SELECT count(*) FROM outbox.parked_keys;
+ROLLBACK;
+SQL
+)" "config,consumers,dead_letters,groups,inbox,skipped_events
+4
+0"
 
 # Every group published every event of its topics and shard once, in
 # feed order, at rising positions.

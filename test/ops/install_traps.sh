@@ -400,7 +400,7 @@ SELECT count(*) FROM outbox_import_state('trap_copy'::name, NULL::boolean);
 DROP SCHEMA trap_copy CASCADE;
 COMMIT;
 SQL
-	# The inbox, its dead letters and consumers; maintenance; the admin's
+	# The inbox, its dead letters, parked keys and consumers; maintenance; the admin's
 	# calls: with the search_path the database's owner set for the
 	# database, the planted schema before pg_catalog (inbox_consume and
 	# inbox_replay run with their caller's). These statements use no
@@ -422,6 +422,54 @@ SELECT inbox_dead_letter('ledger'::text, 'outbox:t'::text, '1-1'::text, '0000000
 SELECT inbox_dead_letter('ledger'::text, 'outbox:t'::text, '1-2'::text,
 	ARRAY['payload'::bytea, '{'::bytea], 'malformed'::text, '22P02'::text, 1::integer);
 SELECT inbox_replay((SELECT d.id FROM outbox.dead_letters d ORDER BY d.id LIMIT 1), 'INSERT INTO trap_applied VALUES ($1, $2)'::text);
+-- Parked keys (a payload longer than 12 characters fails the handler):
+-- k5 dead at 5-1, with 6-1, 7-1 (no JSON) and 8-1 (too long) parked; k7's
+-- 10-1 fails in an isolated batch and blocks 11-1, then parks it; the
+-- entries and the operator's calls, each path of a drain step.
+CREATE TABLE IF NOT EXISTS trap_short (topic text, key text, payload varchar(12));
+SELECT * FROM inbox_park_key('ledger'::text, 'outbox:t'::text, '5-1'::text,
+	ARRAY['event_id'::bytea, '00000000-0000-4000-8000-000000000005'::bytea, 'topic'::bytea, 't'::bytea, 'key'::bytea, 'k5'::bytea,
+		  'payload'::bytea, '{}'::bytea], 'handler failed'::text, 'P0001'::text, 3::integer, true::boolean);
+SELECT * FROM inbox_consume_keyed('ledger'::text, 'INSERT INTO trap_short VALUES ($1, $2, $3)'::text,
+	ARRAY['outbox:t', 'outbox:t', 'outbox:t', 'outbox:t']::text[], ARRAY['6-1', '7-1', '8-1', '9-1']::text[],
+	ARRAY['00000000-0000-4000-8000-000000000006'::bytea, '00000000-0000-4000-8000-000000000007'::bytea,
+		  '00000000-0000-4000-8000-000000000008'::bytea, '00000000-0000-4000-8000-000000000009'::bytea],
+	ARRAY['t'::bytea, 't'::bytea, 't'::bytea, 't'::bytea], ARRAY['k5'::bytea, 'k5'::bytea, 'k5'::bytea, 'k6'::bytea],
+	ARRAY['{}'::bytea, '{'::bytea, '{"long": true}'::bytea, '{}'::bytea], NULL::bytea[], false::boolean, true::boolean);
+SELECT * FROM inbox_consume_keyed('ledger'::text, 'INSERT INTO trap_short VALUES ($1, $2, $3)'::text,
+	ARRAY['outbox:t', 'outbox:t', 'outbox:t']::text[], ARRAY['10-1', '11-1', '12-1']::text[],
+	ARRAY['00000000-0000-4000-8000-000000000010'::bytea, '00000000-0000-4000-8000-000000000011'::bytea,
+		  '00000000-0000-4000-8000-000000000012'::bytea],
+	ARRAY['t'::bytea, 't'::bytea, 't'::bytea], ARRAY['k7'::bytea, 'k7'::bytea, 'k8'::bytea],
+	ARRAY['{"long": true}'::bytea, '{}'::bytea, '{}'::bytea], NULL::bytea[], true::boolean, true::boolean);
+SELECT * FROM inbox_park_key('ledger'::text, 'outbox:t'::text, '10-1'::text,
+	ARRAY['event_id'::bytea, '00000000-0000-4000-8000-000000000010'::bytea, 'topic'::bytea, 't'::bytea, 'key'::bytea, 'k7'::bytea,
+		  'payload'::bytea, '{"long": true}'::bytea], 'too long'::text, '22001'::text, 1::integer, false::boolean);
+SELECT * FROM inbox_consume_keyed('ledger'::text, 'INSERT INTO trap_short VALUES ($1, $2, $3)'::text,
+	ARRAY['outbox:t', 'outbox:t']::text[], ARRAY['10-1', '11-1']::text[],
+	ARRAY['00000000-0000-4000-8000-000000000010'::bytea, '00000000-0000-4000-8000-000000000011'::bytea],
+	ARRAY['t'::bytea, 't'::bytea], ARRAY['k7'::bytea, 'k7'::bytea], ARRAY['{"long": true}'::bytea, '{}'::bytea], NULL::bytea[],
+	true::boolean, true::boolean);
+SELECT * FROM outbox.parked_match('ledger'::text, ARRAY['outbox:t']::text[], ARRAY['k7'::bytea], ARRAY['13-1']::text[]);
+SELECT outbox.parked_add('ledger'::text, ARRAY['outbox:t']::text[], ARRAY['13-1']::text[],
+	ARRAY['00000000-0000-4000-8000-000000000013'::bytea], ARRAY['t'::bytea], ARRAY['k7'::bytea], ARRAY['{}'::bytea], NULL::bytea[]);
+SELECT * FROM outbox.parked_take('ledger'::text, 'outbox:t'::text, 'k5'::bytea, 64::integer);
+SELECT * FROM inbox_parked_keys('ledger'::text, NULL::text[]);
+SELECT * FROM inbox_redrive('ledger'::text, 'k5'::text, NULL::text);
+SELECT * FROM inbox_redrive('ledger'::text, 'k7'::text, 'outbox:t'::text);
+SELECT * FROM inbox_redrive_step('ledger'::text, 'INSERT INTO trap_short VALUES ($1, $2, $3)'::text, 'outbox:t'::text,
+	'k5'::bytea, 64::integer);
+SELECT * FROM inbox_redrive_step('ledger'::text, 'INSERT INTO trap_short VALUES ($1, $2, $3)'::text, 'outbox:t'::text,
+	'k5'::bytea, 64::integer);
+SELECT * FROM inbox_park_key('ledger'::text, 'outbox:t'::text, '8-1'::text, NULL::bytea[], 'too long'::text, '22001'::text,
+	1::integer, false::boolean);
+SELECT * FROM inbox_park_key('ledger'::text, 'outbox:t'::text, '8-1'::text, NULL::bytea[], 'too long'::text, '22001'::text,
+	2::integer, true::boolean);
+SELECT * FROM inbox_skip('ledger'::text, 'k5'::text, NULL::text);
+SELECT * FROM inbox_skip('ledger'::text, 'k7'::text, NULL::text);
+SELECT * FROM inbox_redrive_step('ledger'::text, 'INSERT INTO trap_short VALUES ($1, $2, $3)'::text, 'outbox:t'::text,
+	'k5'::bytea, 64::integer);
+SELECT outbox.parked_settle('ledger'::text, 'outbox:t'::text, 'k7'::bytea, true::boolean, ARRAY['13-1']::text[], false::boolean);
 SELECT * FROM inbox_consumers();
 SELECT inbox_consumer_set_owner('ledger'::text, 'outbox_admin'::regrole);
 SELECT inbox_consumer_drop('ledger'::text, true::boolean);

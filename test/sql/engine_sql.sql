@@ -50,9 +50,10 @@ SELECT count(*) AS advisory_locks_after_commit FROM pg_locks
 
 -- Emission writes as the extension's owner: callers need EXECUTE on the
 -- functions, not INSERT on the table (the privileges test shows both).
--- So do the inbox's consumer check and dead letters, which read and write
--- tables their callers cannot (the C engine's functions run as their
--- callers and check in C; install.sql leaves these five out).
+-- So do the inbox's consumer check, dead letters and the entries of
+-- parked keys, which read and write tables their callers cannot (the C
+-- engine's functions run as their callers and check in C; install.sql
+-- leaves these out).
 SELECT p.proname, pg_get_function_identity_arguments(p.oid) AS args, p.prosecdef, p.proconfig
   FROM pg_proc p
  WHERE p.proname IN ('outbox_emit', 'outbox_emit_many', 'inbox_consumer_check', 'inbox_dead_letter', 'dead_letter_take', 'outbox_relay_waiting',

@@ -20,6 +20,8 @@ CREATE ROLE regress_outbox_nobody;
 
 TRUNCATE outbox.event;
 SELECT outbox_group_create('priv', ordering => 'xid8');
+-- A consumer of the admins' (the parked keys' calls name it).
+SELECT inbox_consumer_create('priv_ledger', 'outbox_admin');
 
 -- The calls each role might make.
 CREATE TEMP TABLE calls (n int, q text);
@@ -49,7 +51,14 @@ INSERT INTO calls VALUES
     (22, $$SELECT count(*) FROM outbox_groups()$$),
     (23, $$SELECT count(*) FROM outbox_maintenance_status()$$),
     (24, $$SELECT count(*) FROM outbox.groups$$),
-    (25, $$SELECT count(*) FROM outbox.maintenance$$);
+    (25, $$SELECT count(*) FROM outbox.maintenance$$),
+    (26, $$SELECT count(*) FROM inbox_parked_keys('priv_ledger')$$),
+    (27, $$SELECT count(*) FROM inbox_redrive('priv_ledger', 'k')$$),
+    (28, $$SELECT count(*) FROM inbox_skip('priv_ledger', 'k')$$),
+    (29, $$SELECT count(*) FROM inbox_redrive_step('priv_ledger', 'SELECT 1', 's', '\x6b')$$),
+    (30, $$SELECT count(*) FROM outbox.parked_take('priv_ledger', 's', '\x6b', 1)$$),
+    (31, $$SELECT count(*) FROM outbox.parked_keys$$),
+    (32, $$SELECT count(*) FROM outbox.parked_entries$$);
 
 SET ROLE regress_outbox_nobody;
 SELECT n, pg_temp.try(q) FROM calls ORDER BY n;
@@ -71,6 +80,7 @@ RESET ROLE;
 -- What writers emitted is in the table, written as the table's owner.
 SELECT count(*) AS emitted FROM outbox.event;
 
+SELECT inbox_consumer_drop('priv_ledger');
 SELECT outbox_group_drop('priv');
 SELECT outbox_group_drop('priv2', true);
 TRUNCATE outbox.event;
