@@ -331,8 +331,13 @@ BEGIN
 		k.head_fields := NULL;
 	END IF;
 	IF cardinality(settled) > 0 THEN
-		DELETE FROM outbox.parked_entries e
-		 WHERE e.consumer = k.consumer AND e.stream = k.stream AND e.key_hash = k.key_hash AND e.entry_id = ANY (settled);
+		-- Planned at each call, so that the settled entries are found by
+		-- the primary key: a plan cached while the table was small would
+		-- walk the key's whole order index instead, every parked entry of
+		-- the key at each step of its drain.
+		EXECUTE 'DELETE FROM outbox.parked_entries e
+				  WHERE e.consumer = $1 AND e.stream = $2 AND e.entry_id = ANY ($4) AND e.key_hash = $3'
+			USING k.consumer, k.stream, k.key_hash, settled;
 		GET DIAGNOSTICS removed = ROW_COUNT;
 		k.parked := greatest(k.parked - removed, 0);
 	END IF;
