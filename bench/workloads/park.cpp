@@ -40,11 +40,13 @@ struct Park {
     // k0 failing: entries/s of the other keys, and the entries parked.
     std::pair<double, long long> run(const std::string& set, bool fail, long long others, const std::string& group) {
         reset(fail);
+        // Group "even" publishes topic c, "hot" topic h.
+        const std::string topic = set == "even" ? "c" : "h";
         std::vector<std::unique_ptr<testing::Process>> consumers;
         for (int k = 1; k <= 4; ++k)
             consumers.push_back(ctx.spawn(
                 {ctx.relay, "consume", "--pg", ctx.conninfo("sink"), "--redis", ctx.redis_address(), "--consumer",
-                 "bench", "--group", group, "--worker", "w" + std::to_string(k), "--stream", set + ":c:{shard}",
+                 "bench", "--group", group, "--worker", "w" + std::to_string(k), "--stream", set + ":" + topic + ":{shard}",
                  "--shards", "4", "--pool", "--pool-renew", "1s", "--on-failure", "park-key", "--max-deliveries", "1",
                  "--handler", kHandler, "--batch-size", "100", "--block", "100ms", "--log-level", "warn"},
                 "park_" + std::to_string(k) + ".log"));
@@ -135,6 +137,7 @@ void workload_park(Context& ctx) {
             parked.push_back(static_cast<double>(b.second));
             std::printf("   round %d, %s: other keys' entries/s healthy %.0f, k0 parked %.0f (%lld entries parked)\n",
                         r, set.c_str(), a.first, b.first, b.second);
+            std::fflush(stdout);
         };
         pair("even", even_others, even_ok, even_parked, even_ratio, even_n);
         pair("hot", hot_others, hot_ok, hot_parked, hot_ratio, hot_n);
