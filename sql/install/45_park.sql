@@ -328,8 +328,20 @@ BEGIN
 		k.head_fields := NULL;
 	END IF;
 	IF cardinality(settled) > 0 THEN
+		-- The settled entries are the first ones of the key (a drain step
+		-- settles a prefix): they are found in the key's order and the scan
+		-- stops once it has them all, whichever index the plan takes. Not
+		-- "entry_id = ANY (settled)" alone: the plan cached for it while
+		-- the table has no statistics can take parked_entries_order with the
+		-- ids as a mere filter, and every step then reads every entry still
+		-- parked of the key (a drain quadratic in the entries parked).
 		DELETE FROM outbox.parked_entries e
-		 WHERE e.consumer = k.consumer AND e.stream = k.stream AND e.key_hash = k.key_hash AND e.entry_id = ANY (settled);
+		 WHERE e.ctid = ANY (ARRAY(
+				SELECT x.ctid FROM outbox.parked_entries x
+				 WHERE x.consumer = k.consumer AND x.stream = k.stream AND x.key_hash = k.key_hash
+				   AND x.entry_id = ANY (settled)
+				 ORDER BY x.pos_ms, x.pos_seq
+				 LIMIT cardinality(settled)));
 		GET DIAGNOSTICS removed = ROW_COUNT;
 		k.parked := greatest(k.parked - removed, 0);
 	END IF;
