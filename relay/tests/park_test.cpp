@@ -8,8 +8,14 @@
 
 #include <httplib.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "fixture.hpp"
@@ -396,4 +402,311 @@ TEST_F(ParkTest, HugeAndControlCharacterKeysParkAndRedrive) {
         EXPECT_EQ(query_column(db, "SELECT string_agg(n::text, ' ' ORDER BY seq) FROM projection WHERE key = $1",
                                {Param(*key)}),
                   std::vector<std::string>{"1 2 3"});
+}
+
+namespace {
+
+// A UUID of its own for the n-th event a test writes by itself (the
+// inbox keys on event ids): no round trip to PostgreSQL per event.
+std::string test_event_id(unsigned tag, unsigned long long n) {
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "%08x-0000-4000-8000-%012llx", tag, n);
+    return buf;
+}
+
+// "from to": the numbers from..to separated by spaces, as applied() gives them.
+std::string numbers(int from, int to) {
+    std::string out;
+    for (int i = from; i <= to; ++i) out += (i > from ? " " : "") + std::to_string(i);
+    return out;
+}
+
+// The worker's resident set, in kB, from /proc; -1 when unreadable.
+long long resident_kb(pid_t pid) {
+    std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+    std::string line;
+    while (std::getline(status, line))
+        if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6));
+    return -1;
+}
+
+}  // namespace
+
+// A key whose redrive is under way receives new events meanwhile (and so
+// does another key): the new events of A are parked behind the drain, or
+// applied once the key is un-parked, never before an earlier one; at the
+// end every event of A is applied exactly once, in stream order, A is
+// un-parked and B is complete.
+TEST_F(ParkTest, NewEventsDuringTheRedriveApplyOnceInOrder) {
+    auto& consumer = start_consumer({"--on-failure", "park-key", "--max-deliveries", "1", "--batch-size", "50"});
+    append_interleaved(200, {{3, "bug"}});
+    ASSERT_TRUE(eventually(
+        [&] {
+            return sink_count("SELECT count(*) FROM outbox.parked_keys WHERE key = 'A' AND state = 'dead'") == 1 &&
+                   sink_count("SELECT count(*) FROM outbox.parked_entries WHERE key = 'A'") == 197 &&
+                   applied("B") == numbers(1, 200);
+        },
+        60s))
+        << consumer.log().substr(0, 20000);
+    EXPECT_EQ(applied("A"), "1 2");
+    sink().exec("DELETE FROM broken");
+
+    // A writer appends events 201 to 600 of A and of B, one pair every few
+    // milliseconds, from before the redrive (these park behind the dead
+    // head) through the drain until after it (these apply as they come).
+    std::atomic<bool> started{false};
+    std::string writer_error;
+    std::thread writer([&] {
+        try {
+            auto redis = redis_->connect();
+            for (int i = 201; i <= 600; ++i) {
+                for (const char* key : {"A", "B"}) {
+                    const std::string payload = "{\"n\": " + std::to_string(i) + "}";
+                    redis.command({"XADD", kStream, "*", "event_id",
+                                   test_event_id(key[0] == 'A' ? 0xa : 0xb, static_cast<unsigned long long>(i)),
+                                   "topic", "ledger", "key", key, "payload", payload});
+                }
+                if (i == 250) started = true;
+                std::this_thread::sleep_for(3ms);
+            }
+        } catch (const std::exception& e) {
+            writer_error = e.what();
+        }
+        started = true;
+    });
+    while (!started) std::this_thread::sleep_for(1ms);
+    auto db = sink();
+    const auto result = query_column(db, "SELECT result FROM inbox_redrive('accounting', 'A')");
+    writer.join();
+    ASSERT_EQ(writer_error, "");
+    EXPECT_EQ(result, std::vector<std::string>{"requested"});
+    ASSERT_TRUE(eventually([&] { return applied("A") == numbers(1, 600); }, 60s))
+        << applied("A") << consumer.log().substr(0, 20000);
+    EXPECT_TRUE(eventually([&] { return applied("B") == numbers(1, 600); }, 30s)) << applied("B");
+    EXPECT_TRUE(eventually([&] { return sink_count("SELECT count(*) FROM inbox_parked_keys('accounting')") == 0; },
+                           30s));
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.parked_entries"), 0);
+    EXPECT_EQ(applied("C"), numbers(1, 200));
+    EXPECT_EQ(sink_count("SELECT count(*) FROM projection"), 1400);
+    EXPECT_EQ(sink_count("SELECT count(DISTINCT event_id) FROM projection"), 1400);
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.dead_letters WHERE replayed_at IS NULL"), 0);
+    EXPECT_TRUE(eventually([&] { return pending() == 0; }, 10s));
+}
+
+// Hostile: 100,000 entries of one key parked behind its dead head, then
+// redriven. All apply exactly once, in order; the drain goes in steps of
+// at most 64 entries, each its own transaction (the handler's rows carry
+// their transaction's id), and the worker's memory does not grow with the
+// number of parked entries.
+TEST_F(ParkTest, HundredThousandParkedEntriesOfOneKeyDrainInOrder) {
+    constexpr int kParked = 100000;
+    const auto started = std::chrono::steady_clock::now();
+    sink().exec("ALTER TABLE projection ADD COLUMN tx bigint DEFAULT txid_current()");
+    auto& consumer = start_consumer({"--on-failure", "park-key", "--max-deliveries", "1", "--batch-size", "1000",
+                                     "--log-level", "info"});
+    {
+        auto redis = redis_->connect();
+        // Event 1 fails (the head, dead at once); 2 to 100,001 park.
+        constexpr int kPipeline = 1000;
+        for (int from = 1; from <= kParked + 1; from += kPipeline) {
+            const int to = std::min(from + kPipeline - 1, kParked + 1);
+            for (int i = from; i <= to; ++i) {
+                const std::string payload =
+                    "{\"n\": " + std::to_string(i) + (i == 1 ? ", \"fail\": \"bug\"}" : "}");
+                const std::string event_id = test_event_id(0xa, static_cast<unsigned long long>(i));
+                redis.append({"XADD", kStream, "*", "event_id", event_id, "topic", "ledger", "key", "A", "payload",
+                              payload});
+            }
+            auto replies = redis.read_replies(static_cast<std::size_t>(to - from + 1));
+            for (std::size_t r = 0; r < replies.size(); ++r)
+                ASSERT_NE(replies.raw(r).type, REDIS_REPLY_ERROR) << reply_text(&replies.raw(r));
+        }
+    }
+    ASSERT_TRUE(eventually(
+        [&] {
+            return sink_count("SELECT count(*) FROM outbox.parked_entries WHERE key = 'A'") == kParked &&
+                   sink_count("SELECT count(*) FROM outbox.parked_keys WHERE key = 'A' AND state = 'dead'") == 1;
+        },
+        300s, 500ms))
+        << consumer.log().substr(0, 20000);
+    EXPECT_TRUE(eventually([&] { return pending() == 0; }, 30s));
+    const auto parked_at = std::chrono::steady_clock::now();
+    EXPECT_EQ(sink_count("SELECT count(*) FROM projection"), 0);
+    const long long rss_before = resident_kb(consumer.pid());
+    ASSERT_GT(rss_before, 0);
+
+    sink().exec("DELETE FROM broken");
+    auto db = sink();
+    EXPECT_EQ(query_column(db, "SELECT result FROM inbox_redrive('accounting', 'A')"),
+              std::vector<std::string>{"requested"});
+    long long rss_peak = rss_before;
+    ASSERT_TRUE(eventually(
+        [&] {
+            rss_peak = std::max(rss_peak, resident_kb(consumer.pid()));
+            return sink_count("SELECT count(*) FROM projection") == kParked + 1;
+        },
+        600s, 500ms))
+        << consumer.log().substr(0, 20000);
+    const auto drained_at = std::chrono::steady_clock::now();
+    EXPECT_TRUE(eventually([&] { return sink_count("SELECT count(*) FROM outbox.parked_keys") == 0; }, 30s));
+    rss_peak = std::max(rss_peak, resident_kb(consumer.pid()));
+
+    // In order, each event exactly once.
+    EXPECT_EQ(sink_count("SELECT count(DISTINCT event_id) FROM projection"), kParked + 1);
+    EXPECT_EQ(sink_count("SELECT count(*) FROM (SELECT n, row_number() OVER (ORDER BY seq) AS r FROM projection) p "
+                         "WHERE n <> r"),
+              0);
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.parked_entries"), 0);
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.dead_letters WHERE replayed_at IS NULL"), 0);
+    // No transaction applied more than 64 entries.
+    EXPECT_LE(sink_count("SELECT max(c) FROM (SELECT count(*) AS c FROM projection GROUP BY tx) t"), 64);
+    EXPECT_GE(sink_count("SELECT count(DISTINCT tx) FROM projection"), (kParked + 63) / 64);
+    // The drain reads about the entries it applies, not every entry still
+    // parked at each step (a drain quadratic in the entries parked): the
+    // index tuples read from parked_entries, once the statistics of its
+    // deletes are in, are a few per entry.
+    ASSERT_TRUE(eventually(
+        [&] {
+            return sink_count("SELECT n_tup_del FROM pg_stat_user_tables "
+                              "WHERE relid = 'outbox.parked_entries'::regclass") >= kParked;
+        },
+        30s));
+    const long long index_reads = sink_count(
+        "SELECT sum(idx_tup_read)::bigint FROM pg_stat_user_indexes WHERE relid = 'outbox.parked_entries'::regclass");
+    EXPECT_LT(index_reads, 10LL * kParked);
+    // Bounded memory: a generous bound, far below what holding the parked
+    // entries would take.
+    EXPECT_LT(rss_peak, 200 * 1024) << "VmRSS before the redrive: " << rss_before << " kB";
+    const auto seconds = [](auto d) { return std::chrono::duration<double>(d).count(); };
+    std::printf("[ info ] 100,000 parked: parked in %.1f s, drained in %.1f s; VmRSS %lld kB before, peak %lld kB; "
+                "%lld index tuples read from parked_entries\n",
+                seconds(parked_at - started), seconds(drained_at - parked_at), rss_before, rss_peak, index_reads);
+}
+
+// inbox_redrive and inbox_skip are role-checked: a role that does not own
+// the consumer gets 42501 and changes nothing. A key that is not parked
+// gives one row, 'not parked', from both: a no-op, not an error.
+TEST_F(ParkTest, RedriveByAnotherRoleIsRefusedAndNotParkedIsANoOp) {
+    {
+        PgConnection db(sink_, "tests");
+        db.exec("CREATE ROLE other_user LOGIN IN ROLE outbox_consumer");
+        db.exec("CREATE ROLE other_owner");
+        db.exec("SELECT inbox_consumer_create('billing', 'other_owner')");
+        db.exec("GRANT other_owner TO other_user");
+    }
+    auto& consumer = start_consumer({"--on-failure", "park-key", "--max-deliveries", "1"});
+    append_interleaved(5, {{3, "bug"}});
+    ASSERT_TRUE(eventually(
+        [&] {
+            return sink_count("SELECT count(*) FROM outbox.parked_keys WHERE key = 'A' AND state = 'dead'") == 1 &&
+                   sink_count("SELECT count(*) FROM outbox.parked_entries") == 2;
+        },
+        30s))
+        << consumer.log();
+    sink().exec("DELETE FROM broken");
+    const std::string state_sql =
+        "SELECT concat_ws(' ', k.state, k.parked, k.redrive_requested_at IS NULL, d.replayed_at IS NULL, "
+        "d.skipped_at IS NULL) FROM outbox.parked_keys k JOIN outbox.dead_letters d ON d.id = k.dead_letter_id "
+        "WHERE k.key = 'A'";
+    auto db = sink();
+    const auto before = query_column(db, state_sql);
+    ASSERT_EQ(before, std::vector<std::string>{"dead 2 t t t"});
+
+    PgConnection other(pg_->conninfo("sink", "other_user"), "tests");
+    for (const std::string sql :
+         {"SELECT * FROM inbox_redrive('accounting', 'A')", "SELECT * FROM inbox_redrive('accounting', 'A', $1)",
+          "SELECT * FROM inbox_skip('accounting', 'A')", "SELECT * FROM inbox_skip('accounting', 'A', $1)"}) {
+        try {
+            if (sql.find("$1") != std::string::npos)
+                other.exec(sql, {kStream});
+            else
+                other.exec(sql);
+            ADD_FAILURE() << sql << " by a role that does not own the consumer succeeded";
+        } catch (const PgError& e) {
+            EXPECT_EQ(e.sqlstate(), "42501") << sql << ": " << e.what();
+        }
+    }
+    // It owns billing: its own consumer answers, and A is parked nowhere there.
+    EXPECT_EQ(query_column(other, "SELECT result FROM inbox_redrive('billing', 'A')"),
+              std::vector<std::string>{"not parked"});
+    std::this_thread::sleep_for(500ms);  // The relay would drain a key set draining by now.
+    EXPECT_EQ(query_column(db, state_sql), before);
+    EXPECT_EQ(applied("A"), "1 2");
+
+    // Keys parked nowhere: B (flowing), an unknown key, and A on another stream.
+    for (const std::string fn : {"inbox_redrive", "inbox_skip"}) {
+        for (const std::string key : {"B", "nobody"}) {
+            const auto r = db.exec("SELECT stream IS NULL, state IS NULL, parked, result FROM " + fn +
+                                       "('accounting', $1)",
+                                   {key});
+            ASSERT_EQ(r.rows(), 1) << fn << " " << key;
+            EXPECT_EQ(std::string(r.get(0, 0)) + " " + std::string(r.get(0, 1)) + " " + std::string(r.get(0, 2)) +
+                          " " + std::string(r.get(0, 3)),
+                      "t t 0 not parked")
+                << fn << " " << key;
+        }
+        const auto r = db.exec("SELECT stream, result FROM " + fn + "('accounting', 'A', 'outbox:elsewhere')");
+        ASSERT_EQ(r.rows(), 1) << fn;
+        EXPECT_EQ(std::string(r.get(0, 0)) + " " + std::string(r.get(0, 1)), "outbox:elsewhere not parked") << fn;
+    }
+    EXPECT_EQ(query_column(db, state_sql), before);
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.parked_keys"), 1);
+
+    // The owner's role redrives.
+    PgConnection owner(pg_->conninfo("sink", "consumer_user"), "tests");
+    EXPECT_EQ(query_column(owner, "SELECT result FROM inbox_redrive('accounting', 'A')"),
+              std::vector<std::string>{"requested"});
+    ASSERT_TRUE(eventually([&] { return applied("A") == "1 2 3 4 5"; }, 30s)) << consumer.log();
+}
+
+// Entries that park nothing: a keyless entry whose handler fails is
+// retried and dead-lettered alone after --max-deliveries; an entry whose
+// key is not valid UTF-8 is malformed, dead-lettered alone at once. No
+// key is parked, and the other keys (and the later keyless entries) flow.
+TEST_F(ParkTest, KeylessAndMalformedEntriesNeverPark) {
+    auto& consumer = start_consumer({"--on-failure", "park-key", "--max-deliveries", "2"});
+    {
+        auto redis = redis_->connect();
+        unsigned long long n = 0;
+        const auto add = [&](const char* key, int i, bool fail) {
+            std::vector<std::string> argv{"XADD", kStream, "*", "event_id", test_event_id(0xc, ++n), "topic",
+                                          "ledger"};
+            if (key != nullptr) {
+                argv.emplace_back("key");
+                argv.emplace_back(key);
+            }
+            argv.emplace_back("payload");
+            argv.emplace_back("{\"n\": " + std::to_string(i) + (fail ? ", \"fail\": \"bug\"}" : "}"));
+            std::vector<std::string_view> views(argv.begin(), argv.end());
+            auto r = redis.command(views);
+            ASSERT_NE(r->type, REDIS_REPLY_ERROR) << reply_text(r.get());
+        };
+        for (int i = 1; i <= 5; ++i) {
+            add(nullptr, i, i == 2);    // keyless: its second event fails
+            add("\xff\xfe", i, false);  // not UTF-8: malformed, every one
+            add("B", i, false);
+            add("C", i, false);
+        }
+    }
+    ASSERT_TRUE(eventually([&] { return sink_count("SELECT count(*) FROM outbox.dead_letters") == 6; }, 30s))
+        << consumer.log();
+    EXPECT_TRUE(eventually([&] { return pending() == 0; }, 10s));
+    EXPECT_EQ(applied("B"), "1 2 3 4 5");
+    EXPECT_EQ(applied("C"), "1 2 3 4 5");
+    EXPECT_EQ(sink_count("SELECT count(*) FROM projection WHERE key IS NULL"), 4);
+    EXPECT_EQ(sink_count("SELECT (string_agg(n::text, ' ' ORDER BY seq) = '1 3 4 5')::int FROM projection "
+                         "WHERE key IS NULL"),
+              1);
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.parked_keys"), 0);
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.parked_entries"), 0);
+    EXPECT_EQ(sink_count("SELECT count(*) FROM inbox_parked_keys('accounting')"), 0);
+    // The keyless one after its deliveries, the handler's error; the
+    // others malformed, at once.
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.dead_letters WHERE key IS NULL AND deliveries = 2 "
+                         "AND reason LIKE '%handler refuses event 2%'"),
+              1);
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.dead_letters WHERE reason LIKE 'malformed entry:%' "
+                         "AND deliveries = 1"),
+              5);
+    EXPECT_NE(consumer.log().find("is malformed"), std::string::npos);
 }

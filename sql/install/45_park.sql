@@ -143,25 +143,25 @@ BEGIN
 									WHERE p.consumer = parked_match_unchecked.consumer AND p.stream = ANY (streams)) THEN
 		RETURN;
 	END IF;
-	-- One statement: the matching key rows are locked in (stream, key_hash)
-	-- order (a row deleted meanwhile by a drain drops out, one updated is
-	-- read as it is now), then the entries are answered in their order.
+	PERFORM 1
+	   FROM outbox.parked_keys p
+	  WHERE p.consumer = parked_match_unchecked.consumer
+		AND (p.stream, p.key_hash) IN (SELECT u.s, sha256(u.k) FROM unnest(streams, keys) u(s, k) WHERE u.k IS NOT NULL)
+	  ORDER BY p.stream, p.key_hash
+		FOR UPDATE OF p;
+	IF NOT FOUND THEN
+		RETURN;
+	END IF;
 	RETURN QUERY
-		WITH m AS (
-			SELECT u.o, u.e, p.head_entry_id, p.state
-			  FROM unnest(streams, keys, entry_ids) WITH ORDINALITY u(s, k, e, o)
-			  JOIN outbox.parked_keys p
-				ON p.consumer = parked_match_unchecked.consumer AND p.stream = u.s AND p.key_hash = sha256(u.k)
-			 WHERE u.k IS NOT NULL
-			 ORDER BY p.stream, p.key_hash
-			   FOR UPDATE OF p
-		)
-		SELECT m.o::integer,
-			   CASE WHEN m.e <> m.head_entry_id THEN 'park'
-					WHEN m.state = 'retrying' THEN 'head'
+		SELECT u.o::integer,
+			   CASE WHEN u.e <> p.head_entry_id THEN 'park'
+					WHEN p.state = 'retrying' THEN 'head'
 					ELSE 'acknowledge' END
-		  FROM m
-		 ORDER BY m.o;
+		  FROM unnest(streams, keys, entry_ids) WITH ORDINALITY u(s, k, e, o)
+		  JOIN outbox.parked_keys p
+			ON p.consumer = parked_match_unchecked.consumer AND p.stream = u.s AND p.key_hash = sha256(u.k)
+		 WHERE u.k IS NOT NULL
+		 ORDER BY u.o;
 END
 $$;
 COMMENT ON FUNCTION outbox.parked_match_unchecked(text, text[], bytea[], text[]) IS
@@ -241,9 +241,7 @@ BEGIN
 			USING ERRCODE = 'null_value_not_allowed',
 				  DETAIL = 'Only an entry with a key parks.';
 	END IF;
-	IF EXISTS (SELECT 1 FROM unnest(entry_ids) e WHERE e !~ '^[0-9]{1,20}-[0-9]{1,20}$') THEN
-		PERFORM outbox.entry_ids_check(entry_ids);
-	END IF;
+	PERFORM outbox.entry_ids_check(entry_ids);
 
 	SELECT array_agg(l.stream ORDER BY l.stream, l.key_hash), array_agg(l.key_hash ORDER BY l.stream, l.key_hash)
 	  INTO locked_streams, locked_hashes
@@ -273,9 +271,8 @@ BEGIN
 		)
 		SELECT coalesce(sum(b.n), 0) INTO added FROM bumped b;
 		IF added > 0 THEN
-			SELECT c.park_limit, (SELECT sum(p.parked) FROM outbox.parked_keys p WHERE p.consumer = parked_add_unchecked.consumer)
-			  INTO lim, total
-			  FROM outbox.config c;
+			SELECT c.park_limit INTO lim FROM outbox.config c;
+			SELECT sum(p.parked) INTO total FROM outbox.parked_keys p WHERE p.consumer = parked_add_unchecked.consumer;
 			IF total > lim THEN
 				RAISE EXCEPTION 'consumer "%" cannot park more entries: it would have % parked, over its limit of %',
 						consumer, total, lim
@@ -331,13 +328,20 @@ BEGIN
 		k.head_fields := NULL;
 	END IF;
 	IF cardinality(settled) > 0 THEN
-		-- Planned at each call, so that the settled entries are found by
-		-- the primary key: a plan cached while the table was small would
-		-- walk the key's whole order index instead, every parked entry of
-		-- the key at each step of its drain.
-		EXECUTE 'DELETE FROM outbox.parked_entries e
-				  WHERE e.consumer = $1 AND e.stream = $2 AND e.entry_id = ANY ($4) AND e.key_hash = $3'
-			USING k.consumer, k.stream, k.key_hash, settled;
+		-- The settled entries are the first ones of the key (a drain step
+		-- settles a prefix): they are found in the key's order and the scan
+		-- stops once it has them all, whichever index the plan takes. Not
+		-- "entry_id = ANY (settled)" alone: the plan cached for it while
+		-- the table has no statistics can take parked_entries_order with the
+		-- ids as a mere filter, and every step then reads every entry still
+		-- parked of the key (a drain quadratic in the entries parked).
+		DELETE FROM outbox.parked_entries e
+		 WHERE e.ctid = ANY (ARRAY(
+				SELECT x.ctid FROM outbox.parked_entries x
+				 WHERE x.consumer = k.consumer AND x.stream = k.stream AND x.key_hash = k.key_hash
+				   AND x.entry_id = ANY (settled)
+				 ORDER BY x.pos_ms, x.pos_seq
+				 LIMIT cardinality(settled)));
 		GET DIAGNOSTICS removed = ROW_COUNT;
 		k.parked := greatest(k.parked - removed, 0);
 	END IF;
