@@ -710,3 +710,60 @@ TEST_F(ParkTest, KeylessAndMalformedEntriesNeverPark) {
               5);
     EXPECT_NE(consumer.log().find("is malformed"), std::string::npos);
 }
+
+// A gap parks nothing: entries carrying "prev" (as the relay writes them),
+// keys A, B and C interleaved, A's second event failing and dead-lettered
+// at once, and B's fourth entry deleted before the group read it. The gap
+// is reported as always (one dead letter for the range, keyless) and B
+// goes on past it, unparked; A's events after the gap still park behind
+// its dead letter, and drain in order once redriven.
+TEST_F(ParkTest, GapParksNothingAndTheParkedKeyStaysParkedPastIt) {
+    std::vector<std::string> ids;
+    {
+        auto redis = redis_->connect();
+        auto pg = sink();
+        std::string prev = "0-0";
+        for (int i = 1; i <= 5; ++i)
+            for (const char* key : {"A", "B", "C"}) {
+                const std::string id = std::to_string(ids.size() + 1) + "-1";
+                const std::string event_id = query_column(pg, "SELECT gen_random_uuid()::text")[0];
+                const std::string fail = std::string(key) == "A" && i == 2 ? ", \"fail\": \"bug\"" : "";
+                auto r = redis.command({"XADD", kStream, id, "event_id", event_id, "topic", "ledger", "key", key,
+                                        "payload", "{\"n\": " + std::to_string(i) + fail + "}", "prev", prev});
+                ASSERT_NE(r->type, REDIS_REPLY_ERROR) << reply_text(r.get());
+                ids.push_back(id);
+                prev = id;
+            }
+        // B's fourth event: the 11th entry (A4 is the 10th).
+        auto r = redis.command({"XDEL", kStream, ids[10]});
+        ASSERT_EQ(r->integer, 1);
+    }
+    auto& consumer = start_consumer({"--on-failure", "park-key", "--max-deliveries", "1"});
+    ASSERT_TRUE(eventually([&] { return applied("B") == "1 2 3 5" && applied("C") == "1 2 3 4 5"; }, 30s))
+        << consumer.log();
+    ASSERT_TRUE(eventually(
+        [&] { return sink_count("SELECT count(*) FROM outbox.parked_entries WHERE key = 'A'") == 3; }, 30s))
+        << consumer.log();
+    EXPECT_EQ(applied("A"), "1");
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.parked_keys"), 1) << "only A is parked";
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.parked_keys WHERE key = 'A' AND state = 'dead'"), 1);
+    const std::string range = "(" + ids[9] + " " + ids[10] + "]";
+    EXPECT_TRUE(eventually(
+        [&] {
+            return sink_count("SELECT count(*) FROM outbox.dead_letters WHERE entry_id = '" + range +
+                              "' AND key IS NULL AND fields IS NULL") == 1;
+        },
+        10s))
+        << consumer.log();
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.dead_letters"), 2) << "A's event and the gap";
+    EXPECT_NE(consumer.log().find("gap " + range), std::string::npos) << consumer.log();
+    EXPECT_TRUE(eventually([&] { return pending() == 0; }, 10s));
+
+    sink().exec("DELETE FROM broken");
+    auto db = sink();
+    EXPECT_EQ(query_column(db, "SELECT result FROM inbox_redrive('accounting', 'A')"),
+              std::vector<std::string>{"requested"});
+    ASSERT_TRUE(eventually([&] { return applied("A") == "1 2 3 4 5"; }, 30s)) << applied("A") << consumer.log();
+    EXPECT_TRUE(eventually([&] { return sink_count("SELECT count(*) FROM outbox.parked_keys") == 0; }, 10s));
+    EXPECT_EQ(applied("B"), "1 2 3 5") << "the gap's event is not applied by the redrive of another key";
+}
