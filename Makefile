@@ -22,6 +22,7 @@ OBJS = \
 	extension/lead.o \
 	extension/locks.o \
 	extension/consume.o \
+	extension/keyed.o \
 	extension/inbox.o \
 	extension/wakeup.o \
 	extension/xact.o \

@@ -92,6 +92,7 @@
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 
+#include "consume.h"
 #include "inbox.h"
 #include "locks.h"
 #include "sqlstates.h"

@@ -562,7 +562,12 @@ COMMENT ON FUNCTION outbox.inbox_park_key_unchecked(text, text, text, bytea[], t
 -- outbox.parked_add() and outbox.parked_settle(), which check the
 -- consumer. At most 64 subtransactions (I-19): with isolate, one per
 -- entry applied, as in inbox_consume().
-CREATE FUNCTION @extschema@.inbox_consume_keyed(consumer text, handler text, streams text[], entry_ids text[],
+--
+-- This is the body of the entry point inbox_consume_keyed(), each
+-- engine's (sql/engine/<engine>/consume_keyed.sql): the SQL engine's calls
+-- it; the C engine's takes the fast path itself, in C, when no key of the
+-- batch's streams is parked (extension/keyed.c), and calls it otherwise.
+CREATE FUNCTION outbox.inbox_consume_keyed_body(consumer text, handler text, streams text[], entry_ids text[],
 												event_ids bytea[], topics bytea[], keys bytea[], payloads bytea[],
 												headers bytea[], isolate boolean DEFAULT false, park boolean DEFAULT true)
 RETURNS TABLE (ord integer, status text, error_code text, error_message text)
@@ -745,8 +750,10 @@ BEGIN
 		 ORDER BY x.o;
 END
 $$;
-COMMENT ON FUNCTION @extschema@.inbox_consume_keyed(text, text, text[], text[], bytea[], bytea[], bytea[], bytea[], bytea[], boolean, boolean) IS
-	'pg_outbox: inbox_consume() with parked keys honoured: entries of a parked key are stored (parked), a retrying head applied; with isolate and park, entries after a failed one of their key are blocked';
+COMMENT ON FUNCTION outbox.inbox_consume_keyed_body(text, text, text[], text[], bytea[], bytea[], bytea[], bytea[], bytea[], boolean, boolean) IS
+	'pg_outbox: body of inbox_consume_keyed(): inbox_consume() with parked keys honoured, as the caller';
+
+-- @engine consume_keyed@
 
 --
 -- Privileges: the tables are read by outbox_admin; consumers act on them
@@ -766,6 +773,7 @@ REVOKE ALL ON FUNCTION
 	outbox.parked_add(text, text[], text[], bytea[], bytea[], bytea[], bytea[], bytea[]),
 	outbox.parked_settle(text, text, bytea, boolean, text[], boolean),
 	@extschema@.inbox_park_key(text, text, text, bytea[], text, text, integer, boolean),
+	outbox.inbox_consume_keyed_body(text, text, text[], text[], bytea[], bytea[], bytea[], bytea[], bytea[], boolean, boolean),
 	@extschema@.inbox_consume_keyed(text, text, text[], text[], bytea[], bytea[], bytea[], bytea[], bytea[], boolean, boolean)
 FROM PUBLIC;
 
@@ -776,5 +784,6 @@ GRANT EXECUTE ON FUNCTION
 	outbox.parked_add(text, text[], text[], bytea[], bytea[], bytea[], bytea[], bytea[]),
 	outbox.parked_settle(text, text, bytea, boolean, text[], boolean),
 	@extschema@.inbox_park_key(text, text, text, bytea[], text, text, integer, boolean),
+	outbox.inbox_consume_keyed_body(text, text, text[], text[], bytea[], bytea[], bytea[], bytea[], bytea[], boolean, boolean),
 	@extschema@.inbox_consume_keyed(text, text, text[], text[], bytea[], bytea[], bytea[], bytea[], bytea[], boolean, boolean)
 TO outbox_consumer, outbox_admin;
