@@ -98,13 +98,6 @@
 #include "sqlstates.h"
 #include "tables.h"
 
-/*
- * The most entries inbox_consume() applies with isolate => true: each takes
- * a subtransaction, and PostgreSQL keeps 64 subtransaction ids per backend
- * in shared memory (PGPROC_MAX_CACHED_SUBXIDS) before it overflows.
- */
-#define OUTBOX_CONSUME_ISOLATE_MAX 64
-
 /* The fields of an entry, in the order they are decoded. */
 typedef enum EntryField
 {

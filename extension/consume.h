@@ -11,6 +11,13 @@
 
 #include "fmgr.h"
 
+/*
+ * The most entries inbox_consume() applies with isolate => true: each takes
+ * a subtransaction, and PostgreSQL keeps 64 subtransaction ids per backend
+ * in shared memory (PGPROC_MAX_CACHED_SUBXIDS) before it overflows.
+ */
+#define OUTBOX_CONSUME_ISOLATE_MAX 64
+
 extern Datum outbox_inbox_consume(PG_FUNCTION_ARGS);
 
 #endif							/* OUTBOX_CONSUME_H */

@@ -51,9 +51,6 @@
 #include "consume.h"
 #include "tables.h"
 
-/* The most entries a call applies entry by entry (as consume.c's). */
-#define OUTBOX_KEYED_ISOLATE_MAX 64
-
 /* Arguments of inbox_consume_keyed(). */
 enum
 {
@@ -176,7 +173,7 @@ OutboxKeyedWellFormed(FunctionCallInfo fcinfo, Datum **streams_out, int *nstream
 		if (len != n || (nulls && (arg == KEYED_STREAMS || arg == KEYED_ENTRY_IDS)))
 			return false;
 	}
-	if (PG_GETARG_BOOL(KEYED_ISOLATE) && (PG_GETARG_BOOL(KEYED_PARK) || n > OUTBOX_KEYED_ISOLATE_MAX))
+	if (PG_GETARG_BOOL(KEYED_ISOLATE) && (PG_GETARG_BOOL(KEYED_PARK) || n > OUTBOX_CONSUME_ISOLATE_MAX))
 		return false;
 
 	*streams_out = NULL;
