@@ -14,7 +14,11 @@
 #   4. a copy of an entry, a forged one (same event id, another amount) and
 #      two malformed ones (not an event; bytes that are not UTF-8 text) are
 #      added to the stream: a duplicate, an identity conflict, dead letters;
-#   5. exactly the committed orders must have been applied, each once.
+#   5. exactly the committed orders must have been applied, each once;
+#   6. trace context: the checkouts that came in traced handed it to their
+#      events (SET LOCAL pg_outbox.traceparent), and the consumer's span of
+#      each such event is a child of the checkout's span, in its trace
+#      (from the spans both services write to SPANS_FILE).
 # Exit status: non-zero if any check failed. Servers are stopped by PID.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,10 +30,10 @@ REJECT_EVERY=5
 CRASH_AFTER=4
 
 case $example in
-python) packages=(python3 python3-psycopg python3-psycopg-pool python3-redis) ;;
-go) packages=(golang-go golang-github-jackc-pgx-v4-dev golang-github-gomodule-redigo-dev) ;;
+python) packages=(jq python3 python3-psycopg python3-psycopg-pool python3-redis) ;;
+go) packages=(jq golang-go golang-github-jackc-pgx-v4-dev golang-github-gomodule-redigo-dev golang-opentelemetry-otel-dev) ;;
 node)
-	packages=(nodejs)
+	packages=(jq nodejs)
 	# A Node.js from elsewhere (NodeSource) brings its own npm and conflicts
 	# with Debian's npm package.
 	command -v npm >/dev/null || packages+=(npm)
@@ -93,6 +97,7 @@ reports() { psql_as postgres reports "$@"; }
 redis() { redis-cli -p "$REDIS_PORT" "$@"; }
 STREAM=outbox:orders
 export REDIS_URL="redis://127.0.0.1:$REDIS_PORT/0"
+export SPANS_FILE=$WORK/spans.jsonl
 
 start_consumer() { # start_consumer WORKER [VAR=value ...]
 	local worker=$1
@@ -213,12 +218,35 @@ shop_totals=$(shop -c "SELECT string_agg(format('%s %s %s', customer, n, total),
 check "projection equals the shop's orders" "shop: $shop_totals; reports: $totals_after" \
 	"$([ "$shop_totals" = "$totals_after" ]; echo $?)"
 keyless=$(shop -c "SELECT count(*) FROM outbox.event WHERE key IS NULL")
-with_headers=$(shop -c "SELECT count(*) FROM outbox.event WHERE headers IS NOT NULL")
+without_headers=$(shop -c "SELECT count(*) FROM outbox.event WHERE headers IS NULL")
+with_source=$(shop -c "SELECT count(*) FROM outbox.event WHERE headers ? 'source'")
 guests=$(reports -c "SELECT count(*) FROM applied_orders WHERE customer IS NULL")
 sourced=$(reports -c "SELECT count(*) FROM applied_orders WHERE source = '$example'")
 check "entries without key or headers" \
-	"$keyless events without key, $guests applied as guests; $with_headers with headers, $sourced applied with source $example" \
-	"$([ "$keyless" -gt 0 ] && [ "$keyless" = "$guests" ] && [ "$with_headers" -gt 0 ] && [ "$with_headers" -lt "$(committed)" ] && [ "$with_headers" = "$sourced" ]; echo $?)"
+	"$keyless events without key, $guests applied as guests; $without_headers without headers; $with_source with a source header, $sourced applied with source $example" \
+	"$([ "$keyless" -gt 0 ] && [ "$keyless" = "$guests" ] && [ "$without_headers" -gt 0 ] && [ "$with_source" -gt 0 ] && [ "$with_source" -lt "$(committed)" ] && [ "$with_source" = "$sourced" ]; echo $?)"
+
+# Trace context. The checkout spans (service "orders") name the events they
+# emitted; each consumer span that applied an event (attribute new) must be
+# in the checkout's trace, its child, with the storefront's tracestate. The
+# events of untraced checkouts are applied in spans that are roots.
+traced=$(shop -c "SELECT count(*) FROM outbox.event WHERE headers ? 'traceparent'")
+stored=$(shop -c "SELECT count(*) FROM outbox.event WHERE headers->>'tracestate' = 'storefront=$example'")
+read -r linked wrong roots strays checkout_spans < <(jq -rs '
+	(map(select(.service == "orders" and .attributes.committed == true))) as $checkouts
+	| ($checkouts | map(. as $p | .attributes.event_ids[] | {key: ., value: $p}) | from_entries) as $by_event
+	| map(select(.service == "consumer" and .attributes.new == true))
+	| map(. as $c | $by_event[$c.attributes.event_id] as $p
+		| if $p == null then (if $c.parent_span_id == null then "root" else "stray" end)
+		  elif $c.trace_id == $p.trace_id and $c.parent_span_id == $p.span_id and $c.tracestate == $p.tracestate then "linked"
+		  else "wrong" end)
+	| [(map(select(. == "linked")) | length), (map(select(. == "wrong")) | length),
+	   (map(select(. == "root")) | length), (map(select(. == "stray")) | length), ($checkouts | length)]
+	| @tsv' "$SPANS_FILE" 2>"$WORK/jq.log" || echo "? ? ? ? ?")
+check "one trace from checkout to consumer" \
+	"$traced events with a traceparent ($stored with the storefront's tracestate) from $checkout_spans checkout spans; consumer spans: $linked children of their checkout's, $wrong in another trace, $roots roots (untraced checkouts), $strays with another parent" \
+	"$([ "$traced" -gt 0 ] && [ "$stored" = "$traced" ] && [ "$linked" = "$traced" ] && [ "$wrong" = 0 ] && [ "$strays" = 0 ] &&
+		[ "$roots" = "$(($(committed) - traced))" ]; echo $?)"
 
 stop_status=0
 kill -TERM "$CONSUMER_PID"
@@ -235,7 +263,7 @@ if [ "$failures" -eq 0 ]; then
 	echo "example $example: all checks passed"
 else
 	echo "example $example: $failures check(s) failed; logs below"
-	for f in orders.log consumer.log relay.log; do
+	for f in orders.log consumer.log relay.log jq.log; do
 		echo "--- $f"
 		tail -n 60 "$WORK/$f"
 	done

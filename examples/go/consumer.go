@@ -21,6 +21,14 @@ package main
 //   MIN_IDLE_MS         reclaim pending entries idle this long (default 30000)
 //   CLAIM_INTERVAL_MS   how often to look for them (default 5000)
 //   CRASH_AFTER_COMMIT  test hook: die (SIGKILL) right after the n-th commit, before its XACK
+//   SPANS_FILE          where to write the finished spans, one JSON object a line (default: nowhere)
+//
+// Tracing: an entry of an event emitted with trace context has the fields
+// "traceparent" (and "tracestate"), which are also in its headers. The
+// consumer extracts that context with the W3C propagator and applies the
+// entry in a span that is its child: the order service's checkout and this
+// apply are one trace. An entry without (valid) trace context is applied in
+// a new trace.
 
 import (
 	"context"
@@ -41,6 +49,8 @@ import (
 	"github.com/jackc/pgconn"
 	"github.com/jackc/pgx/v4"
 	"github.com/jackc/pgx/v4/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 )
 
 var uuidText = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
@@ -65,6 +75,7 @@ type event struct {
 	OrderID          string `json:"order_id"`
 	AmountCents      *int64 `json:"amount_cents"`
 	source           *string
+	trace            traceHeaders // traceparent, tracestate: what the producer's span handed on
 }
 
 type malformed struct{ reason string }
@@ -78,7 +89,7 @@ func parse(f entry) (*event, error) {
 			return nil, malformed{"not UTF-8 text: " + strconv.QuoteToGraphic(name)}
 		}
 	}
-	e := &event{eventID: f["event_id"], payload: f["payload"]}
+	e := &event{eventID: f["event_id"], payload: f["payload"], trace: traceHeaders{}}
 	if !uuidText.MatchString(e.eventID) {
 		return nil, malformed{fmt.Sprintf("event_id %q is not a uuid", e.eventID)}
 	}
@@ -92,11 +103,22 @@ func parse(f entry) (*event, error) {
 		e.key = &key
 	}
 	if h, ok := f["headers"]; ok {
-		var headers struct{ Source *string }
+		var headers struct {
+			Source      *string
+			Traceparent string `json:"traceparent"`
+			Tracestate  string `json:"tracestate"`
+		}
 		if err := json.Unmarshal([]byte(h), &headers); err != nil {
 			return nil, malformed{"headers: " + err.Error()}
 		}
 		e.source = headers.Source
+		e.trace["traceparent"], e.trace["tracestate"] = headers.Traceparent, headers.Tracestate
+	}
+	// The entry's own fields, else the headers' keys (the same values).
+	for _, name := range []string{"traceparent", "tracestate"} {
+		if v, ok := f[name]; ok {
+			e.trace[name] = v
+		}
 	}
 	return e, nil
 }
@@ -172,7 +194,13 @@ func (c *consumer) handle(entryID string, f entry) error {
 	for attempt := 1; ; attempt++ {
 		var err error
 		if e, err = parse(f); err == nil {
-			isNew, err = c.apply(ctx, entryID, e)
+			_, span := tracer("consumer").Start(extract(e.trace), "apply order", trace.WithSpanKind(trace.SpanKindConsumer),
+				trace.WithAttributes(attribute.String("messaging.message.id", entryID), attribute.String("event_id", e.eventID)))
+			if isNew, err = c.apply(ctx, entryID, e); err == nil {
+				span.SetAttributes(attribute.Bool("new", isNew))
+			}
+			span.End()
+			flushSpans("consumer")
 		}
 		if err == nil {
 			break

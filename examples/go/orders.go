@@ -14,9 +14,20 @@ package main
 //   ORDERS         checkouts to place (default 20)
 //   WORKERS        goroutines placing them, each on a pooled connection (default 2)
 //   REJECT_EVERY   every n-th checkout is declined after emitting (default 0: none)
+//   SPANS_FILE     where to write the finished spans, one JSON object a line (default: nowhere)
+//
+// Tracing: each checkout request comes in with W3C trace context (a
+// storefront's span, simulated here), except every third one, as from a
+// batch import. The checkout runs in a span of its own, a child of the
+// storefront's, and hands its trace context to the events it emits: in the
+// transaction, SET LOCAL pg_outbox.traceparent and pg_outbox.tracestate
+// (set_config(..., true)) before outbox_emit(). pg_outbox stores them in
+// the events' headers, the relay passes them on in the stream entries, and
+// the consumer starts its span as a child of this one.
 
 import (
 	"context"
+	crand "crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,6 +40,9 @@ import (
 	"github.com/jackc/pgconn"
 	"github.com/jackc/pgx/v4"
 	"github.com/jackc/pgx/v4/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 )
 
 const maxAttempts = 10
@@ -64,8 +78,29 @@ func retryable(err error) bool {
 	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
 }
 
-// place places one checkout in one transaction and returns how often it was retried.
-func place(ctx context.Context, pool *pgxpool.Pool, orders []order, decline bool) (int, error) {
+// storefront returns the context a checkout request came in with: a
+// storefront's span, remote, with a tracestate entry of its own. (A web
+// framework's instrumentation extracts it from the request's traceparent
+// and tracestate headers.)
+func storefront(ctx context.Context) context.Context {
+	var traceID trace.TraceID
+	var spanID trace.SpanID
+	if _, err := crand.Read(traceID[:]); err != nil {
+		panic(err)
+	}
+	if _, err := crand.Read(spanID[:]); err != nil {
+		panic(err)
+	}
+	state, _ := trace.ParseTraceState("storefront=go")
+	return trace.ContextWithRemoteSpanContext(ctx, trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: traceID, SpanID: spanID, TraceFlags: trace.FlagsSampled, TraceState: state, Remote: true,
+	}))
+}
+
+// place places one checkout in one transaction and returns how often it was
+// retried. traceContext (traceparent, tracestate; nil: untraced) goes to
+// every event the transaction emits.
+func place(ctx context.Context, pool *pgxpool.Pool, orders []order, decline bool, traceContext traceHeaders) (int, error) {
 	customer := orders[0].Customer
 	for attempt := 1; ; attempt++ {
 		// BeginTxFunc commits when the function returns nil and rolls back
@@ -82,6 +117,15 @@ func place(ctx context.Context, pool *pgxpool.Pool, orders []order, decline bool
 				// ones collide, which REPEATABLE READ reports as 40001.
 				if _, err := tx.Exec(ctx, "UPDATE customers SET orders_placed = orders_placed + $1 WHERE id = $2",
 					len(orders), *customer); err != nil {
+					return err
+				}
+			}
+			if traceContext != nil {
+				// Transaction-local (is_local true): it ends with the
+				// transaction, and a pooled connection never hands it to the
+				// next checkout.
+				if _, err := tx.Exec(ctx, "SELECT set_config('pg_outbox.traceparent', $1, true), set_config('pg_outbox.tracestate', $2, true)",
+					traceContext["traceparent"], traceContext["tracestate"]); err != nil {
 					return err
 				}
 			}
@@ -160,7 +204,28 @@ func runOrders() error {
 			for n := first; n < checkouts; n += workers {
 				orders := plan(n)
 				decline := rejectEvery > 0 && n%rejectEvery == rejectEvery-1
-				retries, err := place(ctx, pool, orders, decline)
+				var span trace.Span
+				var traceContext traceHeaders
+				if n%3 != 1 {
+					ids := make([]string, len(orders))
+					for i, o := range orders {
+						ids[i] = o.eventID
+					}
+					var spanCtx context.Context
+					spanCtx, span = tracer("orders").Start(storefront(ctx), "checkout", trace.WithSpanKind(trace.SpanKindProducer),
+						trace.WithAttributes(attribute.Int("checkout.number", n), attribute.String("messaging.destination.name", "orders"),
+							attribute.StringSlice("event_ids", ids)))
+					traceContext = inject(spanCtx)
+				}
+				retries, err := place(ctx, pool, orders, decline, traceContext)
+				if span != nil {
+					span.SetAttributes(attribute.Bool("committed", err == nil))
+					if err != nil {
+						span.SetStatus(codes.Error, err.Error())
+					}
+					span.End()
+					flushSpans("orders")
+				}
 				mu.Lock()
 				retried += retries
 				switch {

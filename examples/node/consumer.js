@@ -19,12 +19,22 @@
 //   MIN_IDLE_MS         reclaim pending entries idle this long (default 30000)
 //   CLAIM_INTERVAL_MS   how often to look for them (default 5000)
 //   CRASH_AFTER_COMMIT  test hook: die (SIGKILL) right after the n-th commit, before its XACK
+//   SPANS_FILE          where to write the finished spans, one JSON object a line (default: nowhere)
+//
+// Tracing: an entry of an event emitted with trace context has the fields
+// "traceparent" (and "tracestate"), which are also in its headers. The
+// consumer extracts that context with the W3C propagator and applies the
+// entry in a span that is its child: the order service's checkout and this
+// apply are one trace. An entry without (valid) trace context is applied in
+// a new trace.
 
 import { isUtf8 } from 'node:buffer';
 import { hostname } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import Redis from 'ioredis';
+import { SpanKind } from '@opentelemetry/api';
 import pg from 'pg';
+import { extract, flushSpans, tracer } from './tracing.js';
 
 const STREAM = process.env.STREAM ?? 'outbox:orders';
 const CONSUMER = process.env.CONSUMER ?? 'reports';
@@ -82,6 +92,11 @@ function parse(f) {
       orderId: order.order_id,
       amountCents: order.amount_cents,
       source: headers?.source ?? null,
+      // The entry's own fields, else the headers' keys (the same values).
+      trace: {
+        traceparent: f.traceparent ?? headers?.traceparent,
+        tracestate: f.tracestate ?? headers?.tracestate,
+      },
     };
   } catch (err) {
     throw new Malformed(err.message);
@@ -139,7 +154,17 @@ async function handle(pool, redis, entryId, f) {
   for (let attempt = 1; ; attempt++) {
     try {
       e = parse(f);
-      isNew = await apply(pool, entryId, e);
+      const span = tracer('consumer').startSpan('apply order', {
+        kind: SpanKind.CONSUMER,
+        attributes: { 'messaging.message.id': entryId, event_id: e.eventId },
+      }, extract(e.trace));
+      try {
+        isNew = await apply(pool, entryId, e);
+        span.setAttribute('new', isNew);
+      } finally {
+        span.end();
+        flushSpans('consumer');
+      }
       break;
     } catch (err) {
       if (err instanceof Malformed) {

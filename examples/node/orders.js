@@ -12,10 +12,23 @@
 //   ORDERS         checkouts to place (default 20)
 //   WORKERS        concurrent checkouts, each on a pooled connection (default 2)
 //   REJECT_EVERY   every n-th checkout is declined after emitting (default 0: none)
+//   SPANS_FILE     where to write the finished spans, one JSON object a line (default: nowhere)
+//
+// Tracing: each checkout request comes in with W3C trace context (a
+// storefront's span, simulated here), except every third one, as from a
+// batch import. The checkout runs in a span of its own, a child of the
+// storefront's, and hands its trace context to the events it emits: in the
+// transaction, SET LOCAL pg_outbox.traceparent and pg_outbox.tracestate
+// (set_config(..., true)) before outbox_emit(). pg_outbox stores them in
+// the events' headers, the relay passes them on in the stream entries, and
+// the consumer starts its span as a child of this one.
 
-import { randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { ROOT_CONTEXT, SpanKind, SpanStatusCode, TraceFlags, trace } from '@opentelemetry/api';
+import { TraceState } from '@opentelemetry/core';
 import pg from 'pg';
+import { flushSpans, inject, tracer, withSpan } from './tracing.js';
 
 // What a retry can fix: the transaction lost a race, not an argument.
 const RETRYABLE = new Set(['40001', '40P01']);
@@ -38,8 +51,23 @@ function plan(n) {
 
 const payload = (o) => ({ order_id: o.orderId, customer: o.customer, amount_cents: o.amountCents });
 
+// The context a checkout request came in with: a storefront's span, remote,
+// with a tracestate entry of its own. (A web framework's instrumentation
+// extracts it from the request's traceparent and tracestate headers.)
+function storefront() {
+  return trace.setSpanContext(ROOT_CONTEXT, {
+    traceId: randomBytes(16).toString('hex'),
+    spanId: randomBytes(8).toString('hex'),
+    traceFlags: TraceFlags.SAMPLED,
+    traceState: new TraceState('storefront=node'),
+    isRemote: true,
+  });
+}
+
 // Places one checkout in one transaction; returns how often it was retried.
-async function place(pool, orders, decline) {
+// traceContext ({ traceparent, tracestate? }, or null: untraced) goes to
+// every event the transaction emits.
+async function place(pool, orders, decline, traceContext) {
   const customer = orders[0].customer;
   for (let attempt = 1; ; attempt++) {
     const client = await pool.connect();
@@ -55,6 +83,12 @@ async function place(pool, orders, decline) {
         // collide, which REPEATABLE READ reports as 40001.
         await client.query('UPDATE customers SET orders_placed = orders_placed + $1 WHERE id = $2',
           [orders.length, customer]);
+      }
+      if (traceContext !== null) {
+        // Transaction-local (is_local true): it ends with the transaction,
+        // and a pooled connection never hands it to the next checkout.
+        await client.query("SELECT set_config('pg_outbox.traceparent', $1, true), set_config('pg_outbox.tracestate', $2, true)",
+          [traceContext.traceparent, traceContext.tracestate ?? '']);
       }
       if (orders.length === 1) {
         const o = orders[0];
@@ -98,15 +132,26 @@ async function main() {
     for (let n = first; n < checkouts; n += workers) {
       const orders = plan(n);
       const decline = rejectEvery > 0 && n % rejectEvery === rejectEvery - 1;
+      const traced = n % 3 !== 1;
+      const span = traced ? tracer('orders').startSpan('checkout', {
+        kind: SpanKind.PRODUCER,
+        attributes: { 'checkout.number': n, 'messaging.destination.name': 'orders', event_ids: orders.map((o) => o.eventId) },
+      }, storefront()) : null;
       try {
-        stats.retries += await place(pool, orders, decline);
+        stats.retries += await place(pool, orders, decline, span && inject(withSpan(span)));
         stats.orders += orders.length;
         stats.checkouts += 1;
+        span?.setAttribute('committed', true);
       } catch (err) {
+        span?.setStatus({ code: SpanStatusCode.ERROR, message: err.message });
+        span?.setAttribute('committed', false);
         if (!(err instanceof Declined)) throw err;
         console.error(`orders: checkout ${n} rolled back: ${err.message}`);
         stats.declined += 1;
         stats.declinedOrders += orders.length;
+      } finally {
+        span?.end();
+        flushSpans('orders');
       }
     }
   }

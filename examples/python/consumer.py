@@ -20,6 +20,15 @@ Environment:
   MIN_IDLE_MS         reclaim pending entries idle this long (default 30000)
   CLAIM_INTERVAL_MS   how often to look for them (default 5000)
   CRASH_AFTER_COMMIT  test hook: die (SIGKILL) right after the n-th commit, before its XACK
+  SPANS_FILE          where to write the finished spans, one JSON object a line (default: nowhere)
+
+Tracing (W3C Trace Context by hand, tracecontext.py): an entry of an event
+emitted with trace context has the fields "traceparent" (and "tracestate"),
+which are also in its headers. The consumer applies the entry in a span
+that is a child of that context: the order service's checkout and this
+apply are one trace. An entry without (valid) trace context is applied in
+a new trace. To hand the trace on to events it emitted itself, it would set
+pg_outbox.traceparent to its span's traceparent() in that transaction.
 """
 
 import json
@@ -34,6 +43,7 @@ import uuid
 import psycopg
 import redis
 from psycopg_pool import ConnectionPool
+from tracecontext import Span
 
 log = logging.getLogger("consumer")
 
@@ -90,6 +100,9 @@ def parse(fields, invalid):
             "order_id": str(uuid.UUID(order["order_id"])),
             "amount_cents": int(order["amount_cents"]),
             "source": headers.get("source") if isinstance(headers, dict) else None,
+            # The entry's own fields, else the headers' keys (the same values).
+            "traceparent": fields.get("traceparent", headers.get("traceparent") if isinstance(headers, dict) else None),
+            "tracestate": fields.get("tracestate", headers.get("tracestate") if isinstance(headers, dict) else None),
         }
     except (KeyError, ValueError, TypeError) as e:  # json.JSONDecodeError is a ValueError
         raise Malformed(f"{type(e).__name__}: {e}") from None
@@ -155,7 +168,13 @@ def handle(pool, r, entry_id, raw):
         attempt += 1
         try:
             e = parse(fields, invalid)
-            new = apply(pool, entry_id, e)
+            span = Span.child_of("apply order", e["traceparent"], e["tracestate"])
+            span.attributes = {"messaging.message.id": entry_id, "event_id": e["event_id"]}
+            try:
+                new = apply(pool, entry_id, e)
+                span.attributes["new"] = new
+            finally:
+                span.end("consumer")
             break
         except Malformed as err:
             log.error("dead-lettered %s: malformed entry (%s)", entry_id, err)

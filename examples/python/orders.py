@@ -14,6 +14,16 @@ Environment:
   ORDERS         checkouts to place (default 20)
   WORKERS        threads placing them, each with a pooled connection (default 2)
   REJECT_EVERY   every n-th checkout is declined after emitting (default 0: none)
+  SPANS_FILE     where to write the finished spans, one JSON object a line (default: nowhere)
+
+Tracing (W3C Trace Context by hand, tracecontext.py): each checkout request
+comes in with trace context (a storefront's span, simulated here), except
+every third one, as from a batch import. The checkout runs in a span of its
+own, a child of the storefront's, and hands its context to the events it
+emits: in the transaction, SET LOCAL pg_outbox.traceparent and
+pg_outbox.tracestate (set_config(..., true)) before outbox_emit(). pg_outbox
+stores them in the events' headers, the relay passes them on in the stream
+entries, and the consumer starts its span as a child of this one.
 """
 
 import logging
@@ -27,6 +37,7 @@ import uuid
 from psycopg import IsolationLevel, errors
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
+from tracecontext import Span
 
 log = logging.getLogger("orders")
 
@@ -65,8 +76,10 @@ def payload(order):
     }
 
 
-def place(pool, orders, decline):
-    """Places one checkout in one transaction; returns how often it was retried."""
+def place(pool, orders, decline, span=None):
+    """Places one checkout in one transaction; returns how often it was
+    retried. The events it emits carry span's trace context (none when span
+    is None)."""
     customer = orders[0]["customer"]
     for attempt in range(1, MAX_ATTEMPTS + 1):
         try:
@@ -84,6 +97,14 @@ def place(pool, orders, decline):
                     conn.execute(
                         "UPDATE customers SET orders_placed = orders_placed + %s WHERE id = %s",
                         (len(orders), customer),
+                    )
+                if span is not None:
+                    # Transaction-local (is_local true): it ends with the
+                    # transaction, and a pooled connection never hands it to
+                    # the next checkout.
+                    conn.execute(
+                        "SELECT set_config('pg_outbox.traceparent', %s, true), set_config('pg_outbox.tracestate', %s, true)",
+                        (span.traceparent(), span.tracestate or ""),
                     )
                 if len(orders) == 1:
                     o = orders[0]
@@ -131,8 +152,18 @@ def main():
             for n in range(first, checkouts, workers):
                 orders = plan(n)
                 decline = reject_every > 0 and n % reject_every == reject_every - 1
+                span = None
+                if n % 3 != 1:
+                    # The storefront's context, as a web framework would take
+                    # it from the request's traceparent and tracestate headers.
+                    storefront = Span("storefront", tracestate="storefront=python")
+                    span = Span.child_of("checkout", storefront.traceparent(), storefront.tracestate)
+                    span.attributes = {"checkout.number": n, "event_ids": [str(o["event_id"]) for o in orders],
+                                       "committed": False}
                 try:
-                    retries = place(pool, orders, decline)
+                    retries = place(pool, orders, decline, span)
+                    if span is not None:
+                        span.attributes["committed"] = True
                     with lock:
                         stats["orders"] += len(orders)
                         stats["checkouts"] += 1
@@ -142,6 +173,9 @@ def main():
                     with lock:
                         stats["declined"] += 1
                         stats["declined_orders"] += len(orders)
+                finally:
+                    if span is not None:
+                        span.end("orders")
         except Exception as e:  # reported once all threads are done
             failures.append(e)
             log.exception("worker failed")
