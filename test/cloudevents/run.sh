@@ -153,8 +153,25 @@ node test/cloudevents/check.js --redis "redis://127.0.0.1:$REDIS_PORT/0" --emitt
 	--binary ce-binary:orders --binary-source "/pg_outbox/$SHOP_ENCODED/ce-binary" \
 	--structured ce-structured:orders --structured-source "https://events.example/ce-structured/$SHOP_ENCODED" \
 	--verdicts "$WORK/verdicts.jsonl" >"$WORK/check.tap" 2>&1 || failures=$((failures + 1))
-grep -v '^[0-9]* passed, [0-9]* failed$' "$WORK/check.tap" || true
 conformance=$(tail -n 1 "$WORK/check.tap")
+
+# The checker itself: a copy of the binary stream with one entry made
+# non-conformant (time as PostgreSQL writes it, not RFC 3339; a newline in
+# the subject) must fail, naming both.
+redis eval "for _, e in ipairs(redis.call('XRANGE', KEYS[1], '-', '+')) do
+	local f = e[2]
+	for i = 1, #f, 2 do
+		if e[1] == ARGV[1] and f[i] == 'ce_time' then f[i + 1] = '2026-12-04 17:20:05.123456+00' end
+		if e[1] == ARGV[1] and f[i] == 'ce_subject' then f[i + 1] = 'line' .. string.char(10) .. 'break' end
+	end
+	redis.call('XADD', KEYS[2], e[1], unpack(f))
+end" 2 ce-binary:orders ce-forged:orders "$(redis xrange ce-binary:orders - + COUNT 1 | head -n 1)" >/dev/null
+forged_status=0
+node test/cloudevents/check.js --redis "redis://127.0.0.1:$REDIS_PORT/0" --emitted "$WORK/emitted.jsonl" \
+	--default ce-default:orders \
+	--binary ce-forged:orders --binary-source "/pg_outbox/$SHOP_ENCODED/ce-binary" \
+	--structured ce-structured:orders --structured-source "https://events.example/ce-structured/$SHOP_ENCODED" \
+	>"$WORK/forged.tap" 2>&1 || forged_status=$?
 
 say "chain: consume both streams with handlers that emit, publish what they emitted"
 handler() { # handler VIA: emits one event per applied entry, recording $1 to $6
@@ -192,6 +209,9 @@ while IFS= read -r line; do
 done < <(cat "$WORK/check.tap" "$WORK/chain.tap")
 tap "$(grep -q '^[0-9]* passed, 0 failed$' "$WORK/check.tap"; echo $?)" "conformance checker: ${conformance:-no summary}"
 tap "$(grep -q '^[0-9]* passed, 0 failed$' "$WORK/chain.tap"; echo $?)" "chain checker: $(tail -n 1 "$WORK/chain.tap")"
+tap "$([ "$forged_status" = 1 ] && [ "$(grep -c '^not ok' "$WORK/forged.tap")" = 1 ] &&
+	grep '^not ok' "$WORK/forged.tap" | grep -q 'is not RFC 3339' && grep '^not ok' "$WORK/forged.tap" | grep -q 'subject: control character U+000a'; echo $?)" \
+	"the checker fails a forged entry (time not RFC 3339, a newline in the subject): $(grep '^not ok' "$WORK/forged.tap" | cut -c1-100)"
 dropped=$(grep -c 'WARNING: *trace context dropped' "$WORK/emit.log" || true)
 tap "$([ "$dropped" = 2 ]; echo $?)" "emit warned twice (an invalid tracestate, an invalid traceparent): $dropped warning(s)"
 dead=$(chain -c "SELECT count(*) FROM outbox.dead_letters")
