@@ -59,7 +59,7 @@ SHOP_ENCODED='ce%20shop%2F%C3%BC'
 psql_db() { # psql_db DATABASE [psql arguments]
 	local db=$1
 	shift
-	psql -X -q -At -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PG_PORT" -U postgres -d "$db" "$@"
+	PGOPTIONS='-c client_min_messages=warning' psql -X -q -At -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PG_PORT" -U postgres -d "$db" "$@"
 }
 shop() { psql_db "$SHOP" "$@"; }
 chain() { psql_db ce_chain "$@"; }
