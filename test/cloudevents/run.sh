@@ -24,12 +24,21 @@
 #      $6); a relay publishes those, and check.js --chain checks that each
 #      one carries the first event's trace (A -> B -> C is one trace) and
 #      that consume mapped every attribute back.
+# PG_OUTBOX_ENGINE=sql runs it on the SQL engine (CREATE EXTENSION
+# pg_outbox_sql), else the C engine, not preloaded: the first
+# set_config('pg_outbox.traceparent') of a session comes before pg_outbox.so
+# is loaded.
 # Prints TAP ("ok"/"not ok" lines, then "N passed, N failed"); exit status
 # non-zero when a check failed. Servers are stopped by PID.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/lib.sh
 
+case ${PG_OUTBOX_ENGINE:-c} in
+c) EXTENSION=pg_outbox ;;
+sql) EXTENSION=pg_outbox_sql ;;
+*) echo "PG_OUTBOX_ENGINE is c or sql, not \"$PG_OUTBOX_ENGINE\"" >&2; exit 2 ;;
+esac
 packages=(jq nodejs)
 # A Node.js from elsewhere (NodeSource) brings its own npm and conflicts
 # with Debian's npm package.
@@ -87,14 +96,14 @@ CREATE ROLE chain_app LOGIN;
 CREATE DATABASE "$SHOP" ENCODING 'UTF8' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0;
 CREATE DATABASE ce_chain ENCODING 'UTF8' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0;
 SQL
-shop <<'SQL' >/dev/null
-CREATE EXTENSION pg_outbox;
+shop <<SQL >/dev/null
+CREATE EXTENSION $EXTENSION;
 GRANT outbox_writer TO app;
 GRANT outbox_relay TO relay;
 SELECT outbox_group_create(g, ARRAY['orders']) FROM unnest(ARRAY['ce-default', 'ce-binary', 'ce-structured']) g;
 SQL
-chain <<'SQL' >/dev/null
-CREATE EXTENSION pg_outbox;
+chain <<SQL >/dev/null
+CREATE EXTENSION $EXTENSION;
 GRANT outbox_consumer, outbox_writer TO chain_app;
 GRANT outbox_relay TO relay;
 SELECT inbox_consumer_create('chain-binary', 'chain_app'), inbox_consumer_create('chain-structured', 'chain_app');
