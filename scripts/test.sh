@@ -5,7 +5,8 @@
 # test/CMakeLists.txt): the pg_regress tests and isolation specs, the
 # operations scripts, the relay's unit, integration and Redis Cluster
 # tests, the layout and monitoring checks, the demo, the README's
-# sequence, the example applications, the Debian packages (built,
+# sequence, the example applications, the CloudEvents conformance test
+# (with the CloudEvents SDK), the Debian packages (built,
 # installed, the demo on them, removed), a soak test in each order, one of
 # a sharded group on a Redis Cluster and one of network faults (skipped,
 # and counted so, where the machine cannot make network namespaces).
