@@ -144,8 +144,10 @@ SELECT set_config('pg_outbox.traceparent', '$TP1', true);
 SELECT outbox_emit('orders', 'k', '{"case": "headers first"}', '{"traceparent": "$TP3", "tracestate": "a=1,b=2"}',
                    '10000000-0000-4000-8000-000000000009');
 COMMIT;
+-- Empty headers: no pgoutboxheaders (they come back as NULL).
+SELECT outbox_emit('orders', 'k', '[]', '{}', '10000000-0000-4000-8000-000000000010');
 SQL
-EMITTED=9
+EMITTED=10
 shop -c "SELECT json_build_object('event_id', event_id, 'topic', topic, 'key', key, 'payload', payload, 'headers', headers)
            FROM outbox.event ORDER BY event_id" >"$WORK/emitted.jsonl"
 
