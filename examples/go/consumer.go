@@ -104,15 +104,18 @@ func parse(f entry) (*event, error) {
 	}
 	if h, ok := f["headers"]; ok {
 		var headers struct {
-			Source      *string
-			Traceparent string `json:"traceparent"`
-			Tracestate  string `json:"tracestate"`
+			Source *string
+			// Any JSON value: one that is not a string is no trace
+			// context, and no reason to refuse the event.
+			Traceparent interface{} `json:"traceparent"`
+			Tracestate  interface{} `json:"tracestate"`
 		}
 		if err := json.Unmarshal([]byte(h), &headers); err != nil {
 			return nil, malformed{"headers: " + err.Error()}
 		}
 		e.source = headers.Source
-		e.trace["traceparent"], e.trace["tracestate"] = headers.Traceparent, headers.Tracestate
+		e.trace["traceparent"], _ = headers.Traceparent.(string)
+		e.trace["tracestate"], _ = headers.Tracestate.(string)
 	}
 	// The entry's own fields, else the headers' keys (the same values).
 	for _, name := range []string{"traceparent", "tracestate"} {

@@ -53,7 +53,7 @@ class Span:
         if parent is None:
             return cls(name)
         trace_id, parent_span_id, flags = parent
-        return cls(name, trace_id, parent_span_id, flags, tracestate or None)
+        return cls(name, trace_id, parent_span_id, flags, tracestate if isinstance(tracestate, str) and tracestate else None)
 
     def traceparent(self):
         """This span's context as a traceparent header: what goes into
