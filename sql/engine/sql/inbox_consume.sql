@@ -126,6 +126,8 @@ DECLARE
 	-- The trace context: per entry, and the caller's settings.
 	tps text[];
 	tss text[];
+	tp text;
+	ts text;
 	caller_tp text;
 	caller_ts text;
 	tracing boolean;
@@ -503,7 +505,7 @@ BEGIN
 					-- each entry just before its call (a qual that calls a
 					-- volatile function stays where it is written).
 					EXECUTE pg_catalog.format('SELECT pg_catalog.count(pg_temp.%I(s.t, s.k, s.p, s.h, s.id, s.tp)) FROM (SELECT u.t, u.k, u.p, u.h, u.id, u.tp, u.ts FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3), pg_catalog.unnest($4), pg_catalog.unnest($5), pg_catalog.unnest($6), pg_catalog.unnest($7)) WITH ORDINALITY u(t, k, p, h, id, tp, ts, o) ORDER BY u.o) s%s',
-											  fn, CASE WHEN tracing THEN ' WHERE pg_catalog.set_config(''pg_outbox.traceparent'', pg_catalog.coalesce(s.tp, ), true) IS NOT NULL AND pg_catalog.set_config(pg_outbox.tracestate, pg_catalog.coalesce(s.ts, ), true) IS NOT NULL' ELSE '' END)
+											  fn, CASE WHEN tracing THEN ' WHERE pg_catalog.set_config(''pg_outbox.traceparent'', COALESCE(s.tp, ''''), true) IS NOT NULL AND pg_catalog.set_config(''pg_outbox.tracestate'', COALESCE(s.ts, ''''), true) IS NOT NULL' ELSE '' END)
 						USING ARRAY(SELECT tops[w] FROM pg_catalog.unnest(fresh) WITH ORDINALITY x(w, o) ORDER BY x.o),
 							  ARRAY(SELECT ks[w] FROM pg_catalog.unnest(fresh) WITH ORDINALITY x(w, o) ORDER BY x.o),
 							  ARRAY(SELECT pays[w] FROM pg_catalog.unnest(fresh) WITH ORDINALITY x(w, o) ORDER BY x.o),
@@ -554,16 +556,16 @@ BEGIN
 					END IF;
 					-- The entry's trace context while the handler runs, as
 					-- above; an error takes it back with the subtransaction.
-					SELECT t.traceparent, t.tracestate INTO tps[1], tss[1] FROM outbox.trace_context(hdrs[i]) t;
+					SELECT t.traceparent, t.tracestate INTO tp, ts FROM outbox.trace_context(hdrs[i]) t;
 					caller_tp := pg_catalog.current_setting('pg_outbox.traceparent', true);
 					caller_ts := pg_catalog.current_setting('pg_outbox.tracestate', true);
-					tracing := tps[1] IS NOT NULL OR coalesce(caller_tp, '') OPERATOR(pg_catalog.<>) ''
+					tracing := tp IS NOT NULL OR coalesce(caller_tp, '') OPERATOR(pg_catalog.<>) ''
 							   OR coalesce(caller_ts, '') OPERATOR(pg_catalog.<>) '';
 					IF tracing THEN
-						PERFORM pg_catalog.set_config('pg_outbox.traceparent', coalesce(tps[1], ''), true),
-								pg_catalog.set_config('pg_outbox.tracestate', coalesce(tss[1], ''), true);
+						PERFORM pg_catalog.set_config('pg_outbox.traceparent', coalesce(tp, ''), true),
+								pg_catalog.set_config('pg_outbox.tracestate', coalesce(ts, ''), true);
 					END IF;
-					EXECUTE handler USING tops[i], ks[i], pays[i], hdrs[i], ids[i], tps[1];
+					EXECUTE handler USING tops[i], ks[i], pays[i], hdrs[i], ids[i], tp;
 					IF tracing THEN
 						PERFORM pg_catalog.set_config('pg_outbox.traceparent', coalesce(caller_tp, ''), true),
 								pg_catalog.set_config('pg_outbox.tracestate', coalesce(caller_ts, ''), true);
