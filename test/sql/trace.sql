@@ -103,7 +103,9 @@ RESET pg_outbox.tracestate;
 -- One warning for a call, naming the first value dropped.
 SET pg_outbox.traceparent = 'ff';
 SELECT * FROM pg_temp.emit_many(ARRAY[NULL, '{"traceparent": "x"}', '{"tracestate": "a=1"}']::jsonb[]);
+SELECT * FROM pg_temp.emit_many(ARRAY['{"a": 1}', '{"traceparent": 1, "a": 2}', '{"traceparent": "x"}', NULL]::jsonb[]);
 RESET pg_outbox.traceparent;
+SELECT * FROM pg_temp.emit_many(ARRAY['{"a": 1}', '{"tracestate": "a=1"}', '{"traceparent": "x"}']::jsonb[]);
 
 -- The settings' trace context where it would make the event too large:
 -- dropped, the event written without it.
@@ -113,6 +115,14 @@ SELECT pg_temp.emit(NULL, jsonb_build_object('x', repeat('a', 960))) AS too_larg
 SELECT pg_temp.emit(NULL, jsonb_build_object('x', repeat('a', 100))) AS fits;
 RESET pg_outbox.traceparent;
 RESET pg_outbox.max_payload_size;
+
+-- A session that sets a bad value before pg_outbox is loaded (the
+-- setting is a placeholder then): the SET succeeds, the emit drops it.
+\c -
+SET client_min_messages = warning;
+SET pg_outbox.traceparent = 'set before loading';
+SELECT outbox_emit('trace', NULL, '{}') IS NOT NULL AS emitted;
+RESET pg_outbox.traceparent;
 
 -- The validation both engines share.
 SELECT v, outbox.traceparent_fault(v)
