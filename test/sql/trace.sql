@@ -124,7 +124,24 @@ SET pg_outbox.traceparent = 'set before loading';
 SELECT outbox_emit('trace', NULL, '{}') IS NOT NULL AS emitted;
 RESET pg_outbox.traceparent;
 
--- The validation both engines share.
+-- The validation both engines share, against the shared vectors of
+-- test/vectors/trace_context.txt: the cases whose result differs from the
+-- vector (none), then how many were checked.
+CREATE TEMP TABLE vector_lines (n serial, line text);
+\copy vector_lines (line) FROM 'test/vectors/trace_context.txt'
+CREATE TEMP TABLE vectors AS
+SELECT n, f[1] AS kind, f[2] AS value, f[3] AS expected
+  FROM (SELECT n, string_to_array(line, ' | ') AS f FROM vector_lines
+         WHERE line <> '' AND line NOT LIKE '#%') v;
+SELECT n, kind, value, expected, fault
+  FROM vectors,
+       LATERAL (SELECT CASE kind WHEN 'traceparent' THEN outbox.traceparent_fault(value)
+                                 ELSE outbox.tracestate_fault(value) END AS fault) f
+ WHERE (fault IS NULL) IS DISTINCT FROM (expected = 'valid')
+ ORDER BY n;
+SELECT kind, count(*) FILTER (WHERE expected = 'valid') AS valid, count(*) FILTER (WHERE expected = 'invalid') AS invalid
+  FROM vectors GROUP BY kind ORDER BY kind;
+-- The reasons.
 SELECT v, outbox.traceparent_fault(v)
   FROM unnest(ARRAY['00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01',
                     '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-ff',
