@@ -9,6 +9,7 @@ OBJS = \
 	extension/pg_outbox.o \
 	extension/tables.o \
 	extension/emit.o \
+	extension/trace.o \
 	extension/writer.o \
 	extension/fetch.o \
 	extension/fetch_010.o \
@@ -46,7 +47,7 @@ DATA_built = sql/pg_outbox--$(EXTVERSION).sql sql/pg_outbox_sql--$(EXTVERSION).s
 # does) and the upgrade scripts between them.
 DATA = $(wildcard sql/released/pg_outbox--*.sql)
 
-REGRESS = install emit emit_errors emit_drivers groups group_names feed group_ops packed skip privileges explain inbox inbox_context inbox_entries inbox_consumers inbox_park inbox_redrive maintain shards engine_c drop
+REGRESS = install emit emit_errors emit_drivers groups group_names feed group_ops packed skip privileges explain inbox inbox_context inbox_entries inbox_consumers inbox_park inbox_redrive trace maintain shards engine_c drop
 REGRESS_OPTS = --inputdir=test --outputdir=test --load-extension=pg_outbox
 # Specs whose setup or teardown truncates the event table wait for the
 # maintenance lock first: on a preloaded cluster a background maintenance run

@@ -58,7 +58,7 @@
  * unique violation on the same day or a second apply on another day.
  *
  * Layering: consume.c calls inbox.c (the consumer check), locks.c (the
- * inbox lock) and tables.c.
+ * inbox lock), trace.c (the entries' trace context) and tables.c.
  *
  *-------------------------------------------------------------------------
  */
@@ -82,6 +82,7 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
+#include "utils/guc.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -97,6 +98,7 @@
 #include "locks.h"
 #include "sqlstates.h"
 #include "tables.h"
+#include "trace.h"
 
 /* The fields of an entry, in the order they are decoded. */
 typedef enum EntryField
@@ -527,14 +529,45 @@ OutboxHandlerContext(void *arg)
 	errcontext("inbox_consume() handler for event %s", e->text[FIELD_EVENT_ID]);
 }
 
-/* Runs the handler for a new event, as the caller. */
+/*
+ * Runs the handler for a new event, as the caller: $1 topic, $2 key, $3
+ * payload, $4 headers, $5 event id, $6 the headers' valid traceparent (or
+ * NULL). While it runs, pg_outbox.traceparent and pg_outbox.tracestate
+ * hold the event's valid trace context (empty when none), as a function's
+ * SET clause would set them: the caller's values come back after it, and
+ * an error undoes them with the (sub)transaction. So an event the handler
+ * emits continues the trace. Nothing is set when neither the event nor
+ * the caller has a trace context.
+ */
 static void
 OutboxRunHandler(Handler *handler, Entry *e)
 {
-	Datum		values[5] = {e->topic, e->key, e->payload, e->headers, UUIDPGetDatum(&e->id)};
-	char		nulls[5] = {' ', e->text[FIELD_KEY] ? ' ' : 'n', ' ', e->text[FIELD_HEADERS] ? ' ' : 'n', ' '};
+	text	   *traceparent;
+	text	   *tracestate;
+	Datum		values[6];
+	char		nulls[6] = {' ', e->text[FIELD_KEY] ? ' ' : 'n', ' ', e->text[FIELD_HEADERS] ? ' ' : 'n', ' ', ' '};
 	ErrorContextCallback context;
+	int			nest = -1;
 	int			rc;
+
+	OutboxTraceOfHeaders(e->text[FIELD_HEADERS] ? DatumGetJsonbP(e->headers) : NULL, &traceparent, &tracestate);
+	values[0] = e->topic;
+	values[1] = e->key;
+	values[2] = e->payload;
+	values[3] = e->headers;
+	values[4] = UUIDPGetDatum(&e->id);
+	values[5] = traceparent ? PointerGetDatum(traceparent) : (Datum) 0;
+	nulls[5] = traceparent ? ' ' : 'n';
+	if (traceparent != NULL ||
+		(pg_outbox_traceparent != NULL && pg_outbox_traceparent[0] != '\0') ||
+		(pg_outbox_tracestate != NULL && pg_outbox_tracestate[0] != '\0'))
+	{
+		nest = NewGUCNestLevel();
+		(void) set_config_option("pg_outbox.traceparent", traceparent ? text_to_cstring(traceparent) : "",
+								 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+		(void) set_config_option("pg_outbox.tracestate", tracestate ? text_to_cstring(tracestate) : "",
+								 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	}
 
 	context.callback = OutboxHandlerContext;
 	context.arg = e;
@@ -544,7 +577,7 @@ OutboxRunHandler(Handler *handler, Entry *e)
 		handler->plan = handler_plan;
 	if (handler->plan == NULL)
 	{
-		Oid			types[5] = {TEXTOID, TEXTOID, JSONBOID, JSONBOID, UUIDOID};
+		Oid			types[6] = {TEXTOID, TEXTOID, JSONBOID, JSONBOID, UUIDOID, TEXTOID};
 		SPIPlanPtr	plan;
 
 		if (handler_plan != NULL)
@@ -554,7 +587,7 @@ OutboxRunHandler(Handler *handler, Entry *e)
 			handler_plan = NULL;
 			handler_sql = NULL;
 		}
-		plan = SPI_prepare(handler->sql, 5, types);
+		plan = SPI_prepare(handler->sql, 6, types);
 		if (plan == NULL)
 			elog(ERROR, "could not prepare the handler: %s", SPI_result_code_string(SPI_result));
 		if (SPI_keepplan(plan) != 0)
@@ -573,6 +606,8 @@ OutboxRunHandler(Handler *handler, Entry *e)
 		elog(ERROR, "the handler failed: %s", SPI_result_code_string(rc));
 	SPI_freetuptable(SPI_tuptable);
 	error_context_stack = context.previous;
+	if (nest >= 0)
+		AtEOXact_GUC(true, nest);
 }
 
 /*

@@ -20,10 +20,18 @@
  * checked before anything is written. pg_outbox.max_payload_size is
  * defined here because only these checks read it.
  *
+ * An event's trace context (W3C traceparent and tracestate, two keys of its
+ * headers) comes from the caller's headers when they have a "traceparent",
+ * else from the settings pg_outbox.traceparent and pg_outbox.tracestate
+ * (trace.c), else there is none and the headers are left as given. A value
+ * that is not valid, and the settings' trace context where it would make
+ * the event too large, is dropped with one warning per call (OB006), never
+ * an error: a trace must not roll back the business transaction.
+ *
  * Layering: emit.c calls writer.c to write the rows, xact.c to note that
  * the transaction emitted (xact.c then runs the commit steps), pack.c for
- * the size of a payload as JSON text, and tables.c for the columns;
- * nothing calls into it but fmgr and _PG_init.
+ * the size of a payload as JSON text, trace.c for the trace context, and
+ * tables.c for the columns; nothing calls into it but fmgr and _PG_init.
  *
  *-------------------------------------------------------------------------
  */
@@ -45,7 +53,9 @@
 
 #include "emit.h"
 #include "pack.h"
+#include "sqlstates.h"
 #include "tables.h"
+#include "trace.h"
 #include "writer.h"
 #include "xact.h"
 
@@ -249,6 +259,176 @@ OutboxCheckSize(Jsonb *payload, Jsonb *headers, int element)
 			 errhint("A number prints with every digit (1e1000 as 1001 bytes), a control character in a string as 6 bytes: store such content elsewhere and emit a reference to it, or raise pg_outbox.max_payload_size.")));
 }
 
+/*
+ * Whether an event fits pg_outbox.max_payload_size, as OutboxCheckSize()
+ * counts, without raising.
+ */
+static bool
+OutboxFitsSize(Jsonb *payload, Jsonb *headers)
+{
+	Size		size = VARSIZE(payload) + (headers ? VARSIZE(headers) : 0);
+
+	if (size > (Size) pg_outbox_max_payload_size)
+		return false;
+	return OutboxEventTextSize(payload, headers, (uint64) pg_outbox_max_payload_size) <=
+		(uint64) pg_outbox_max_payload_size;
+}
+
+/*
+ * The trace context of one call: the settings' (read at the first event
+ * that uses them) and the first value dropped, for the call's one warning.
+ */
+typedef struct EmitTrace
+{
+	bool		settings_read;
+	Jsonb	   *settings;		/* {"traceparent", "tracestate"?}, or NULL */
+	char	   *dropped;		/* the warning's detail, or NULL */
+} EmitTrace;
+
+/* Notes a dropped value: "what" and "why" make the warning's detail. */
+static void
+OutboxTraceDropped(EmitTrace *trace, const char *what, const char *why)
+{
+	if (trace->dropped == NULL)
+		trace->dropped = psprintf("%s %s.", what, why);
+}
+
+/* Whether either setting is set: a look at two strings. */
+static bool
+OutboxTraceSettingsSet(void)
+{
+	return (pg_outbox_traceparent != NULL && pg_outbox_traceparent[0] != '\0') ||
+		(pg_outbox_tracestate != NULL && pg_outbox_tracestate[0] != '\0');
+}
+
+/* The settings' valid trace context as a headers object, or NULL. */
+static Jsonb *
+OutboxTraceSettings(EmitTrace *trace)
+{
+	const char *tp = pg_outbox_traceparent ? pg_outbox_traceparent : "";
+	const char *ts = pg_outbox_tracestate ? pg_outbox_tracestate : "";
+	const char *why;
+
+	if (trace->settings_read)
+		return trace->settings;
+	trace->settings_read = true;
+	if (tp[0] == '\0')
+	{
+		if (ts[0] != '\0')
+			OutboxTraceDropped(trace, "The setting pg_outbox.tracestate", "comes without pg_outbox.traceparent");
+		return NULL;
+	}
+	why = OutboxTraceparentFault(tp, strlen(tp));
+	if (why != NULL)
+	{
+		OutboxTraceDropped(trace, "The setting pg_outbox.traceparent", why);
+		return NULL;
+	}
+	if (ts[0] != '\0' && (why = OutboxTracestateFault(ts, strlen(ts))) != NULL)
+	{
+		OutboxTraceDropped(trace, "The setting pg_outbox.tracestate", why);
+		ts = "";
+	}
+	trace->settings = OutboxTraceObject(tp, ts[0] != '\0' ? ts : NULL);
+	return trace->settings;
+}
+
+/* Names a key of an event's headers in the warning's detail. */
+static char *
+OutboxTraceWhat(const char *key, int element)
+{
+	return element ? psprintf("The \"%s\" of headers %d", key, element) : psprintf("The \"%s\" of the headers", key);
+}
+
+/* headers without "key". */
+static Jsonb *
+OutboxHeadersWithout(Jsonb *headers, const char *key)
+{
+	return DatumGetJsonbP(DirectFunctionCall2(jsonb_delete, JsonbPGetDatum(headers), CStringGetTextDatum(key)));
+}
+
+/*
+ * Why a value of the headers is not a valid traceparent (is_parent) or
+ * tracestate, or NULL.
+ */
+static const char *
+OutboxTraceValueFault(JsonbValue *v, bool is_parent)
+{
+	if (v->type != jbvString)
+		return "is not a JSON string";
+	return is_parent ? OutboxTraceparentFault(v->val.string.val, v->val.string.len) :
+		OutboxTracestateFault(v->val.string.val, v->val.string.len);
+}
+
+/*
+ * An event's headers (an object, or NULL) with its trace context: without
+ * the values that are not valid, and with the settings' trace context
+ * when the headers have no "traceparent" and it fits. "element" is 0 for
+ * a scalar, else the array index.
+ */
+static Jsonb *
+OutboxEmitTrace(EmitTrace *trace, Jsonb *payload, Jsonb *headers, int element)
+{
+	Jsonb	   *settings;
+	Jsonb	   *with;
+
+	if (headers != NULL)
+	{
+		JsonbValue	buf;
+		JsonbValue *v;
+		const char *why;
+
+		v = getKeyJsonValueFromContainer(&headers->root, "traceparent", strlen("traceparent"), &buf);
+		if (v != NULL)
+		{
+			/* The headers are the source: the settings are not read. */
+			why = OutboxTraceValueFault(v, true);
+			if (why != NULL)
+			{
+				OutboxTraceDropped(trace, OutboxTraceWhat("traceparent", element), why);
+				headers = OutboxHeadersWithout(OutboxHeadersWithout(headers, "traceparent"), "tracestate");
+				return headers;
+			}
+			v = getKeyJsonValueFromContainer(&headers->root, "tracestate", strlen("tracestate"), &buf);
+			if (v != NULL && (why = OutboxTraceValueFault(v, false)) != NULL)
+			{
+				OutboxTraceDropped(trace, OutboxTraceWhat("tracestate", element), why);
+				headers = OutboxHeadersWithout(headers, "tracestate");
+			}
+			return headers;
+		}
+		v = getKeyJsonValueFromContainer(&headers->root, "tracestate", strlen("tracestate"), &buf);
+		if (v != NULL)
+		{
+			OutboxTraceDropped(trace, OutboxTraceWhat("tracestate", element), "comes without a \"traceparent\"");
+			headers = OutboxHeadersWithout(headers, "tracestate");
+		}
+	}
+	if (!OutboxTraceSettingsSet())
+		return headers;
+	settings = OutboxTraceSettings(trace);
+	if (settings == NULL)
+		return headers;
+	with = headers == NULL ? settings :
+		DatumGetJsonbP(DirectFunctionCall2(jsonb_concat, JsonbPGetDatum(headers), JsonbPGetDatum(settings)));
+	if (OutboxFitsSize(payload, with))
+		return with;
+	if (OutboxFitsSize(payload, headers))
+		OutboxTraceDropped(trace, "The setting pg_outbox.traceparent", "would make the event larger than pg_outbox.max_payload_size");
+	return headers;
+}
+
+/* The call's one warning, when it dropped trace context. */
+static void
+OutboxTraceWarn(EmitTrace *trace)
+{
+	if (trace->dropped != NULL)
+		ereport(WARNING,
+				(errcode(ERRCODE_OUTBOX_TRACE_CONTEXT_DROPPED),
+				 errmsg("trace context dropped"),
+				 errdetail_internal("%s", trace->dropped)));
+}
+
 /* Checks that headers are a JSON object. */
 static void
 OutboxCheckHeaders(Jsonb *headers, int element)
@@ -276,6 +456,7 @@ outbox_emit(PG_FUNCTION_ARGS)
 	pg_uuid_t  *event_id;
 	FullTransactionId fxid;
 	TimestampTz now;
+	EmitTrace	trace = {false, NULL, NULL};
 
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
@@ -307,9 +488,16 @@ outbox_emit(PG_FUNCTION_ARGS)
 	{
 		headers = PG_GETARG_JSONB_P(3);
 		OutboxCheckHeaders(headers, 0);
+	}
+	if (headers != NULL || OutboxTraceSettingsSet())
+		headers = OutboxEmitTrace(&trace, payload, headers, 0);
+	if (headers != NULL)
+	{
+		nulls[0][EVENT_HEADERS] = false;
 		values[0][EVENT_HEADERS] = PointerGetDatum(headers);
 	}
 	OutboxCheckSize(payload, headers, 0);
+	OutboxTraceWarn(&trace);
 
 	OutboxCheckWritable();
 
@@ -390,6 +578,7 @@ outbox_emit_many(PG_FUNCTION_ARGS)
 	int64		seq;
 	FullTransactionId fxid;
 	TimestampTz now;
+	EmitTrace	trace = {false, NULL, NULL};
 
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
@@ -458,9 +647,20 @@ outbox_emit_many(PG_FUNCTION_ARGS)
 		}
 	}
 	for (i = 0; i < n; i++)
+	{
+		Jsonb	   *h = nulls[i][EVENT_HEADERS] ? NULL : DatumGetJsonbP(values[i][EVENT_HEADERS]);
+
+		if (h == NULL && !OutboxTraceSettingsSet())
+			continue;
+		h = OutboxEmitTrace(&trace, DatumGetJsonbP(values[i][EVENT_PAYLOAD]), h, i + 1);
+		nulls[i][EVENT_HEADERS] = h == NULL;
+		values[i][EVENT_HEADERS] = h == NULL ? (Datum) 0 : JsonbPGetDatum(h);
+	}
+	for (i = 0; i < n; i++)
 		OutboxCheckSize(DatumGetJsonbP(values[i][EVENT_PAYLOAD]),
 						nulls[i][EVENT_HEADERS] ? NULL : DatumGetJsonbP(values[i][EVENT_HEADERS]),
 						i + 1);
+	OutboxTraceWarn(&trace);
 
 	if (!PG_ARGISNULL(4))
 	{

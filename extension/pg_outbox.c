@@ -39,6 +39,7 @@
 #include "emit.h"
 #include "inbox.h"
 #include "lead.h"
+#include "trace.h"
 #include "wakeup.h"
 #include "worker.h"
 #include "writer.h"
@@ -53,6 +54,7 @@ void
 _PG_init(void)
 {
 	OutboxEmitInit();
+	OutboxTraceInit();
 	OutboxInboxInit();
 	OutboxWorkerInit();
 	OutboxCommitInit();

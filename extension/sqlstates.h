@@ -38,4 +38,8 @@
 #define OUTBOX_SQLSTATE_PARK_LIMIT_REACHED	"OB005"
 #define ERRCODE_OUTBOX_PARK_LIMIT_REACHED	MAKE_SQLSTATE('O', 'B', '0', '0', '5')
 
+/* OB006: outbox_emit() dropped a trace context that is not valid (a warning). */
+#define OUTBOX_SQLSTATE_TRACE_CONTEXT_DROPPED	"OB006"
+#define ERRCODE_OUTBOX_TRACE_CONTEXT_DROPPED	MAKE_SQLSTATE('O', 'B', '0', '0', '6')
+
 #endif							/* OUTBOX_SQLSTATES_H */

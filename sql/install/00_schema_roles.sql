@@ -23,6 +23,7 @@
 --   OB003     not_leader          this session does not lead the group (any more)
 --   OB004     event_too_large     the group's next event is too large to publish
 --   OB005     park_limit_reached  a consumer's parked entries would exceed outbox.config.park_limit
+--   OB006     trace_context_dropped  outbox_emit() dropped a trace context that is not valid (a warning)
 
 \echo Use "CREATE EXTENSION pg_outbox" to load this file. \quit
 

@@ -219,6 +219,29 @@ COMMENT ON VIEW outbox.feed IS 'pg_outbox: committed events below the horizon, i
 -- @engine commit_order@
 
 --
+-- W3C trace context: the validation of traceparent and tracestate (the
+-- engine's), and the valid trace context of an event's headers, which
+-- every path that runs a handler passes to it.
+--
+-- @engine trace@
+
+CREATE FUNCTION outbox.trace_context(headers jsonb, OUT traceparent text, OUT tracestate text)
+RETURNS record
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$
+	SELECT t.p,
+		   CASE WHEN t.p IS NOT NULL
+					 AND pg_catalog.jsonb_typeof(headers OPERATOR(pg_catalog.->) 'tracestate') OPERATOR(pg_catalog.=) 'string'
+					 AND outbox.tracestate_fault(headers OPERATOR(pg_catalog.->>) 'tracestate') IS NULL
+				THEN headers OPERATOR(pg_catalog.->>) 'tracestate' END
+	  FROM (SELECT CASE WHEN pg_catalog.jsonb_typeof(headers OPERATOR(pg_catalog.->) 'traceparent') OPERATOR(pg_catalog.=) 'string'
+							 AND outbox.traceparent_fault(headers OPERATOR(pg_catalog.->>) 'traceparent') IS NULL
+						THEN headers OPERATOR(pg_catalog.->>) 'traceparent' END AS p) t
+$$;
+COMMENT ON FUNCTION outbox.trace_context(jsonb) IS
+	'pg_outbox: the valid W3C traceparent of an event''s headers, and its tracestate when valid too; NULL for what is absent or not valid';
+
+--
 -- Emission (C).
 --
 -- @engine emit@

@@ -516,6 +516,10 @@ AS $$
 DECLARE
 	d outbox.dead_letters;
 	result text;
+	tp text;
+	ts text;
+	caller_tp text;
+	caller_ts text;
 BEGIN
 	IF dead_letter_id IS NULL OR handler IS NULL THEN
 		RAISE EXCEPTION 'dead_letter_id and handler must not be null' USING ERRCODE = 'null_value_not_allowed';
@@ -534,7 +538,17 @@ BEGIN
 				  HINT = 'Its fields are kept as received in outbox.dead_letters.fields. Republish a corrected event from the producer.';
 	END IF;
 	IF @extschema@.inbox_apply(d.consumer, d.event_id, d.payload) THEN
-		EXECUTE handler USING d.topic, d.key, d.payload, d.headers, d.event_id;
+		-- As inbox_consume() runs a handler: $6 the event's valid
+		-- traceparent, and its trace context in the settings while the
+		-- handler runs (the caller's set again after).
+		SELECT t.traceparent, t.tracestate INTO tp, ts FROM outbox.trace_context(d.headers) t;
+		caller_tp := pg_catalog.current_setting('pg_outbox.traceparent', true);
+		caller_ts := pg_catalog.current_setting('pg_outbox.tracestate', true);
+		PERFORM pg_catalog.set_config('pg_outbox.traceparent', coalesce(tp, ''), true),
+				pg_catalog.set_config('pg_outbox.tracestate', coalesce(ts, ''), true);
+		EXECUTE handler USING d.topic, d.key, d.payload, d.headers, d.event_id, tp;
+		PERFORM pg_catalog.set_config('pg_outbox.traceparent', coalesce(caller_tp, ''), true),
+				pg_catalog.set_config('pg_outbox.tracestate', coalesce(caller_ts, ''), true);
 		result := 'applied';
 	ELSE
 		result := 'duplicate';

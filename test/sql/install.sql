@@ -7,9 +7,10 @@ SET client_min_messages = warning;
 -- the engines' differences says otherwise: the SQL engine runs a few as
 -- the extension's owner (prosecdef and pins_settings are shown as NULL
 -- for those here; test/sql/engine_c.sql and engine_sql.sql show them) and
--- has two functions of its own: outbox.notify_relays(), its trigger that
--- wakes relays, and outbox.consumer_check(), the body of
--- inbox_consumer_check() that its functions running as the owner call.
+-- has three functions of its own: outbox.notify_relays(), its trigger that
+-- wakes relays, outbox.consumer_check(), the body of
+-- inbox_consumer_check() that its functions running as the owner call, and
+-- outbox.emit_trace(), the trace context of emitted events (in C in emit.c).
 SELECT n.nspname, p.proname, pg_get_function_identity_arguments(p.oid) AS args,
        p.provolatile, p.proisstrict, p.proparallel,
        CASE WHEN NOT o.engine_own THEN p.prosecdef END AS prosecdef,
@@ -23,7 +24,7 @@ SELECT n.nspname, p.proname, pg_get_function_identity_arguments(p.oid) AS args,
                                            'inbox_dead_letter', 'dead_letter_take', 'outbox_relay_waiting',
                      'parked_match', 'parked_add', 'parked_settle', 'inbox_park_key',
                      'parked_take', 'inbox_parked_keys', 'inbox_redrive', 'inbox_skip') AS engine_own) o
- WHERE NOT (n.nspname = 'outbox' AND p.proname IN ('notify_relays', 'consumer_check'))
+ WHERE NOT (n.nspname = 'outbox' AND p.proname IN ('notify_relays', 'consumer_check', 'emit_trace'))
  ORDER BY 1, 2, 3;
 
 -- Every SECURITY DEFINER function pins its search_path.

@@ -19,5 +19,7 @@ inline constexpr std::string_view kNotLeader = "OB003";
 inline constexpr std::string_view kEventTooLarge = "OB004";
 // A consumer's parked entries reached its park_limit (outbox.config).
 inline constexpr std::string_view kParkLimitReached = "OB005";
+// outbox_emit() dropped a trace context that is not valid (a warning).
+inline constexpr std::string_view kTraceContextDropped = "OB006";
 
 }  // namespace pg_outbox::sqlstate

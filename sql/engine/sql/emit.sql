@@ -54,9 +54,12 @@ DECLARE
 	m text[];
 	msg text;
 	detail text;
+	dropped text;
 BEGIN
 	-- Every check of the C engine, in its order, where one of them could
-	-- fail; most calls pass them all in this one expression. (A value's
+	-- fail, and the trace context (outbox.emit_trace()) where the headers
+	-- or the settings have one; most calls pass them all in this one
+	-- expression. (A value's
 	-- size as jsonb is read from the datum here, which is at most 3 bytes
 	-- short of the C engine's count for a value with a short header, and
 	-- less for a compressed one: both take the full checks.)
@@ -66,6 +69,8 @@ BEGIN
 	   OR pg_column_size(payload) + coalesce(pg_column_size(headers), 0) > 1048570
 	   OR pg_column_compression(payload) IS NOT NULL OR pg_column_compression(headers) IS NOT NULL
 	   OR octet_length(payload::text) + coalesce(octet_length(headers::text), 0) > 1048576
+	   OR headers ? 'traceparent' OR headers ? 'tracestate'
+	   OR current_setting('pg_outbox.traceparent', true) <> '' OR current_setting('pg_outbox.tracestate', true) <> ''
 	   OR current_setting('transaction_read_only') = 'on' THEN
 		IF topic IS NULL THEN
 			RAISE EXCEPTION 'topic must not be null' USING ERRCODE = 'null_value_not_allowed';
@@ -110,6 +115,11 @@ BEGIN
 					USING ERRCODE = 'invalid_parameter_value';
 			END IF;
 		END IF;
+		IF headers ? 'traceparent' OR headers ? 'tracestate'
+		   OR current_setting('pg_outbox.traceparent', true) <> '' OR current_setting('pg_outbox.tracestate', true) <> '' THEN
+			SELECT t.headers_out[1], t.dropped INTO headers, dropped
+			  FROM outbox.emit_trace(ARRAY[payload], ARRAY[headers], lim, false) t;
+		END IF;
 		-- The size of the values as jsonb, whatever their storage (#> '{}'
 		-- returns the value detoasted, as C reads it).
 		size := pg_column_size(payload #> '{}');
@@ -140,6 +150,9 @@ BEGIN
 			END IF;
 			RAISE EXCEPTION USING MESSAGE = msg, ERRCODE = 'program_limit_exceeded', DETAIL = detail,
 				HINT = 'A number prints with every digit (1e1000 as 1001 bytes), a control character in a string as 6 bytes: store such content elsewhere and emit a reference to it, or raise pg_outbox.max_payload_size.';
+		END IF;
+		IF dropped IS NOT NULL THEN
+			RAISE WARNING 'trace context dropped' USING DETAIL = dropped, ERRCODE = 'OB006';
 		END IF;
 
 		IF current_setting('transaction_read_only') = 'on' THEN
@@ -193,6 +206,7 @@ DECLARE
 	m text[];
 	msg text;
 	detail text;
+	dropped text;
 BEGIN
 	IF topic IS NULL THEN
 		RAISE EXCEPTION 'topic must not be null' USING ERRCODE = 'null_value_not_allowed';
@@ -273,6 +287,11 @@ BEGIN
 				USING ERRCODE = 'invalid_parameter_value';
 		END IF;
 	END IF;
+	-- The trace context, where the headers or the settings have one.
+	IF current_setting('pg_outbox.traceparent', true) <> '' OR current_setting('pg_outbox.tracestate', true) <> ''
+	   OR EXISTS (SELECT FROM unnest(headers) u WHERE u ? 'traceparent' OR u ? 'tracestate') THEN
+		SELECT t.headers_out, t.dropped INTO headers, dropped FROM outbox.emit_trace(payloads, headers, lim, true) t;
+	END IF;
 	FOR i IN 1 .. n LOOP
 		p := payloads[i];
 		h := headers[i];
@@ -306,6 +325,9 @@ BEGIN
 				HINT = 'A number prints with every digit (1e1000 as 1001 bytes), a control character in a string as 6 bytes: store such content elsewhere and emit a reference to it, or raise pg_outbox.max_payload_size.';
 		END IF;
 	END LOOP;
+	IF dropped IS NOT NULL THEN
+		RAISE WARNING 'trace context dropped' USING DETAIL = dropped, ERRCODE = 'OB006';
+	END IF;
 
 	IF event_ids IS NOT NULL THEN
 		IF array_ndims(event_ids) > 1 THEN

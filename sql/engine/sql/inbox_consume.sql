@@ -123,6 +123,14 @@ DECLARE
 	checked_handler boolean := false;
 	bodies text;
 	conflict_code text;
+	-- The trace context: per entry, and the caller's settings.
+	tps text[];
+	tss text[];
+	tp text;
+	ts text;
+	caller_tp text;
+	caller_ts text;
+	tracing boolean;
 BEGIN
 	PERFORM @extschema@.inbox_consumer_check(consumer);
 	IF handler IS NULL OR handler OPERATOR(pg_catalog.=) '' THEN
@@ -457,9 +465,25 @@ BEGIN
 				-- changed; without the TEMPORARY privilege, or when another
 				-- function holds the name, each entry's handler runs by
 				-- EXECUTE.
+				--
+				-- The handler's $6 is the entry's valid traceparent, and
+				-- while it runs pg_outbox.traceparent and
+				-- pg_outbox.tracestate hold the entry's trace context
+				-- (empty when none; the statement sets them before each
+				-- entry's call), the caller's values set again after.
+				-- Nothing is set when neither the entries nor the caller
+				-- have a trace context.
+				SELECT pg_catalog.array_agg(t.traceparent ORDER BY x.o), pg_catalog.array_agg(t.tracestate ORDER BY x.o)
+				  INTO tps, tss
+				  FROM pg_catalog.unnest(fresh) WITH ORDINALITY x(w, o)
+				 CROSS JOIN LATERAL outbox.trace_context(hdrs[x.w]) t;
+				caller_tp := pg_catalog.current_setting('pg_outbox.traceparent', true);
+				caller_ts := pg_catalog.current_setting('pg_outbox.tracestate', true);
+				tracing := EXISTS (SELECT FROM pg_catalog.unnest(tps) v WHERE v IS NOT NULL)
+						   OR coalesce(caller_tp, '') OPERATOR(pg_catalog.<>) '' OR coalesce(caller_ts, '') OPERATOR(pg_catalog.<>) '';
 				fn := 'pg_outbox_handler_' OPERATOR(pg_catalog.||) pg_catalog.md5(current_user OPERATOR(pg_catalog.||) '/' OPERATOR(pg_catalog.||) handler);
 				SELECT p.prosrc OPERATOR(pg_catalog.=) handler AND NOT p.prosecdef AND p.proconfig IS NULL
-					   AND p.provolatile OPERATOR(pg_catalog.=) 'v' AND p.pronargs OPERATOR(pg_catalog.=) 5
+					   AND p.provolatile OPERATOR(pg_catalog.=) 'v' AND p.pronargs OPERATOR(pg_catalog.=) 6
 					   AND p.proowner OPERATOR(pg_catalog.=) (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname OPERATOR(pg_catalog.=) current_user)
 					   AND p.prolang OPERATOR(pg_catalog.=) (SELECT l.oid FROM pg_catalog.pg_language l WHERE l.lanname OPERATOR(pg_catalog.=) 'sql')
 				  INTO usable
@@ -470,27 +494,40 @@ BEGIN
 					-- EXECUTE would be.
 					bodies := pg_catalog.current_setting('check_function_bodies');
 					PERFORM pg_catalog.set_config('check_function_bodies', 'off', true);
-					EXECUTE pg_catalog.format('CREATE FUNCTION pg_temp.%I(pg_catalog.text, pg_catalog.text, pg_catalog.jsonb, pg_catalog.jsonb, pg_catalog.uuid) RETURNS void LANGUAGE sql VOLATILE AS %L',
+					EXECUTE pg_catalog.format('CREATE FUNCTION pg_temp.%I(pg_catalog.text, pg_catalog.text, pg_catalog.jsonb, pg_catalog.jsonb, pg_catalog.uuid, pg_catalog.text) RETURNS void LANGUAGE sql VOLATILE AS %L',
 											  fn, handler);
 					PERFORM pg_catalog.set_config('check_function_bodies', bodies, true);
 					usable := true;
 					created := true;
 				END IF;
 				IF usable THEN
-					EXECUTE pg_catalog.format('SELECT pg_catalog.count(pg_temp.%I(s.t, s.k, s.p, s.h, s.id)) FROM (SELECT u.t, u.k, u.p, u.h, u.id FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3), pg_catalog.unnest($4), pg_catalog.unnest($5)) WITH ORDINALITY u(t, k, p, h, id, o) ORDER BY u.o) s',
-											  fn)
+					-- The settings are set by the filter above the sort, for
+					-- each entry just before its call (a qual that calls a
+					-- volatile function stays where it is written).
+					EXECUTE pg_catalog.format('SELECT pg_catalog.count(pg_temp.%I(s.t, s.k, s.p, s.h, s.id, s.tp)) FROM (SELECT u.t, u.k, u.p, u.h, u.id, u.tp, u.ts FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3), pg_catalog.unnest($4), pg_catalog.unnest($5), pg_catalog.unnest($6), pg_catalog.unnest($7)) WITH ORDINALITY u(t, k, p, h, id, tp, ts, o) ORDER BY u.o) s%s',
+											  fn, CASE WHEN tracing THEN ' WHERE pg_catalog.set_config(''pg_outbox.traceparent'', COALESCE(s.tp, ''''), true) IS NOT NULL AND pg_catalog.set_config(''pg_outbox.tracestate'', COALESCE(s.ts, ''''), true) IS NOT NULL' ELSE '' END)
 						USING ARRAY(SELECT tops[w] FROM pg_catalog.unnest(fresh) WITH ORDINALITY x(w, o) ORDER BY x.o),
 							  ARRAY(SELECT ks[w] FROM pg_catalog.unnest(fresh) WITH ORDINALITY x(w, o) ORDER BY x.o),
 							  ARRAY(SELECT pays[w] FROM pg_catalog.unnest(fresh) WITH ORDINALITY x(w, o) ORDER BY x.o),
 							  ARRAY(SELECT hdrs[w] FROM pg_catalog.unnest(fresh) WITH ORDINALITY x(w, o) ORDER BY x.o),
-							  ARRAY(SELECT ids[w] FROM pg_catalog.unnest(fresh) WITH ORDINALITY x(w, o) ORDER BY x.o);
+							  ARRAY(SELECT ids[w] FROM pg_catalog.unnest(fresh) WITH ORDINALITY x(w, o) ORDER BY x.o),
+							  tps, tss;
 					IF created THEN
-						EXECUTE pg_catalog.format('DROP FUNCTION pg_temp.%I(pg_catalog.text, pg_catalog.text, pg_catalog.jsonb, pg_catalog.jsonb, pg_catalog.uuid)', fn);
+						EXECUTE pg_catalog.format('DROP FUNCTION pg_temp.%I(pg_catalog.text, pg_catalog.text, pg_catalog.jsonb, pg_catalog.jsonb, pg_catalog.uuid, pg_catalog.text)', fn);
 					END IF;
 				ELSE
-					FOREACH i IN ARRAY fresh LOOP
-						EXECUTE handler USING tops[i], ks[i], pays[i], hdrs[i], ids[i];
+					FOR k IN 1 .. pg_catalog.cardinality(fresh) LOOP
+						i := fresh[k];
+						IF tracing THEN
+							PERFORM pg_catalog.set_config('pg_outbox.traceparent', coalesce(tps[k], ''), true),
+									pg_catalog.set_config('pg_outbox.tracestate', coalesce(tss[k], ''), true);
+						END IF;
+						EXECUTE handler USING tops[i], ks[i], pays[i], hdrs[i], ids[i], tps[k];
 					END LOOP;
+				END IF;
+				IF tracing THEN
+					PERFORM pg_catalog.set_config('pg_outbox.traceparent', coalesce(caller_tp, ''), true),
+							pg_catalog.set_config('pg_outbox.tracestate', coalesce(caller_ts, ''), true);
 				END IF;
 				FOREACH i IN ARRAY fresh LOOP
 					st[i] := 'applied';
@@ -517,7 +554,22 @@ BEGIN
 									  HINT = 'The handler runs inside the transaction that records the event in the inbox.';
 						END IF;
 					END IF;
-					EXECUTE handler USING tops[i], ks[i], pays[i], hdrs[i], ids[i];
+					-- The entry's trace context while the handler runs, as
+					-- above; an error takes it back with the subtransaction.
+					SELECT t.traceparent, t.tracestate INTO tp, ts FROM outbox.trace_context(hdrs[i]) t;
+					caller_tp := pg_catalog.current_setting('pg_outbox.traceparent', true);
+					caller_ts := pg_catalog.current_setting('pg_outbox.tracestate', true);
+					tracing := tp IS NOT NULL OR coalesce(caller_tp, '') OPERATOR(pg_catalog.<>) ''
+							   OR coalesce(caller_ts, '') OPERATOR(pg_catalog.<>) '';
+					IF tracing THEN
+						PERFORM pg_catalog.set_config('pg_outbox.traceparent', coalesce(tp, ''), true),
+								pg_catalog.set_config('pg_outbox.tracestate', coalesce(ts, ''), true);
+					END IF;
+					EXECUTE handler USING tops[i], ks[i], pays[i], hdrs[i], ids[i], tp;
+					IF tracing THEN
+						PERFORM pg_catalog.set_config('pg_outbox.traceparent', coalesce(caller_tp, ''), true),
+								pg_catalog.set_config('pg_outbox.tracestate', coalesce(caller_ts, ''), true);
+					END IF;
 					st[i] := 'applied';
 				ELSIF applied[1] OPERATOR(pg_catalog.=) pays[i] THEN
 					st[i] := 'duplicate';
