@@ -143,11 +143,12 @@ TEST_F(CloudEventsTest, PublishWritesEachFormatExactly) {
         pg.exec("SELECT outbox_group_create('st', start_at => 'beginning')");
     }
     emit_three();
-    start_relay({"--stream", "d:{topic}"});
+    auto& relay = start_relay({"--stream", "d:{topic}"});
     start_format_relay("ce", "cloudevents", "c:{topic}");
     start_format_relay("st", "cloudevents-structured", "s:{topic}",
                        {"--ce-source", "urn:test:{database}:{group}"});
-    ASSERT_TRUE(eventually([&] { return count_in({"d:orders", "c:orders", "s:orders"}) == 9; }, 30s));
+    ASSERT_TRUE(eventually([&] { return count_in({"d:orders", "c:orders", "s:orders"}) == 9; }, 30s))
+        << relay.log();
 
     const auto plain = entries("d:orders"), binary = entries("c:orders"), structured = entries("s:orders");
     ASSERT_EQ(plain.size(), 3u);
