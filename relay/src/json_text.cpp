@@ -183,6 +183,17 @@ bool json_string_is(std::string_view token, std::string_view text) {
     return decoded && *decoded == text;
 }
 
+std::size_t json_string_size(std::string_view s) {
+    std::size_t n = s.size() + 2;
+    for (const char ch : s) {
+        const auto c = static_cast<unsigned char>(ch);
+        if (c >= 0x20 && c != '"' && c != '\\') continue;
+        const bool short_escape = c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t' || c == '\b' || c == '\f';
+        n += short_escape ? 1 : 5;
+    }
+    return n;
+}
+
 void json_append_string(std::string& out, std::string_view s) {
     static constexpr char kHex[] = "0123456789abcdef";
     out.push_back('"');

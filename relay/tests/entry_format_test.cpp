@@ -173,13 +173,19 @@ TEST(EntryFormat, StructuredEvent) {
 }
 
 TEST(EntryFormat, EntryBytesCountTheNewFields) {
+    const std::vector<Event> events{event("k", R"({"traceparent": ")" + kParent + R"(", "x": 1})"),
+                                    event("k\"\n\x01é", R"({"x": "\"q\""})"),
+                                    event(std::nullopt, std::nullopt, ""),
+                                    event("k", "{}"),
+                                    event("k", R"({"tracestate": "a=1"})")};
     for (const auto format : {EntryFormat::plain, EntryFormat::cloudevents, EntryFormat::cloudevents_structured}) {
-        EntryFields writer(format, kSource);
-        const auto e = event("k", R"({"traceparent": ")" + kParent + R"(", "x": 1})");
-        std::size_t want = e.position.size() + 4 + e.position.size();
-        for (const auto& [n, v] : fields_of(writer, e)) want += n.size() + v.size();
-        writer.clear();
-        EXPECT_EQ(writer.entry_bytes(e), want) << to_string(format);
+        EntryFields writer(format, "/s\"ource");
+        for (const auto& e : events) {
+            std::size_t want = e.position.size() + 4 + e.position.size();
+            for (const auto& [n, v] : fields_of(writer, e)) want += n.size() + v.size();
+            writer.clear();
+            EXPECT_EQ(writer.entry_bytes(e), want) << to_string(format) << " " << e.headers.value_or("-");
+        }
     }
 }
 

@@ -43,6 +43,9 @@ std::optional<std::string> json_string(std::string_view token);
 // the token has none).
 bool json_string_is(std::string_view token, std::string_view text);
 
+// The size of "s" as json_append_string() writes it.
+std::size_t json_string_size(std::string_view s);
+
 // Appends "s" as a JSON string token: quotes, '"' and '\\' escaped,
 // control characters as \u00XX (\n, \t, ... by their short escapes).
 void json_append_string(std::string& out, std::string_view s);
