@@ -78,7 +78,10 @@ std::size_t drain_replies(RedisConnection& redis, std::size_t n) {
     return errors;
 }
 
-int xadd_ceiling(const std::string& pg_conninfo, const std::string& redis_address, int batch) {
+int xadd_ceiling(const std::string& pg_conninfo, const std::string& redis_address, int batch, EntryFormat format) {
+    // The entries of the format, as the relay of group g of database
+    // "drain" or "formats" writes them (the source's length is what counts).
+    EntryFields fields(format, "/pg_outbox/formats/formats");
     PgConnection pg(pg_conninfo, "pg_outbox_bench");
     auto r = pg.exec(
         "SELECT txid::text || '-' || seq, event_id, topic, key, payload, headers, created_at"
@@ -90,6 +93,7 @@ int xadd_ceiling(const std::string& pg_conninfo, const std::string& redis_addres
                 std::string(r.get(i, 4)), std::nullopt, std::string(r.get(i, 6))};
         if (auto k = r.get_optional(i, 3)) e.key = std::string(*k);
         if (auto h = r.get_optional(i, 5)) e.headers = std::string(*h);
+        e.parsed = Position::parse(e.position).value_or(Position{});
         events.push_back(std::move(e));
     }
     auto redis = redis_connect(redis_address);
@@ -111,7 +115,8 @@ int xadd_ceiling(const std::string& pg_conninfo, const std::string& redis_addres
             prevs.push_back(it->second);
             it->second = e.position;
             std::vector<std::string_view> argv{"XADD", keys.back(), e.position};
-            append_entry_fields(argv, e);
+            fields.clear();
+            append_entry_fields(argv, e, fields);
             argv.insert(argv.end(), {"prev", prevs.back()});
             redis.append(argv);
         }
@@ -124,6 +129,7 @@ int xadd_ceiling(const std::string& pg_conninfo, const std::string& redis_addres
 }
 
 int naive_relay(const std::string& pg_conninfo, const std::string& redis_address, int batch) {
+    EntryFields fields;  // the default format
     PgConnection pg(pg_conninfo, "pg_outbox_bench");
     auto redis = redis_connect(redis_address);
     const std::string limit = std::to_string(batch);
@@ -148,7 +154,8 @@ int naive_relay(const std::string& pg_conninfo, const std::string& redis_address
             if (auto k = r.get_optional(i, 3)) e.key = std::string(*k);
             keys.push_back("outbox:" + e.topic);
             std::vector<std::string_view> argv{"XADD", keys.back(), "*"};
-            append_entry_fields(argv, e);
+            fields.clear();
+            append_entry_fields(argv, e, fields);
             redis.append(argv);
             ids += (i ? "," : "") + e.position;
         }
@@ -209,6 +216,7 @@ int latency(const std::string& redis_address, const std::string& stream, std::si
 }
 
 int pgq_relay(const std::string& pg_conninfo, const std::string& redis_address, const std::string& consumer) {
+    EntryFields fields;  // the default format
     PgConnection pg(pg_conninfo, "pg_outbox_bench");
     auto redis = redis_connect(redis_address);
     std::size_t total = 0;
@@ -229,7 +237,8 @@ int pgq_relay(const std::string& pg_conninfo, const std::string& redis_address, 
                     std::string(r.get(i, 2)), std::nullopt, std::string(r.get(i, 3))};
             keys.push_back("outbox:pgq");
             std::vector<std::string_view> argv{"XADD", keys.back(), "*"};
-            append_entry_fields(argv, e);
+            fields.clear();
+            append_entry_fields(argv, e, fields);
             redis.append(argv);
         }
         drain_replies(redis, r.rows());
@@ -593,6 +602,9 @@ int main(int argc, char** argv) {
     std::string consumer;
     pq->add_option("--pg", pg)->required();
     pq->add_option("--consumer", consumer)->required();
+    std::string ceiling_format = "default";
+    ceiling->add_option("--format", ceiling_format, "the entries' format, as pg_outbox_relay publish --format")
+        ->check(CLI::IsMember({"default", "cloudevents", "cloudevents-structured"}));
     for (auto* sub : {ceiling, naive}) {
         sub->add_option("--pg", pg)->required();
         sub->add_option("--batch", batch);
@@ -650,7 +662,11 @@ int main(int argc, char** argv) {
         return hand_consume(hand);
     }
     if (wr->parsed()) return wait_rows(pg, sql, static_cast<long long>(count), timeout_s, interval_ms);
-    if (ceiling->parsed()) return xadd_ceiling(pg, redis, batch);
+    if (ceiling->parsed())
+        return xadd_ceiling(pg, redis, batch,
+                            ceiling_format == "cloudevents"              ? EntryFormat::cloudevents
+                            : ceiling_format == "cloudevents-structured" ? EntryFormat::cloudevents_structured
+                                                                          : EntryFormat::plain);
     if (naive->parsed()) return naive_relay(pg, redis, batch);
     if (ra->parsed()) return read_ack(redis, stream, batch);
     if (pq->parsed()) return pgq_relay(pg, redis, consumer);

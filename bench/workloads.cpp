@@ -8,6 +8,7 @@ void workload_fetch(Context&);
 void workload_advance(Context&);
 void workload_emit(Context&);
 void workload_drain(Context&);
+void workload_formats(Context&);
 void workload_shards(Context&);
 void workload_scaling(Context&);
 void workload_latency(Context&);
@@ -24,6 +25,7 @@ const std::vector<Workload>& workloads() {
         {"advance", workload_advance},
         {"emit", workload_emit},
         {"drain", workload_drain},
+        {"formats", workload_formats},
         {"shards", workload_shards},
         {"scaling", workload_scaling},
         {"latency", workload_latency},

@@ -30,19 +30,30 @@ if expected ~= '' and less(last, expected) then
   return {0, 0, 'PGOUTBOX_BEHIND ' .. last}
 end
 
+-- The event id of an entry's fields, in any of the relay's formats: the
+-- default's event_id, a CloudEvent's ce_id (binary content mode), or the
+-- id a structured CloudEvent's "event" starts with, as the relay writes it.
+local function entry_event_id(f)
+  for j = 1, #f, 2 do
+    if f[j] == 'event_id' or f[j] == 'ce_id' then return f[j + 1] end
+    if f[j] == 'event' then
+      local id = string.match(f[j + 1], '^{"specversion":"1%.0","id":"([^"\\]*)"')
+      if id then return id end
+    end
+  end
+  return nil
+end
+
 -- Redis refused an id as not above the top. It is a replay when the entry
--- with that id is there with the same event id, or was deleted (trimmed)
--- since; anything else means another writer put higher ids into the
--- stream, and skipping the entry would lose it.
+-- with that id is there with the same event id (whatever the format it
+-- was written in), or was deleted (trimmed) since; anything else means
+-- another writer put higher ids into the stream, and skipping the entry
+-- would lose it.
 local max_deleted
 local function published_before(id, event_id)
   local e = redis.call('XRANGE', KEYS[1], id, id)
   if #e == 1 then
-    local f = e[1][2]
-    for j = 1, #f, 2 do
-      if f[j] == 'event_id' then return f[j + 1] == event_id end
-    end
-    return false
+    return entry_event_id(e[1][2]) == event_id
   end
   if not max_deleted then
     max_deleted = '0-0'
@@ -61,11 +72,12 @@ end
 local written, already = 0, 0
 local i = 3
 while i <= #ARGV do
-  local to = i + 1 + tonumber(ARGV[i + 1])
+  -- id, event id, count, fields...
+  local to = i + 2 + tonumber(ARGV[i + 2])
   -- XADD key [MAXLEN ~ n] id fields... prev <last>
   local args = {unpack(head)}
   args[#args + 1] = ARGV[i]
-  for j = i + 2, to do args[#args + 1] = ARGV[j] end
+  for j = i + 3, to do args[#args + 1] = ARGV[j] end
   args[#args + 1] = 'prev'
   args[#args + 1] = last
   local r = redis.pcall(unpack(args))
@@ -73,8 +85,7 @@ while i <= #ARGV do
     if not string.find(r.err, 'equal or smaller than the target stream top item', 1, true) then
       return {written, already, r.err}
     end
-    -- the fields start with event_id and its value
-    if not published_before(ARGV[i], ARGV[i + 3]) then
+    if not published_before(ARGV[i], ARGV[i + 1]) then
       return {written, already, 'PGOUTBOX_FOREIGN ' .. ARGV[i]}
     end
     already = already + 1

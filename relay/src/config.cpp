@@ -12,6 +12,7 @@
 #include <iostream>
 
 #include "pg_outbox/errors.hpp"
+#include "pg_outbox/event.hpp"
 #include "pg_outbox/log.hpp"
 #include "pg_outbox/pg.hpp"
 #include "pg_outbox/redis_cluster.hpp"
@@ -349,6 +350,15 @@ bool is_every_shard(const std::string& group, std::string* name) {
     return true;
 }
 
+const char* to_string(EntryFormat format) noexcept {
+    switch (format) {
+        case EntryFormat::cloudevents: return "cloudevents";
+        case EntryFormat::cloudevents_structured: return "cloudevents-structured";
+        case EntryFormat::plain: break;
+    }
+    return "default";
+}
+
 const char* to_string(OnFailure mode) noexcept {
     return mode == OnFailure::park_key ? "park-key" : "skip";
 }
@@ -468,6 +478,7 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
     Config c;
     std::string redis = "127.0.0.1:6379";
     std::string poll = "500ms", retry_min = "100ms", retry_max, redis_timeout, pg_timeout, stats = "10s";
+    std::string entry_format = "default";
     std::string id_mode = "position", log_format = "text", maintain = "60s", stuck_after = "60s", lease = "15s";
     std::string metrics_address;
 
@@ -580,6 +591,19 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
                         "'redis' (Redis-generated: a replay after a crash duplicates entries, the inbox absorbs them)")
         ->envname("PG_OUTBOX_ID_MODE")
         ->check(CLI::IsMember({"position", "redis"}))
+        ->capture_default_str();
+    publish->add_option("--format", entry_format,
+                        "stream entry fields: 'default' (event_id, topic, key, payload, headers, ...), "
+                        "'cloudevents' (a CloudEvent in binary content mode: ce_* fields and data) or "
+                        "'cloudevents-structured' (one JSON field \"event\", content-type "
+                        "application/cloudevents+json); consume reads all three")
+        ->envname("PG_OUTBOX_FORMAT")
+        ->capture_default_str();
+    publish->add_option("--ce-source", c.ce_source,
+                        "the CloudEvents source attribute of --format cloudevents*: a URI-reference of printable "
+                        "ASCII without spaces, at most 1024 bytes; {database} and {group} are replaced by the "
+                        "names, percent-encoded")
+        ->envname("PG_OUTBOX_CE_SOURCE")
         ->capture_default_str();
     publish->add_option("--maintain-interval", maintain,
                         "run outbox_maintain() this often while leading, unless the extension's background worker "
@@ -758,6 +782,17 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
             throw ConfigError("--lease: must be at least 3 times --poll-interval, so that an idle leader renews it "
                               "in time");
         c.id_mode = id_mode == "redis" ? IdMode::redis_generated : IdMode::explicit_position;
+        // An env file's PG_OUTBOX_FORMAT= is the default.
+        if (entry_format == "default" || entry_format.empty())
+            c.entry_format = EntryFormat::plain;
+        else if (entry_format == "cloudevents")
+            c.entry_format = EntryFormat::cloudevents;
+        else if (entry_format == "cloudevents-structured")
+            c.entry_format = EntryFormat::cloudevents_structured;
+        else
+            throw ConfigError("--format: \"" + entry_format.substr(0, 64) +
+                              "\" is not a format; use default, cloudevents or cloudevents-structured");
+        if (auto fault = ce_source_fault(c.ce_source)) throw ConfigError("--ce-source: " + *fault);
         c.log_format = log_format == "json" ? LogFormat::json : LogFormat::text;
         if (publish->parsed()) c.mode = Config::Mode::publish;
         if (consume->parsed()) c.mode = Config::Mode::consume;

@@ -106,6 +106,7 @@ Extension use_extension(PgConnection& pg, SearchPath search_path) {
     }
     const auto r = pg.exec(kEngineSql);
     Extension out;
+    out.database = database;
     out.engine = std::string(r.get(0, 0));
     out.version = std::string(r.get(0, 1));
     out.schema = std::string(r.get_optional(0, 2).value_or(std::string_view()));

@@ -280,6 +280,7 @@ std::optional<std::string> pg_bytea_from_hex(std::string_view text) {
 }
 
 std::optional<std::pair<std::string, std::string>> framing_fault(const StreamEntry& entry) {
+    if (entry.format_fault) return entry.format_fault;
     for (const auto name : kEntryFields)
         if (const auto n = entry.count(name); n > 1)
             return std::pair{"field \"" + std::string(name) + "\" appears " + std::to_string(n) +

@@ -35,6 +35,7 @@ Publisher::Publisher(const Config& config, Metrics& metrics, const std::atomic<b
 
 void Publisher::on_pg_connected() {
     session_.connected(*pg_, extension_);
+    writer_.set_database(extension_.database);
     streams_checked_ = false;
 }
 

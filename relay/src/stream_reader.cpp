@@ -31,6 +31,9 @@ std::vector<StreamEntry> parse_entries(const std::string& stream, const redisRep
         if (f != nullptr && f->type == REDIS_REPLY_ARRAY)
             for (std::size_t j = 0; j + 1 < f->elements; j += 2)
                 entry.fields.emplace_back(reply_text(f->element[j]), reply_text(f->element[j + 1]));
+        // Whatever the format it was written in: the fields the consumer
+        // applies.
+        read_entry_format(entry);
         out.push_back(std::move(entry));
     }
     return out;

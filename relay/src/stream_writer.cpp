@@ -121,7 +121,12 @@ StreamWriter::StreamWriter(const Config& config, Metrics& metrics, const std::at
       stop_(stop),
       maxlen_text_(std::to_string(config.maxlen)),
       group_name_(config.group_name()),
-      shard_(std::max(config.group_shard(), 0)) {}
+      shard_(std::max(config.group_shard(), 0)),
+      fields_(config.entry_format, expand_ce_source(config.ce_source, "", group_name_)) {}
+
+void StreamWriter::set_database(const std::string& database) {
+    fields_.set_source(expand_ce_source(config_.ce_source, database, group_name_));
+}
 
 void StreamWriter::reset(RedisTarget& target) {
     target_ = &target;
@@ -217,7 +222,7 @@ StreamWriter::Written StreamWriter::write(std::span<const Event> batch, const st
         // fewer while Redis is short of memory, at least one.
         std::size_t to = from, bytes = 0;
         while (to < batch.size() && (oom_limit_ == 0 || to - from < oom_limit_)) {
-            const auto b = entry_bytes(batch[to]);
+            const auto b = fields_.entry_bytes(batch[to]);
             if (to > from && bytes + b > max_bytes) break;
             bytes += b;
             ++to;
@@ -379,7 +384,8 @@ void StreamWriter::format_share(std::string& out, const std::string& key, const 
     std::string_view prev = first_prev;
     std::vector<std::string_view> argv;
     for (const Event* e : events) {
-        xadd_argv(argv, key, *e, prev, maxlen);
+        fields_.clear();  // the last entry is formatted: its buffers are free
+        xadd_argv(argv, key, *e, prev, maxlen, fields_);
         format_command(out, argv);
         prev = e->position;
         if (sent && out.size() >= kSendPieceBytes) {
@@ -757,8 +763,9 @@ StreamWriter::Written StreamWriter::write_with_script(const Shares& shares) {
                 if (known != known_.end()) expected = known->second.to_string();
             }
             counts[s].clear();
+            fields_.clear();  // append() copies the command: the buffers are free after it
             to[s]->append(append_script_argv(script_sha_, keys[s], per_stream[s], config_.id_mode, maxlen_text_,
-                                             expected, counts[s]));
+                                             expected, counts[s], fields_));
         }
         // Every node works on its share while the replies are read.
         std::vector<RedisConnection*> nodes;

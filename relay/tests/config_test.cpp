@@ -681,3 +681,40 @@ TEST(GroupName, Vectors) {
     }
     EXPECT_GE(cases, 20);
 }
+
+TEST(Config, EntryFormatAndCeSource) {
+    auto c = parse({"publish", "--group", "g"}).config;
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->entry_format, EntryFormat::plain);
+    EXPECT_EQ(c->ce_source, "/pg_outbox/{database}/{group}");
+    c = parse({"publish", "--group", "g", "--format", "cloudevents", "--ce-source", "urn:x:{group}"}).config;
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->entry_format, EntryFormat::cloudevents);
+    EXPECT_EQ(c->ce_source, "urn:x:{group}");
+    c = parse({"publish", "--group", "g", "--format", "cloudevents-structured"}).config;
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->entry_format, EntryFormat::cloudevents_structured);
+    for (const char* bad : {"", "CloudEvents", "json", "cloudevents ", "default\n"}) {
+        if (*bad == '\0') continue;  // an empty value is the default (an env file's PG_OUTBOX_FORMAT=)
+        const auto [code, err] = parse_error({"publish", "--group", "g", "--format", bad});
+        EXPECT_EQ(code, 2) << bad;
+        EXPECT_NE(err.find("--format"), std::string::npos) << err;
+    }
+    const std::string big(1025, 'a');
+    for (const std::string& bad : std::vector<std::string>{std::string(""), std::string("/a b"), std::string("/a\x01"),
+                                   std::string("/caf\xc3\xa9"), big, std::string("/{shard}"), std::string("/{group")}) {
+        const auto [code, err] = parse_error({"publish", "--group", "g", "--ce-source", bad.c_str()});
+        EXPECT_EQ(code, 2) << bad;
+        EXPECT_NE(err.find("--ce-source"), std::string::npos) << err;
+    }
+    ::setenv("PG_OUTBOX_FORMAT", "xml", 1);
+    const auto [code, err] = parse_error({"publish", "--group", "g"});
+    ::unsetenv("PG_OUTBOX_FORMAT");
+    EXPECT_EQ(code, 2);
+    EXPECT_NE(err.find("--format"), std::string::npos) << err;
+    ::setenv("PG_OUTBOX_CE_SOURCE", "/x y", 1);
+    const auto [code2, err2] = parse_error({"publish", "--group", "g"});
+    ::unsetenv("PG_OUTBOX_CE_SOURCE");
+    EXPECT_EQ(code2, 2);
+    EXPECT_NE(err2.find("--ce-source"), std::string::npos) << err2;
+}

@@ -9,6 +9,11 @@
 
 using namespace pg_outbox;
 
+namespace {
+// The default format's fields, for the tests of the argv builders.
+EntryFields plain_fields;
+}  // namespace
+
 TEST(Position, ParsesAndOrders) {
     auto p = Position::parse("1042-3");
     ASSERT_TRUE(p);
@@ -32,7 +37,7 @@ TEST(Event, AlreadyPublishedError) {
 TEST(Event, EntryFieldsOmitNulls) {
     Event e{"5-1", "0193-id", "orders", std::nullopt, "{\"a\": 1}", std::nullopt, "2026-01-01 00:00:00+00"};
     std::vector<std::string_view> argv;
-    append_entry_fields(argv, e);
+    append_entry_fields(argv, e, plain_fields);
     std::vector<std::string> got(argv.begin(), argv.end());
     std::vector<std::string> want{"event_id", "0193-id", "topic", "orders", "payload", "{\"a\": 1}",
                                   "position", "5-1", "created_at", "2026-01-01 00:00:00+00"};
@@ -41,7 +46,7 @@ TEST(Event, EntryFieldsOmitNulls) {
     e.key = "k";
     e.headers = "{}";
     argv.clear();
-    append_entry_fields(argv, e);
+    append_entry_fields(argv, e, plain_fields);
     EXPECT_EQ(argv.size(), want.size() + 4);
     EXPECT_EQ(argv[4], "key");
     EXPECT_EQ(argv[5], "k");
@@ -52,7 +57,7 @@ TEST(Event, ScriptArgvCarriesIdsAndFieldCounts) {
     Event a{"5-1", "id-a", "t", std::string("k"), "1", std::nullopt, "ts"};
     Event b{"5-2", "id-b", "t", std::nullopt, "2", std::string("{}"), "ts"};
     std::vector<std::string> counts;
-    auto argv = append_script_argv("sha", "outbox:t", {&a, &b}, IdMode::explicit_position, "0", "4-9", counts);
+    auto argv = append_script_argv("sha", "outbox:t", {&a, &b}, IdMode::explicit_position, "0", "4-9", counts, plain_fields);
     ASSERT_GE(argv.size(), 8u);
     EXPECT_EQ(argv[0], "EVALSHA");
     EXPECT_EQ(argv[1], "sha");
@@ -61,12 +66,14 @@ TEST(Event, ScriptArgvCarriesIdsAndFieldCounts) {
     EXPECT_EQ(argv[4], "0");
     EXPECT_EQ(argv[5], "4-9");
     EXPECT_EQ(argv[6], "5-1");
-    EXPECT_EQ(argv[7], "12");  // six field/value pairs for a
-    EXPECT_EQ(argv[8 + 12], "5-2");
-    EXPECT_EQ(argv[9 + 12], "12");  // six pairs for b too
-    EXPECT_EQ(argv.size(), 6u + 2 + 12 + 2 + 12);
+    EXPECT_EQ(argv[7], "id-a");  // the event id, which the script compares on a replay
+    EXPECT_EQ(argv[8], "12");    // six field/value pairs for a
+    EXPECT_EQ(argv[9 + 12], "5-2");
+    EXPECT_EQ(argv[10 + 12], "id-b");
+    EXPECT_EQ(argv[11 + 12], "12");  // six pairs for b too
+    EXPECT_EQ(argv.size(), 6u + 3 + 12 + 3 + 12);
 
-    auto generated = append_script_argv("sha", "outbox:t", {&a}, IdMode::redis_generated, "100", "", counts);
+    auto generated = append_script_argv("sha", "outbox:t", {&a}, IdMode::redis_generated, "100", "", counts, plain_fields);
     EXPECT_EQ(generated[4], "100");
     EXPECT_EQ(generated[5], "");
     EXPECT_EQ(generated[6], "*");
@@ -75,15 +82,15 @@ TEST(Event, ScriptArgvCarriesIdsAndFieldCounts) {
 TEST(Event, XaddArgvIsTheScriptsEntry) {
     Event a{"5-1", "id-a", "t", std::string("k"), "1", std::nullopt, "ts"};
     std::vector<std::string_view> argv{"left over"};
-    xadd_argv(argv, "outbox:t", a, "4-7", "");
+    xadd_argv(argv, "outbox:t", a, "4-7", "", plain_fields);
     std::vector<std::string_view> fields;
-    append_entry_fields(fields, a);
+    append_entry_fields(fields, a, plain_fields);
     std::vector<std::string_view> want{"XADD", "outbox:t", "5-1"};
     want.insert(want.end(), fields.begin(), fields.end());
     want.insert(want.end(), {"prev", "4-7"});  // last, as the script adds it
     EXPECT_EQ(argv, want);
 
-    xadd_argv(argv, "outbox:t", a, "0-0", "100");
+    xadd_argv(argv, "outbox:t", a, "0-0", "100", plain_fields);
     ASSERT_GE(argv.size(), 6u);
     EXPECT_EQ(argv[2], "MAXLEN");
     EXPECT_EQ(argv[3], "~");
@@ -105,10 +112,10 @@ TEST(Event, EntryBytesCountTheIdAndEveryFieldPresent) {
     // id, then names and values: event_id topic payload position
     // created_at, and prev counted as long as the id
     const std::size_t plain = 3 + (8 + 7) + (5 + 6) + (7 + 8) + (8 + 3) + (10 + 27) + (4 + 3);
-    EXPECT_EQ(entry_bytes(e), plain);
+    EXPECT_EQ(entry_bytes(e, plain_fields), plain);
     e.key = "k1";
     e.headers = "{}";
-    EXPECT_EQ(entry_bytes(e), plain + (3 + 2) + (7 + 2));
+    EXPECT_EQ(entry_bytes(e, plain_fields), plain + (3 + 2) + (7 + 2));
 }
 
 namespace {

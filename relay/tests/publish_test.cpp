@@ -861,7 +861,9 @@ TEST_F(PublishTest, LateWritesOfAFencedLeaderAreHarmless) {
         std::vector<const Event*> events;
         for (std::size_t i = from; i < to; ++i) events.push_back(&batch[i]);
         std::vector<std::string> counts;
-        auto r = redis.command(append_script_argv(sha, key, events, IdMode::explicit_position, "0", "", counts));
+        EntryFields fields;
+        auto r = redis.command(
+            append_script_argv(sha, key, events, IdMode::explicit_position, "0", "", counts, fields));
         EXPECT_EQ(r->type, REDIS_REPLY_ARRAY);
         EXPECT_EQ(r->elements, 2u) << "the script refused the write";
         return std::pair<long long, long long>{r->element[0]->integer, r->element[1]->integer};

@@ -169,7 +169,8 @@ TEST_F(StreamWriterTest, ForeignWriteUnderWatchFallsBackToTheScript) {
         const auto top = foreign.command({"XREVRANGE", key, "+", "-", "COUNT", "1"});
         const std::string prev(reply_text(top->element[0]->element[0]));
         std::vector<std::string_view> argv;
-        xadd_argv(argv, key, second[0], prev, {});
+        EntryFields fields;
+        xadd_argv(argv, key, second[0], prev, {}, fields);
         foreign.command(argv);
     }
     w->writer.write(second);

@@ -86,6 +86,15 @@ enum class IdMode {
 
 enum class LogFormat { text, json };
 
+// How an event becomes a stream entry's fields (--format): the relay's
+// own fields ("default"), a CloudEvent in binary content mode (ce_*
+// fields and data) or in structured content mode (one JSON "event"
+// field). Consume mode reads all three, entry by entry.
+enum class EntryFormat { plain, cloudevents, cloudevents_structured };
+
+// "default", "cloudevents" or "cloudevents-structured".
+const char* to_string(EntryFormat format) noexcept;
+
 // What consume mode does after an entry of a key fails for its own reasons
 // (--on-failure): "skip" retries it until --max-deliveries, dead-letters it
 // and goes on with the key's later entries; "park-key" parks the key at
@@ -130,6 +139,11 @@ struct Config {
     bool listen = true;  // wake on NOTIFY; else poll only
     std::int64_t maxlen = 0;  // 0: no trimming
     IdMode id_mode = IdMode::explicit_position;
+    EntryFormat entry_format = EntryFormat::plain;
+    // --ce-source: the CloudEvents source attribute, "{database}" and
+    // "{group}" replaced (percent-encoded) by the database's and the
+    // group's names (checked when parsed: see ce_source_fault()).
+    std::string ce_source = "/pg_outbox/{database}/{group}";
     std::chrono::milliseconds maintain_interval{60000};  // 0: never
     // /health fails when the leader has had events waiting this long
     // without publishing any; 0: never.

@@ -2,12 +2,14 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "pg_outbox/config.hpp"
+#include "pg_outbox/json_text.hpp"
 #include "pg_outbox/position.hpp"
 
 namespace pg_outbox {
@@ -49,13 +51,92 @@ void unpack_batch(std::string_view bytes, PackedBatch& out);
 // published before.
 bool is_already_published_error(std::string_view reply_error);
 
-// The fields of an event's stream entry that come from the event:
-// event_id, topic, key (absent when NULL), payload, headers (absent when
-// NULL), position, created_at. The views point into "event". The entry's
-// last field, "prev" (kPrevField), is not the event's: it is the stream's
-// last id when the entry is appended, added by xadd_argv() and by the
-// append script.
-void append_entry_fields(std::vector<std::string_view>& out, const Event& event);
+// Why a --ce-source template cannot be a CloudEvents source (empty, over
+// 1024 bytes, a control character, a space or a byte outside ASCII, a
+// placeholder other than {database} and {group}); nullopt when it can.
+std::optional<std::string> ce_source_fault(std::string_view tmpl);
+// The template with "{database}" and "{group}" replaced by the names,
+// percent-encoded (RFC 3986: the unreserved characters A-Z a-z 0-9 - . _ ~
+// kept, every other byte %XX).
+std::string expand_ce_source(std::string_view tmpl, std::string_view database, std::string_view group);
+
+// The trace context an event's headers hold: the values of their
+// top-level "traceparent" and "tracestate" string members when valid
+// (trace_context.hpp), tracestate only beside a valid traceparent; empty
+// views when none. The headers are read only when they contain
+// "traceparent". The views point into the headers, or into "decoded"
+// when the JSON string had escapes.
+struct TraceContext {
+    std::string_view traceparent;
+    std::string_view tracestate;
+};
+TraceContext trace_context_of(std::string_view headers, std::vector<JsonMember>& scratch, std::string& decoded);
+
+// The fields of events' stream entries in one format (--format), and the
+// memory they are made in: what the format computes (a sequence, a
+// decoded trace context, headers without their trace context, a
+// structured event) goes into buffers kept from one batch to the next,
+// so that a relay in steady state formats entries without allocating.
+//
+// default:    event_id, topic, [key], payload, [headers], [traceparent],
+//             [tracestate], position, created_at
+// cloudevents (binary content mode): ce_specversion (1.0), ce_id, ce_source,
+//             ce_type (the topic), [ce_time] (created_at), [ce_subject],
+//             [ce_partitionkey] (the key, both), ce_sequence (the position as
+//             %020llu-%020llu), [ce_traceparent], [ce_tracestate],
+//             [ce_pgoutboxheaders] (the headers without their trace
+//             context, when anything is left), content-type
+//             (application/json), data (the payload)
+// cloudevents-structured: content-type (application/cloudevents+json),
+//             event (one JSON object with the same attributes, the headers
+//             as a string "pgoutboxheaders", datacontenttype and the
+//             payload as "data")
+//
+// Brackets mark fields absent when the event has no such value. The
+// entry's last field, "prev" (kPrevField), is not the event's: it is
+// added by xadd_argv() and by the append script.
+class EntryFields {
+public:
+    // The default format; a CloudEvents format needs its source.
+    EntryFields() = default;
+    EntryFields(EntryFormat format, std::string source);
+
+    EntryFormat format() const { return format_; }
+    // The source attribute of the CloudEvents formats (expand_ce_source()).
+    void set_source(std::string source);
+
+    // Appends the fields of an event's entry, names and values in turn.
+    // The views point into "event" or into this object's buffers, valid
+    // until clear().
+    void append(std::vector<std::string_view>& out, const Event& event);
+    // Forgets what the views of earlier append() calls point to; the
+    // buffers are kept for the next entries.
+    void clear() { used_ = 0; }
+
+    // The bytes of an event's stream entry: its id and its fields' names
+    // and values, as append() gives them, and "prev" with a value counted
+    // as long as the entry's id. Leaves the buffers as they were.
+    std::size_t entry_bytes(const Event& event);
+
+private:
+    std::string& buffer();
+    // The headers without their top-level traceparent and tracestate;
+    // an empty view when nothing is left.
+    std::string_view headers_without_trace(std::string_view headers);
+    void append_plain(std::vector<std::string_view>& out, const Event& e);
+    void append_binary(std::vector<std::string_view>& out, const Event& e);
+    void append_structured(std::vector<std::string_view>& out, const Event& e);
+
+    EntryFormat format_ = EntryFormat::plain;
+    std::string source_;
+    std::string source_json_;  // the source as a JSON string token
+    std::deque<std::string> buffers_;  // a deque: views into them survive its growth
+    std::size_t used_ = 0;
+    std::vector<JsonMember> members_;  // scratch
+};
+
+// The fields of an event's entry in the default format (EntryFields).
+void append_entry_fields(std::vector<std::string_view>& out, const Event& event, EntryFields& fields);
 
 // The field that names an entry's predecessor: the id of the entry
 // appended to the stream just before it ("0-0" for the first entry of a
@@ -64,18 +145,17 @@ void append_entry_fields(std::vector<std::string_view>& out, const Event& event)
 // beyond the last entry it was delivered knows entries are missing.
 inline constexpr std::string_view kPrevField = "prev";
 
-// The bytes of an event's stream entry: its id and its fields' names and
-// values, as append_entry_fields() gives them, and "prev" with a value
-// counted as long as the entry's id.
-std::size_t entry_bytes(const Event& event);
+// The bytes of an event's stream entry (EntryFields::entry_bytes()).
+std::size_t entry_bytes(const Event& event, EntryFields& fields);
 
 // The argv of a plain XADD of an event with its position as id (explicit
 // ids only), trimmed to about "maxlen" entries unless it is empty, its
 // last field "prev" with the value given (the stream's last id when the
 // entry is appended): the same entry as the append script writes.
-// Replaces the content of argv; the views point into the arguments.
+// Replaces the content of argv; the views point into the arguments and
+// into "fields" (until its clear()).
 void xadd_argv(std::vector<std::string_view>& argv, std::string_view stream_key, const Event& event,
-               std::string_view prev, std::string_view maxlen);
+               std::string_view prev, std::string_view maxlen, EntryFields& fields);
 
 // Lua script that appends a stream's share of a batch, in order.
 //
@@ -91,14 +171,17 @@ void xadd_argv(std::vector<std::string_view>& argv, std::string_view stream_key,
 // before it (last-generated-id, "0-0" for a new stream), read from Redis
 // in the same script, so that a replay, a takeover by another relay or a
 // republish after Redis lost entries names the entry really before it in
-// the stream. And it writes nothing when the stream's last id is below the last
+// the stream; the event id of an entry is found in any of the three
+// formats (event_id, ce_id, or the "id" a structured event starts with),
+// so that a replay in another format than the first write is still told
+// apart from another writer's entry. And it writes nothing when the stream's last id is below the last
 // position the relay knows it published there: Redis lost entries
 // (FLUSHALL, a restart without the last writes, a failover), and writing
 // newer entries first would make the lost ones impossible to republish.
 //
 // KEYS[1]: the stream. ARGV: maxlen (0: none), the expected last id ('':
-// none), then per entry: id ("*" for an id Redis generates), number of
-// field and value strings, the strings (without "prev"). Returns {written, already} or {written, already, error}; the
+// none), then per entry: id ("*" for an id Redis generates), the event
+// id, number of field and value strings, the strings (without "prev"). Returns {written, already} or {written, already, error}; the
 // error "PGOUTBOX_BEHIND <last id>" means nothing was written.
 extern const char* const kAppendScript;
 
@@ -106,10 +189,11 @@ extern const char* const kAppendScript;
 inline constexpr std::string_view kBehindError = "PGOUTBOX_BEHIND ";
 
 // The argv of an EVALSHA of kAppendScript for some events of one stream.
-// The views point into the arguments.
+// The views point into the arguments and into "fields" (until its
+// clear()).
 std::vector<std::string_view> append_script_argv(const std::string& sha, const std::string& stream_key,
                                                  const std::vector<const Event*>& events, IdMode id_mode,
                                                  const std::string& maxlen_text, const std::string& expected_last,
-                                                 std::vector<std::string>& counts);
+                                                 std::vector<std::string>& counts, EntryFields& fields);
 
 }  // namespace pg_outbox

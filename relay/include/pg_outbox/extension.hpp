@@ -11,6 +11,8 @@ namespace pg_outbox {
 
 // pg_outbox as use_extension() found it in the connection's database.
 struct Extension {
+    // The connection's database (current_database()).
+    std::string database;
     std::string version;
     // "c" (pg_outbox.so behind the functions) or "sql" (SQL and PL/pgSQL
     // only): both have the same API, so the relay's statements are the

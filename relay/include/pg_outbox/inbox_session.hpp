@@ -50,8 +50,8 @@ std::string pg_text_array(const std::vector<const std::string*>& values);
 // nullopt when it is not that.
 std::optional<std::string> pg_bytea_from_hex(std::string_view text);
 
-// Why the relay cannot hand an entry to inbox_consume() (a field it reads
-// appears twice, or the entry is too large, or its "prev" field is not
+// Why the relay cannot hand an entry to inbox_consume() (a CloudEvent it
+// cannot read: StreamEntry::format_fault; a field it reads appears twice, or the entry is too large, or its "prev" field is not
 // what a relay writes: see entry_prev()), with a SQLSTATE; nullopt when it
 // can. Everything about the content is decided by the server.
 std::optional<std::pair<std::string, std::string>> framing_fault(const StreamEntry& entry);

@@ -57,6 +57,9 @@ public:
     // trip of the one before. The target must outlive its use here, until
     // the next reset().
     void reset(RedisTarget& target);
+    // The database the events come from: the CloudEvents formats name it
+    // in their source (--ce-source).
+    void set_database(const std::string& database);
     // A command failed: what was watched on the connections is unknown.
     void fault() {
         watched_.clear();
@@ -155,6 +158,9 @@ private:
     std::string maxlen_text_;
     std::string group_name_;  // for {group}
     int shard_;               // for {shard}
+    // The entries' fields in --format, made in buffers kept between
+    // batches.
+    EntryFields fields_;
     std::string script_sha_;
     std::string transaction_;  // the last transaction formatted, its capacity kept
     std::string look_;         // the last look at streams formatted
