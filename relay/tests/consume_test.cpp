@@ -549,7 +549,7 @@ TEST_F(ConsumeTest, ConfigurationFaultsExitTwoAtStart) {
         {"syntax error", "accounting", "SELEC apply_event($1, $2, $3, $4, $5)", "42601"},
         {"two statements", "accounting", "SELECT 1; SELECT 2", "42601"},
         {"no privilege", "accounting", "SELECT count(*) FROM secret WHERE x = length($1)", "42501"},
-        {"parameter beyond the five", "accounting", "SELECT $6", "42601"},
+        {"parameter beyond the six", "accounting", "SELECT $7", "42601"},
         {"unregistered consumer", "nobody", kHandler, "42501"},
         {"another role's consumer", "billing", kHandler, "42501"},
         {"consumer name over 255 bytes", std::string(256, 'c'), kHandler, "54000"},
