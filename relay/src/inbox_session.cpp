@@ -42,8 +42,9 @@ constexpr const char* kHandlerCheck = "pg_outbox_handler_check";
 constexpr const char* kConsumeStatement = "pg_outbox_consume";
 
 // The OIDs of the handler's parameters: topic text, key text, payload
-// jsonb, headers jsonb, event id uuid (as inbox_consume() passes them).
-const std::vector<Oid> kHandlerTypes{25, 25, 3802, 3802, 2950};
+// jsonb, headers jsonb, event id uuid, traceparent text (as
+// inbox_consume() passes them; a handler may use the first five only).
+const std::vector<Oid> kHandlerTypes{25, 25, 3802, 3802, 2950, 25};
 
 void put_int32(std::string& out, std::uint32_t v) {
     const char b[4] = {static_cast<char>(v >> 24), static_cast<char>(v >> 16), static_cast<char>(v >> 8),
@@ -332,7 +333,7 @@ void InboxSession::validate_settings() {
             throw refuse("--stream", e);
         }
     }
-    // The handler as inbox_consume() runs it: one statement with the five
+    // The handler as inbox_consume() runs it: one statement with the six
     // parameter types. EXPLAIN of its generic plan checks the privileges
     // on what it names (tables, the functions it calls) without running it.
     try {
@@ -344,7 +345,7 @@ void InboxSession::validate_settings() {
             throw ConfigError("--handler: " + *why);
         }
         pg_->exec("SET plan_cache_mode = force_generic_plan");
-        pg_->exec(std::string("EXPLAIN (COSTS OFF) EXECUTE ") + kHandlerCheck + "(NULL, NULL, NULL, NULL, NULL)");
+        pg_->exec(std::string("EXPLAIN (COSTS OFF) EXECUTE ") + kHandlerCheck + "(NULL, NULL, NULL, NULL, NULL, NULL)");
         pg_->exec("RESET plan_cache_mode");
         pg_->exec(std::string("DEALLOCATE ") + kHandlerCheck);
     } catch (const PgError& e) {
