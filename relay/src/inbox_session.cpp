@@ -43,8 +43,7 @@ constexpr const char* kConsumeStatement = "pg_outbox_consume";
 
 // The OIDs of the handler's parameters: topic text, key text, payload
 // jsonb, headers jsonb, event id uuid, traceparent text (as
-// inbox_consume() passes them). A handler that uses $1 to $5 only
-// prepares with six as well.
+// inbox_consume() passes them; a handler may use the first five only).
 const std::vector<Oid> kHandlerTypes{25, 25, 3802, 3802, 2950, 25};
 
 void put_int32(std::string& out, std::uint32_t v) {
@@ -334,7 +333,7 @@ void InboxSession::validate_settings() {
             throw refuse("--stream", e);
         }
     }
-    // The handler as inbox_consume() runs it: one statement with the five
+    // The handler as inbox_consume() runs it: one statement with the six
     // parameter types. EXPLAIN of its generic plan checks the privileges
     // on what it names (tables, the functions it calls) without running it.
     try {

@@ -408,3 +408,59 @@ TEST_F(CloudEventsTest, HostileSettingsExit2) {
     ::unsetenv("PG_OUTBOX_CE_SOURCE");
     EXPECT_EQ(source_code, 2) << env_source.log();
 }
+
+// One trace across the outbox: an event emitted under SET LOCAL
+// pg_outbox.traceparent, published as a CloudEvent, reaches the consumer's
+// handler as $6 and in pg_outbox.traceparent while it runs, so the event
+// the handler emits in the consumer's database carries the same trace
+// (A -> B, and so on to C); an entry with a forged traceparent field gives
+// the handler NULL and its emitted event no trace context. Handlers of
+// five parameters keep working beside it (the other tests).
+TEST_F(CloudEventsTest, TheHandlerContinuesTheProducersTrace) {
+    {
+        auto db = sink();
+        db.exec("GRANT outbox_writer TO consumer_user");
+        db.exec("CREATE TABLE seen (event_id uuid, param text, setting text)");
+        db.exec(R"(CREATE FUNCTION forward(topic text, key text, payload jsonb, event_id uuid, parent text)
+            RETURNS void LANGUAGE plpgsql AS $$
+            BEGIN
+                INSERT INTO seen VALUES (event_id, parent, current_setting('pg_outbox.traceparent', true));
+                PERFORM outbox_emit('forwarded', key, payload);
+            END $$)");
+        db.exec("GRANT ALL ON seen TO consumer_user");
+    }
+    {
+        auto pg = connect();
+        pg.exec("BEGIN");
+        pg.exec("SELECT set_config('pg_outbox.traceparent', $1, true)", {kParent});
+        pg.exec("SELECT outbox_emit('orders', 'k-1', '{\"n\": 1}')");
+        pg.exec("COMMIT");
+    }
+    auto& relay = start_format_relay("g", "cloudevents", "outbox:{topic}");
+    ASSERT_TRUE(wait_all_published()) << relay.log();
+    const auto published = entries("outbox:orders");
+    ASSERT_EQ(published.size(), 1u);
+    EXPECT_EQ(value_of(published[0].fields, "ce_traceparent"), kParent);
+    // A second entry, written by hand, whose traceparent is not valid
+    // (upper case): no trace context reaches the handler.
+    xadd("outbox:orders", {{"event_id", "00000000-0000-4000-8000-0000000000aa"},
+                           {"topic", "orders"},
+                           {"key", "k-2"},
+                           {"payload", "{\"n\": 2}"},
+                           {"headers", "{\"traceparent\": \"00-4BF92F3577B34DA6A3CE929D0E0E4736-00F067AA0BA902B7-01\"}"}});
+    std::vector<std::string> args{PG_OUTBOX_RELAY_BINARY, "consume", "--consumer", "accounting",
+                                  "--pg", pg_->conninfo("sink", "consumer_user"),
+                                  "--redis", redis_->address(), "--worker", "w1", "--stream", "outbox:orders",
+                                  "--handler", "SELECT forward($1, $2, $3, $5, $6)", "--block", "100ms",
+                                  "--max-deliveries", "1", "--log-level", "debug"};
+    auto& consumer = start_process(args);
+    ASSERT_TRUE(eventually([&] { return sink_count("SELECT count(*) FROM seen") == 2; }, 30s)) << consumer.log();
+    auto db = sink();
+    EXPECT_EQ(query_column(db, "SELECT coalesce(param, 'NULL') || ' ' || coalesce(nullif(setting, ''), 'empty') "
+                               "FROM seen ORDER BY param NULLS LAST"),
+              (std::vector<std::string>{kParent + " " + kParent, "NULL empty"}));
+    EXPECT_EQ(query_column(db, "SELECT coalesce(headers->>'traceparent', 'none') FROM outbox.event "
+                               "WHERE topic = 'forwarded' ORDER BY key"),
+              (std::vector<std::string>{kParent, "none"}));
+    EXPECT_EQ(sink_count("SELECT count(*) FROM outbox.dead_letters"), 0) << consumer.log();
+}
