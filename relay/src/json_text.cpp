@@ -64,6 +64,17 @@ std::size_t number_end(std::string_view t, std::size_t i) {
     return i;
 }
 
+// The end of an object member's name and its colon, starting at the name's
+// opening quote (after any space); npos when they are not there.
+std::size_t member_name_end(std::string_view t, std::size_t i) {
+    if (i >= t.size() || t[i] != '"') return std::string_view::npos;
+    i = string_end(t, i);
+    if (i == std::string_view::npos) return i;
+    i = skip_space(t, i);
+    if (i >= t.size() || t[i] != ':') return std::string_view::npos;
+    return i + 1;
+}
+
 }  // namespace
 
 std::size_t json_value_end(std::string_view t, std::size_t i) {
@@ -84,12 +95,8 @@ std::size_t json_value_end(std::string_view t, std::size_t i) {
                 i = after;
                 if (c == '{') {
                     // A member's name and its colon first.
-                    if (i >= t.size() || t[i] != '"') return npos;
-                    i = string_end(t, i);
+                    i = member_name_end(t, i);
                     if (i == npos) return npos;
-                    i = skip_space(t, i);
-                    if (i >= t.size() || t[i] != ':') return npos;
-                    ++i;
                 }
                 continue;
             }
@@ -120,12 +127,8 @@ std::size_t json_value_end(std::string_view t, std::size_t i) {
             if (t[i] != ',') return npos;
             i = skip_space(t, i + 1);
             if (open.back() == '{') {
-                if (i >= t.size() || t[i] != '"') return npos;
-                i = string_end(t, i);
+                i = member_name_end(t, i);
                 if (i == npos) return npos;
-                i = skip_space(t, i);
-                if (i >= t.size() || t[i] != ':') return npos;
-                ++i;
             }
             break;
         }
