@@ -117,8 +117,10 @@ public:
     // ---- the shared steps of the workloads
     void flush_redis();
     // Emits n events into database db: 10,000 per transaction, four
-    // topics, a 16-character key and about 200 bytes of JSON each.
-    void load_events(const std::string& db, long long n);
+    // topics, a 16-character key and about 200 bytes of JSON each; with
+    // headers, an SQL expression of the transaction c and the event i
+    // within it (1 to 10,000) gives each event's headers.
+    void load_events(const std::string& db, long long n, const std::string& headers = "");
     // Waits until the streams matching outbox:* hold n entries (at most 30 minutes).
     void wait_streams(long long n);
     // Creates database db with the extension.

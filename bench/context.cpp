@@ -257,21 +257,23 @@ void Context::flush_redis() {
     c.command_raw({"FLUSHALL"});
 }
 
-void Context::load_events(const std::string& db, long long n) {
+void Context::load_events(const std::string& db, long long n, const std::string& headers) {
     const std::string N = std::to_string(n);
+    // The event numbers of transaction c: i from 1 to at most 10,000.
+    const std::string numbers = "FROM generate_series(1, least(10000, " + N + " - c * 10000)) i)";
+    const std::string headers_array =
+        headers.empty() ? std::string() : ",\n\t\t\t\t(SELECT array_agg(" + headers + ") " + numbers;
     psql(db, {R"(
 	DO $$
 	DECLARE c integer;
 	BEGIN
 		FOR c IN 0 .. ()" + N + R"( - 1) / 10000 LOOP
 			PERFORM count(*) FROM outbox_emit_many('topic' || (c % 4),
-				(SELECT array_agg(lpad((c * 10000 + i)::text, 16, '0')) FROM generate_series(1, least(10000, )" +
-                  N + R"( - c * 10000)) i),
+				(SELECT array_agg(lpad((c * 10000 + i)::text, 16, '0')) )" + numbers + R"(,
 				(SELECT array_agg(jsonb_build_object('order_id', c * 10000 + i, 'customer', 'customer-000000001',
 					'amount', 12345, 'currency', 'EUR', 'status', 'confirmed',
 					'note', 'lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor'))
-				   FROM generate_series(1, least(10000, )" +
-                  N + R"( - c * 10000)) i));
+				   )" + numbers + headers_array + R"();
 			COMMIT;
 		END LOOP;
 	END

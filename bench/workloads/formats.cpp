@@ -41,28 +41,10 @@ void workload_formats(Context& ctx) {
     // The events of the drain (a 16-character key, about 200 bytes of
     // JSON), every other one with headers carrying a trace context, which
     // the formats copy into fields or attributes of their own.
-    ctx.psql("formats", {R"(
-	DO $$
-	DECLARE c integer;
-	BEGIN
-		FOR c IN 0 .. ()" + n + R"( - 1) / 10000 LOOP
-			PERFORM count(*) FROM outbox_emit_many('topic' || (c % 4),
-				(SELECT array_agg(lpad((c * 10000 + i)::text, 16, '0')) FROM generate_series(1, least(10000, )" +
-                         n + R"( - c * 10000)) i),
-				(SELECT array_agg(jsonb_build_object('order_id', c * 10000 + i, 'customer', 'customer-000000001',
-					'amount', 12345, 'currency', 'EUR', 'status', 'confirmed',
-					'note', 'lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor'))
-				   FROM generate_series(1, least(10000, )" +
-                         n + R"( - c * 10000)) i),
-				(SELECT array_agg(CASE WHEN i % 2 = 0 THEN jsonb_build_object('tenant', 'acme',
-					'traceparent', '00-' || lpad(to_hex(c * 10000 + i), 32, '0') || '-00f067aa0ba902b7-01') END)
-				   FROM generate_series(1, least(10000, )" +
-                         n + R"( - c * 10000)) i));
-			COMMIT;
-		END LOOP;
-	END
-	$$;)",
-                         "VACUUM ANALYZE"});
+    ctx.load_events("formats", events,
+                    "CASE WHEN i % 2 = 0 THEN jsonb_build_object('tenant', 'acme', 'traceparent', "
+                    "'00-' || lpad(to_hex(c * 10000 + i), 32, '0') || '-00f067aa0ba902b7-01') END");
+    ctx.psql("formats", {"VACUUM ANALYZE"});
     // Per round: the relay in each format (0-2), the ceiling in each (3-5).
     std::vector<std::vector<double>> rounds;
     for (int r = 1; r <= ctx.rounds; ++r) {
