@@ -232,6 +232,12 @@ std::string& EntryFields::buffer() {
     return b;
 }
 
+TraceContext EntryFields::trace_of(const Event& e) {
+    // Headers without "traceparent" (most) are not read, and take no buffer.
+    if (!e.headers || e.headers->find("traceparent") == std::string::npos) return {};
+    return trace_context_of(*e.headers, members_, buffer());
+}
+
 std::string_view EntryFields::headers_without_trace(std::string_view headers) {
     if (headers.find("trace") == std::string_view::npos) {
         // Nothing to take out; an empty object leaves nothing.
@@ -284,17 +290,14 @@ void EntryFields::append_plain(std::vector<std::string_view>& argv, const Event&
     if (e.headers) {
         argv.emplace_back("headers");
         argv.emplace_back(*e.headers);
-        // Headers without "traceparent" (most) are not read.
-        if (e.headers->find("traceparent") != std::string::npos) {
-            const auto trace = trace_context_of(*e.headers, members_, buffer());
-            if (!trace.traceparent.empty()) {
-                argv.emplace_back("traceparent");
-                argv.emplace_back(trace.traceparent);
-            }
-            if (!trace.tracestate.empty()) {
-                argv.emplace_back("tracestate");
-                argv.emplace_back(trace.tracestate);
-            }
+        const auto trace = trace_of(e);
+        if (!trace.traceparent.empty()) {
+            argv.emplace_back("traceparent");
+            argv.emplace_back(trace.traceparent);
+        }
+        if (!trace.tracestate.empty()) {
+            argv.emplace_back("tracestate");
+            argv.emplace_back(trace.tracestate);
         }
     }
     argv.emplace_back("position");
@@ -339,8 +342,7 @@ void EntryFields::append_binary(std::vector<std::string_view>& argv, const Event
     argv.emplace_back("ce_sequence");
     argv.emplace_back(sequence);
     if (e.headers) {
-        TraceContext trace;
-        if (e.headers->find("traceparent") != std::string::npos) trace = trace_context_of(*e.headers, members_, buffer());
+        const auto trace = trace_of(e);
         if (!trace.traceparent.empty()) {
             argv.emplace_back("ce_traceparent");
             argv.emplace_back(trace.traceparent);
@@ -361,12 +363,8 @@ void EntryFields::append_binary(std::vector<std::string_view>& argv, const Event
 }
 
 void EntryFields::append_structured(std::vector<std::string_view>& argv, const Event& e) {
-    TraceContext trace;
-    std::string_view rest;
-    if (e.headers) {
-        if (e.headers->find("traceparent") != std::string::npos) trace = trace_context_of(*e.headers, members_, buffer());
-        rest = headers_without_trace(*e.headers);
-    }
+    const auto trace = trace_of(e);
+    const std::string_view rest = e.headers ? headers_without_trace(*e.headers) : std::string_view();
     auto& out = buffer();
     out.reserve(160 + source_json_.size() + 2 * e.topic.size() + (e.key ? 2 * e.key->size() : 0) +
                 rest.size() + rest.size() / 4 + e.payload.size());

@@ -120,6 +120,9 @@ public:
 
 private:
     std::string& buffer();
+    // The event's trace context (trace_context_of()), decoded into a
+    // buffer only when its headers mention "traceparent".
+    TraceContext trace_of(const Event& e);
     // The headers without their top-level traceparent and tracestate;
     // an empty view when nothing is left.
     std::string_view headers_without_trace(std::string_view headers);
