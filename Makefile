@@ -47,14 +47,18 @@ DATA_built = sql/pg_outbox--$(EXTVERSION).sql sql/pg_outbox_sql--$(EXTVERSION).s
 # does) and the upgrade scripts between them.
 DATA = $(wildcard sql/released/pg_outbox--*.sql)
 
-REGRESS = install emit emit_errors emit_drivers groups group_names feed group_ops packed skip privileges explain inbox inbox_context inbox_entries inbox_consumers inbox_park inbox_redrive trace maintain shards engine_c drop
-REGRESS_OPTS = --inputdir=test --outputdir=test --load-extension=pg_outbox
-# Specs whose setup or teardown truncates the event table wait for the
-# maintenance lock first: on a preloaded cluster a background maintenance run
-# could otherwise deadlock with the TRUNCATE.
-ISOLATION = xid_order emit_ids abort_savepoint open_tx prepared two_relays inbox_race inbox_isolation inbox_park_race maintain_concurrent rewind_leader holders_privacy lease
-ISOLATION_OPTS = --inputdir=test --outputdir=test/isolation --load-extension=pg_outbox
-
+# The tests are files, not list entries: a pg_regress test is
+# test/sql/NAME.sql with its expected output test/expected/NAME.out, an
+# isolation spec test/specs/NAME.spec with test/expected/NAME.out. Adding
+# one is adding its two files: make installcheck runs every test of
+# test/sql/ (in one database, in name order, install first: what CREATE
+# EXTENSION made, and drop last: it drops and re-creates the extension)
+# and every spec of test/specs/ (in name order), except those named in the
+# lists below, each of which says what its tests need. A new test that
+# needs one of these goes into the list by its name; every test also
+# passes alone (make installcheck REGRESS=NAME ISOLATION=, or
+# test/private_pg.sh run NAME).
+#
 # Tests that need pg_outbox in shared_preload_libraries (the commit order):
 # make installcheck-preload, against a server that preloads it.
 PRELOAD_REGRESS = commit_order shards_commit skip_commit
@@ -64,12 +68,13 @@ PRELOAD_ISOLATION = commit_inversion commit_open_tx commit_abort_gap commit_wind
 # installcheck-sql-engine), from copies in test/engine_sql/ that name the
 # extension pg_outbox_sql and show no error's CONTEXT (PL/pgSQL adds its
 # line numbers where C has none); the expected output is the same. The tests
-# of what only the C engine has are left out here; each shows an item of
-# README.md's list of the engines' differences ("Where the engines
-# differ"), which gives the reason. The SQL engine's own refusals are
-# tested in SQL_ENGINE_REGRESS and SQL_ENGINE_ISOLATION. The commit order's
-# tests (PRELOAD_REGRESS, PRELOAD_ISOLATION) are the C engine's too: the SQL
-# engine refuses commit-ordered groups (test/sql/engine_sql.sql).
+# of what only the C engine has are left out here (they stay in REGRESS
+# and ISOLATION, for the C engine); each shows an item of README.md's
+# list of the engines' differences ("Where the engines differ"), which
+# gives the reason. The SQL engine's own refusals are tested in
+# SQL_ENGINE_REGRESS and SQL_ENGINE_ISOLATION (run only there). The commit
+# order's tests (PRELOAD_REGRESS, PRELOAD_ISOLATION) are the C engine's
+# too: the SQL engine refuses commit-ordered groups (test/sql/engine_sql.sql).
 #   engine_c: the settings as configuration parameters of pg_outbox.so
 #     (checked when set, superuser-only), the fetch's memory context, and
 #     the functions the SQL engine runs as the extension's owner, run here
@@ -80,6 +85,21 @@ C_ONLY_REGRESS = engine_c inbox_context
 C_ONLY_ISOLATION =
 SQL_ENGINE_REGRESS = engine_sql inbox_sql_engine
 SQL_ENGINE_ISOLATION = engine_sql_notify
+
+REGRESS_FIRST = install
+REGRESS_LAST = drop
+ALL_REGRESS = $(sort $(patsubst test/sql/%.sql,%,$(wildcard test/sql/*.sql)))
+ALL_ISOLATION = $(sort $(patsubst test/specs/%.spec,%,$(wildcard test/specs/*.spec)))
+REGRESS = $(REGRESS_FIRST) \
+	$(filter-out $(REGRESS_FIRST) $(REGRESS_LAST) $(PRELOAD_REGRESS) $(SQL_ENGINE_REGRESS),$(ALL_REGRESS)) \
+	$(REGRESS_LAST)
+REGRESS_OPTS = --inputdir=test --outputdir=test --load-extension=pg_outbox
+# Specs whose setup or teardown truncates the event table wait for the
+# maintenance lock first: on a preloaded cluster a background maintenance run
+# could otherwise deadlock with the TRUNCATE.
+ISOLATION = $(filter-out $(PRELOAD_ISOLATION) $(SQL_ENGINE_ISOLATION),$(ALL_ISOLATION))
+ISOLATION_OPTS = --inputdir=test --outputdir=test/isolation --load-extension=pg_outbox
+
 SHARED_REGRESS = $(filter-out $(C_ONLY_REGRESS),$(REGRESS))
 SHARED_ISOLATION = $(filter-out $(C_ONLY_ISOLATION),$(ISOLATION))
 
@@ -225,6 +245,8 @@ ENGINE_SQL_DIR = test/engine_sql
 ENGINE_SQL_SED = -e 's/EXTENSION pg_outbox\b/EXTENSION pg_outbox_sql/g' -e "s/extname = 'pg_outbox'/extname = 'pg_outbox_sql'/g" \
 	-e 's/extension "pg_outbox"/extension "pg_outbox_sql"/g'
 
+# Its pg_regress tests alone: make installcheck-sql-engine ISOLATION=
+# SQL_ENGINE_ISOLATION=; its specs alone: REGRESS= SQL_ENGINE_REGRESS=.
 installcheck-sql-engine:
 	rm -rf $(ENGINE_SQL_DIR)
 	mkdir -p $(ENGINE_SQL_DIR)/sql $(ENGINE_SQL_DIR)/expected $(ENGINE_SQL_DIR)/specs
@@ -242,10 +264,14 @@ installcheck-sql-engine:
 		sed $(ENGINE_SQL_SED) test/specs/$$t.spec > $(ENGINE_SQL_DIR)/specs/$$t.spec && \
 		sed $(ENGINE_SQL_SED) test/expected/$$t.out > $(ENGINE_SQL_DIR)/expected/$$t.out || exit 1; \
 	done
+ifneq ($(strip $(SHARED_REGRESS) $(SQL_ENGINE_REGRESS)),)
 	$(pg_regress_installcheck) --inputdir=$(ENGINE_SQL_DIR) --outputdir=$(ENGINE_SQL_DIR) --load-extension=pg_outbox_sql \
 		$(SHARED_REGRESS) $(SQL_ENGINE_REGRESS)
+endif
+ifneq ($(strip $(SHARED_ISOLATION) $(SQL_ENGINE_ISOLATION)),)
 	$(pg_isolation_regress_installcheck) --inputdir=$(ENGINE_SQL_DIR) --outputdir=$(ENGINE_SQL_DIR)/isolation \
 		--load-extension=pg_outbox_sql $(SHARED_ISOLATION) $(SQL_ENGINE_ISOLATION)
+endif
 
 # Benchmarks on throwaway servers; they print tables (see bench/README.md).
 bench:
