@@ -225,11 +225,20 @@ sql/pg_outbox--%--$(EXTVERSION).sql: sql/upgrade/%--$(EXTVERSION).sql sql/releas
 	rm $@.body
 	mv $@.tmp $@
 
-.PHONY: test demo bench soak checkver installcheck-preload installcheck-sql-engine deb
+.PHONY: test check-fast demo bench soak checkver installcheck-preload installcheck-sql-engine deb
 
 # Everything on a fresh Debian 12 machine: packages, build, throwaway servers, tests.
 test:
 	./scripts/test.sh
+
+# What a contributor runs before each commit, in minutes, with no system
+# install: the tests of ctest's label fast (scripts/check_fast.sh).
+check-fast:
+	./scripts/check_fast.sh
+
+# make print-NAME prints a variable (the lists of tests, for scripts).
+print-%:
+	@echo '$($*)'
 
 demo:
 	./scripts/demo.sh
