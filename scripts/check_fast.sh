@@ -26,4 +26,8 @@ nice cmake --build build -j"$(nproc)" --target pg_outbox_testkit relay_unit_test
 
 say "the tests of label fast"
 cd build
-ctest -L fast -j2 --output-on-failure "$@"
+rc=0
+ctest -L fast -j2 --output-on-failure "$@" | tee "$log" || rc=$?
+# ctest's summary again, last (after the label times).
+grep -E '^[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -n 1 || true
+exit "$rc"

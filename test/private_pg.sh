@@ -12,6 +12,10 @@
 #   test/private_pg.sh make TARGET [VAR=value ...]
 #                                   make TARGET against the running cluster
 #                                   (make installcheck REGRESS=... ISOLATION=...)
+#   test/private_pg.sh exec COMMAND [ARG ...]
+#                                   a command with the cluster's PG* set
+#                                   (an operations script: exec bash
+#                                   test/ops/dump_restore.sh)
 #   test/private_pg.sh stop         stop it by PID, remove it
 #   test/private_pg.sh run [NAME ...]
 #                                   all four in one: the tests and specs
@@ -113,6 +117,12 @@ tree) tree ;;
 start) start ;;
 stop) stop ;;
 make) shift; run_make "$@" ;;
+exec)
+	shift
+	[ -f "$ENV_FILE" ] || { echo "no cluster: test/private_pg.sh start first" >&2; exit 1; }
+	. "$ENV_FILE"
+	exec "$@"
+	;;
 run) shift; run "$@" ;;
 *) sed -n '2,/^set -uo/p' "$0" | sed -n 's/^# \{0,1\}//p' >&2; exit 2 ;;
 esac
