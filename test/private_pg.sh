@@ -85,7 +85,10 @@ run() {
 	local name regress=() isolation=() preload_regress=() preload_isolation=() preload rc=0
 	preload=" $(make -s PG_CONFIG=$PG_CONFIG print-PRELOAD_REGRESS print-PRELOAD_ISOLATION | tr '\n' ' ') "
 	for name in "$@"; do
-		if [ -f "test/sql/$name.sql" ]; then
+		if ! [[ $name =~ ^[A-Za-z0-9_]+$ ]]; then
+			echo "\"$name\" is no test's name (test/sql/NAME.sql, test/specs/NAME.spec)" >&2
+			return 2
+		elif [ -f "test/sql/$name.sql" ]; then
 			if [[ $preload == *" $name "* ]]; then preload_regress+=("$name"); else regress+=("$name"); fi
 		elif [ -f "test/specs/$name.spec" ]; then
 			if [[ $preload == *" $name "* ]]; then preload_isolation+=("$name"); else isolation+=("$name"); fi
