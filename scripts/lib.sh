@@ -6,6 +6,7 @@ PG_OUTBOX_PACKAGES=(
 	postgresql-15 postgresql-server-dev-15 postgresql-common libpq-dev libipc-run-perl
 	redis-server redis-tools libhiredis-dev
 	libgtest-dev libcli11-dev libspdlog-dev libfmt-dev libcpp-httplib-dev nlohmann-json3-dev
+	help2man man-db
 	iproute2 iptables
 )
 
@@ -23,7 +24,8 @@ as_root() {
 	fi
 }
 
-# Installs the packages above that are missing (apt-get; sudo when not root).
+# Installs the packages above that are missing (apt-get; sudo when not root),
+# holding the install lock (with_install_lock below).
 ensure_packages() {
 	local missing=() p
 	for p in "${PG_OUTBOX_PACKAGES[@]}" "$@"; do
@@ -33,8 +35,11 @@ ensure_packages() {
 	done
 	if [ "${#missing[@]}" -gt 0 ]; then
 		say "installing ${missing[*]}"
-		as_root apt-get update -qq
-		as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+		local sudo=
+		[ "$(id -u)" -eq 0 ] || sudo=sudo
+		with_install_lock $sudo apt-get update -qq
+		with_install_lock $sudo env DEBIAN_FRONTEND=noninteractive \
+			apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 	fi
 	PG_BINDIR=$(pg_config --bindir)
 	export PG_BINDIR
