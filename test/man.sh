@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # Checks the man page pg_outbox_relay(1) against the relay it documents:
 #
-#   test/man.sh [RELAY [PAGE]]
+#   test/man.sh [RELAY [PAGE [CHECK_PAGE]]]
 #
 # (default: build/relay/pg_outbox_relay and build/relay/man/pg_outbox_relay.1,
-# made by `cmake --build build --target pg_outbox_relay_man`). The page
+# made by `cmake --build build --target pg_outbox_relay_man`, and
+# build/test/soak/pg_outbox_check.1, the history checker's). The page
 # renders without a warning (as lintian renders it); every option of
 # --help, and of each mode's --help, is an item of OPTIONS and of that
 # mode's section, and the page has no other; ENVIRONMENT names every
 # variable of --help and of relay/systemd/relay.env and no other; EXIT
 # STATUS has the codes of the documentation's "Exit codes"; the page
 # holds no path of the build, and making it again gives the same bytes.
+# pg_outbox_check(1), written by hand, renders without a warning too.
 # Prints an "ok"/"not ok" line per check, then "N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -18,8 +20,9 @@ cd "$(dirname "$0")/.."
 
 RELAY=${1:-build/relay/pg_outbox_relay}
 PAGE=${2:-build/relay/man/pg_outbox_relay.1}
+CHECK_PAGE=${3:-build/test/soak/pg_outbox_check.1}
 HELP2MAN=${HELP2MAN:-help2man}
-for f in "$RELAY" "$PAGE"; do
+for f in "$RELAY" "$PAGE" "$CHECK_PAGE"; do
 	[ -e "$f" ] || { echo "# $f not found: build the relay and its man page first" >&2; exit 1; }
 done
 
@@ -29,24 +32,27 @@ trap 'rm -rf "$WORK"' EXIT
 # The page as text, wide enough that no option is broken across lines.
 MANWIDTH=200 LC_ALL=C.UTF-8 MANROFFSEQ='' man -E ascii -l "$PAGE" 2>/dev/null | col -bx >"$WORK/page.txt"
 
-# No warning from man (the command lintian runs) or groff.
+# No warning from man (the command lintian runs) or groff: renders_cleanly
+# PAGE.
 renders_cleanly() {
 	local err
-	err=$(LC_ALL=C.UTF-8 MANROFFSEQ='' MANWIDTH=80 man --warnings -E UTF-8 -l -Tutf8 -Z "$PAGE" 2>&1 >/dev/null)
+	err=$(LC_ALL=C.UTF-8 MANROFFSEQ='' MANWIDTH=80 man --warnings -E UTF-8 -l -Tutf8 -Z "$1" 2>&1 >/dev/null)
 	[ -z "$err" ] || { echo "# man: $err" >&2; return 1; }
-	err=$(groff -ww -man -z "$PAGE" 2>&1)
+	err=$(groff -ww -man -z "$1" 2>&1)
 	[ -z "$err" ] || { echo "# groff: $err" >&2; return 1; }
-	[ -s "$WORK/page.txt" ] || { echo "# the page renders empty" >&2; return 1; }
+	[ -n "$(man -l "$1" 2>/dev/null)" ] || { echo "# $1 renders empty" >&2; return 1; }
 }
-check "the page renders without a warning (man --warnings, groff -ww)" renders_cleanly
+check "pg_outbox_relay(1) renders without a warning (man --warnings, groff -ww)" renders_cleanly "$PAGE"
+check "pg_outbox_check(1) renders without a warning" renders_cleanly "$CHECK_PAGE"
 
-# whatis and apropos read the NAME line.
+# whatis and apropos read the NAME line: whatis_entry PAGE NAME.
 whatis_entry() {
 	local out
-	out=$(lexgrog "$PAGE") || { echo "# $out" >&2; return 1; }
-	grep -q '"pg_outbox_relay - .' <<<"$out" || { echo "# $out" >&2; return 1; }
+	out=$(lexgrog "$1") || { echo "# $out" >&2; return 1; }
+	grep -q "\"$2 - ." <<<"$out" || { echo "# $out" >&2; return 1; }
 }
-check "lexgrog reads the NAME line" whatis_entry
+check "lexgrog reads pg_outbox_relay(1)'s NAME line" whatis_entry "$PAGE" pg_outbox_relay
+check "lexgrog reads pg_outbox_check(1)'s NAME line" whatis_entry "$CHECK_PAGE" pg_outbox_check
 
 # The body of a section of the rendered page (its heading at column 0).
 section() {
