@@ -416,15 +416,27 @@ no_c_outside_c_engine() {
 check "only sql/engine/c/ binds functions to C" no_c_outside_c_engine
 
 # Every invariant the code, tests and docs cite ("I-10") is defined in
-# doc/design.md.
+# docs/design.md.
 invariants_defined() {
 	local cited defined missing
-	cited=$(grep -rhoE '\bI-[0-9]+\b' extension sql relay/src relay/include relay/tests test scripts bench \
-		README.md 2>/dev/null | sort -u)
-	defined=$(sed -n 's/^## \(I-[0-9]*\) .*/\1/p' doc/design.md | sort -u)
+	cited=$(grep -rhoE '\bI-[0-9]+\b' extension sql relay/src relay/include relay/tests test scripts bench docs \
+		README.md CONTRIBUTING.md 2>/dev/null | sort -u)
+	defined=$(sed -n 's/^## \(I-[0-9]*\) .*/\1/p' docs/design.md | sort -u)
 	missing=$(comm -23 <(echo "$cited") <(echo "$defined"))
-	[ -n "$defined" ] && [ -z "$missing" ] || { echo "# not in doc/design.md: $missing" >&2; return 1; }
+	[ -n "$defined" ] && [ -z "$missing" ] || { echo "# not in docs/design.md: $missing" >&2; return 1; }
 }
-check "every invariant cited (I-NN) is defined in doc/design.md" invariants_defined
+check "every invariant cited (I-NN) is defined in docs/design.md" invariants_defined
+
+# The reference tables each live in one page, which the rest links to:
+# the stream entry's fields, the relay's metrics, the settings.
+tables_once() {
+	local header files
+	for header in '| field | format | example | when absent |' '| metric | type | labels | meaning |' \
+		'| GUC | default | who may set | meaning |'; do
+		files=$(git ls-files -- '*.md' | xargs grep -lxF -- "$header" | tr '\n' ' ')
+		[ "$(wc -w <<<"$files")" -eq 1 ] || { echo "# \"$header\" in: ${files:-no page}" >&2; return 1; }
+	done
+}
+check "the entry fields, metrics and settings tables each live in one page" tables_once
 
 finish
