@@ -59,6 +59,7 @@ unit_keys() {
 	local unit=$1 relay=$2 settings want missing=0
 	settings=$(unit_settings "$unit")
 	for want in \
+		"Unit.Documentation=man:pg_outbox_relay(1)" \
 		"Service.Type=simple" \
 		"Service.User=$RELAY_USER" \
 		"Service.Environment=PG_OUTBOX_MODE=publish" \
@@ -139,7 +140,9 @@ cmake_unit_verify() {
 	sed "s#^ExecStart=$prefix/bin/pg_outbox_relay #ExecStart=$root$prefix/bin/pg_outbox_relay #" \
 		"$root$prefix/lib/systemd/system/pg_outbox_relay@.service" >"$unit"
 	grep -q "^ExecStart=$root" "$unit" || { echo "ExecStart not found in the installed unit"; return 1; }
-	unit_verify "$unit"
+	# Documentation=man:pg_outbox_relay(1): verify runs man, which finds
+	# the page cmake --install put there.
+	MANPATH="$root$prefix/share/man" unit_verify "$unit"
 }
 
 # What dpkg -L must list for each package.
@@ -328,7 +331,7 @@ one_maintainer() {
 lintian_packages() {
 	local changes status=0
 	changes=$(ls "$DEB_DIR"/pg-outbox_"${VERSION}"_*.changes) || return 1
-	lintian --fail-on error --display-info --no-tag-display-limit "$changes" >"$WORK/lintian.log" 2>&1 || status=$?
+	lintian --fail-on error --display-info --tag-display-limit 0 "$changes" >"$WORK/lintian.log" 2>&1 || status=$?
 	result "lintian finds no error in the packages" "$status" "$WORK/lintian.log"
 	if [ "$status" -eq 0 ] && grep -q '^[WIP]: ' "$WORK/lintian.log"; then
 		grep '^[WIP]: ' "$WORK/lintian.log" | sed 's/^/# lintian: /'
