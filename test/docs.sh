@@ -6,14 +6,15 @@
 #     (test/docs/expected.txt): a missing file, a missing anchor, a third
 #     of three repeated headings, an id spelt the way mkdocs' default
 #     would, an undefined reference, an absolute path, a missing image, a
-#     reference definition to nothing; and none of the good ones (headings
-#     with code and punctuation, a repeated heading, a title, a query, a
-#     directory, links in code, comments and fences);
+#     reference definition to nothing, a file that is not UTF-8, a path
+#     out of the tree; and none of the good ones (headings with code and
+#     punctuation, a repeated heading, a title, a query, a directory,
+#     links in code, comments and fences);
 #  2. every Markdown file of the repository has no broken relative link
 #     (README.md, CONTRIBUTING.md, CHANGELOG.md, docs/, examples/, bench/);
 #  3. the site's nav (mkdocs.yml) names every page of docs/ and nothing
 #     else (test/docs_nav.py), and fails for a page that is not in it.
-# The site itself (mkdocs build --strict, in a browser) is test/docs_site.sh.
+# The site itself (mkdocs build --strict, in a browser) is test/docs_site.py.
 # Prints an "ok"/"not ok" line per check, then "N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -28,7 +29,7 @@ quiet() {
 }
 
 fixtures_report_what_was_planted() {
-	diff -u test/docs/expected.txt <(python3 test/docs_links.py --root test/docs/fixtures page.md other.md)
+	diff -u test/docs/expected.txt <(python3 test/docs_links.py --root test/docs/fixtures page.md other.md not-utf8.md)
 }
 check "the link checker reports exactly the broken links planted in its fixtures" quiet fixtures_report_what_was_planted
 

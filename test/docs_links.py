@@ -36,6 +36,19 @@ def markdown_files(files):
                   and not any(f.startswith(s) or ("/" + s) in f for s in SKIP_DIRS))
 
 
+def read(path):
+    """The text of a file, and None or, when it is not UTF-8, a broken
+    "link" that says where (the rest is checked, the bad bytes replaced)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        return data.decode("utf-8"), None
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        return data.decode("utf-8", "replace"), (line, "(the file)", "not UTF-8: byte 0x%02x at offset %d"
+                                                  % (data[e.start], e.start))
+
+
 class Checker:
     def __init__(self, root, files):
         self.root = root
@@ -45,8 +58,7 @@ class Checker:
 
     def anchors(self, path):
         if path not in self.ids:
-            with open(os.path.join(self.root, path), encoding="utf-8") as f:
-                self.ids[path] = mdlinks.anchors(f.read())
+            self.ids[path] = mdlinks.anchors(read(os.path.join(self.root, path))[0])
         return self.ids[path]
 
     def problem(self, src, url):
@@ -76,10 +88,9 @@ class Checker:
 
     def check(self, src):
         """[(line, url, reason)] for the broken links of src."""
-        with open(os.path.join(self.root, src), encoding="utf-8") as f:
-            text = f.read()
+        text, bad = read(os.path.join(self.root, src))
         links, uses = mdlinks.scan(text)
-        broken = []
+        broken = [bad] if bad else []
         for link in links:
             reason = self.problem(src, link.url)
             if reason:
@@ -88,7 +99,7 @@ class Checker:
         for line, label in uses:
             if mdlinks.normalise_label(label) not in labels:
                 broken.append((line, "[%s]" % label, "no definition of this reference"))
-        return len(links) + len(uses), sorted(broken)
+        return len(links) + len(uses) + (1 if bad else 0), sorted(broken)
 
 
 def main():

@@ -46,6 +46,11 @@ def site_pages(files):
     for f in ("CONTRIBUTING.md", "CHANGELOG.md"):
         if f in files:
             pages[f] = f
+    taken = {}
+    for repo, site in pages.items():
+        if site.lower() in taken:
+            raise SystemExit("stage.py: %s and %s would both be the site's %s" % (taken[site.lower()], repo, site))
+        taken[site.lower()] = repo
     return pages
 
 
@@ -102,8 +107,11 @@ class Stager:
         if not src.endswith(".md"):
             shutil.copyfile(os.path.join(self.root, src), dest)
             return
-        with open(os.path.join(self.root, src), encoding="utf-8") as f:
-            text = f.read()
+        try:
+            with open(os.path.join(self.root, src), encoding="utf-8") as f:
+                text = f.read()
+        except UnicodeDecodeError as e:
+            raise SystemExit("stage.py: %s is not UTF-8 (%s)" % (src, e))
         links, _ = mdlinks.scan(text)
         lines = text.split("\n")
         for link in sorted(links, key=lambda k: (k.line, k.start), reverse=True):
