@@ -253,7 +253,7 @@ installcheck-sql-engine:
 # errors. test/docs_site.sh also opens it in Chromium.
 docs:
 	python3 scripts/docs/stage.py >/dev/null
-	PYTHONPATH=scripts/docs mkdocs build --strict --quiet
+	PYTHONPATH=scripts/docs mkdocs build --strict
 
 # Benchmarks on throwaway servers; they print tables (see bench/README.md).
 bench:
