@@ -12,8 +12,8 @@ links rewritten for its place in the site: README's docs/relay.md becomes
 relay.md, a page's ../README.md#x index.md#x. A link to a file or
 directory that is no page (bench/results/..., examples/python/,
 relay/systemd/relay.env) is copied into the site under source/ at its
-repository path (a directory as its README.md), so the site keeps
-working offline; Markdown copied so is rendered too, its own links
+repository path (a directory as its README.md, or a page listing its
+files), so the site keeps working offline; Markdown copied so is rendered too, its own links
 rewritten the same way, but is not in the nav. A link in raw HTML to a
 page gets the page's .html name (mkdocs.yml: use_directory_urls: false).
 A link to nothing is left as written: the link checker
@@ -63,6 +63,7 @@ class Stager:
         self.pages = site_pages(self.files)
         self.staged = dict(self.pages)  # repository path -> site path
         self.queue = list(self.pages)
+        self.listings = {}  # repository path -> text of a directory's listing
 
     def site_path(self, target):
         """The site path of a repository file, staged (queued) when new."""
@@ -71,6 +72,30 @@ class Stager:
             self.queue.append(target)
         return self.staged[target]
 
+    def directory(self, d):
+        """The file a link to directory d of the repository leads to: its
+        README.md, else a page listing its files (staged as
+        source/D/index.md, from a Markdown file of its own that stands
+        for it here: its files linked, its subdirectories named)."""
+        readme = "README.md" if d == "." else d + "/README.md"
+        if readme in self.files:
+            return readme
+        listing = d + "/index.md"
+        if listing in self.files:
+            return listing
+        if listing not in self.staged:
+            names = sorted({f[len(d) + 1:].split("/")[0] for f in self.files if f.startswith(d + "/")})
+            lines = ["# %s/" % d, "", "The files of the directory %s/ of the source tree." % d, ""]
+            for name in names:
+                if d + "/" + name in self.files:
+                    lines.append("- [%s](%s)" % (name, quote(name, safe="/-_.~")))
+                else:
+                    lines.append("- %s/" % name)
+            self.listings[listing] = "\n".join(lines) + "\n"
+            self.staged[listing] = SOURCE + listing
+            self.queue.append(listing)
+        return listing
+
     def rewrite(self, src, link):
         url = link.url
         if not url or url.startswith("#") or mdlinks.is_external(url) or url.startswith("/"):
@@ -78,40 +103,27 @@ class Stager:
         path, hash_, fragment = url.partition("#")
         path = path.partition("?")[0]
         target = posixpath.normpath(posixpath.join(posixpath.dirname(src), unquote(path)))
-        directory = False
-        if target in self.dirs:
-            if target + "/README.md" in self.files:
-                target += "/README.md"
-            else:
-                for f in sorted(self.files):
-                    if f.startswith(target + "/"):
-                        self.site_path(f)
-                directory = True
+        if target in self.dirs or target == ".":
+            target = self.directory(target)
         elif target not in self.files:
             return url
-        if directory:
-            site_target = SOURCE + target
-        else:
-            site_target = self.site_path(target)
+        site_target = self.site_path(target)
         here = posixpath.dirname(self.staged[src]) or "."
         rel = posixpath.relpath(site_target, here)
-        if directory:
-            rel += "/"
-        elif link.kind == "html" and rel.endswith(".md"):
+        if link.kind == "html" and rel.endswith(".md"):
             rel = rel[:-3] + ".html"
         return quote(rel, safe="/-_.~") + hash_ + fragment
 
     def stage(self, src):
         dest = os.path.join(self.out, self.staged[src])
         os.makedirs(os.path.dirname(dest), exist_ok=True)
-        if not src.endswith(".md"):
+        if src in self.listings:
+            text = self.listings[src]
+        elif not src.endswith(".md"):
             shutil.copyfile(os.path.join(self.root, src), dest)
             return
-        try:
-            with open(os.path.join(self.root, src), encoding="utf-8") as f:
-                text = f.read()
-        except UnicodeDecodeError as e:
-            raise SystemExit("stage.py: %s is not UTF-8 (%s)" % (src, e))
+        else:
+            text = self.read(src)
         links, _ = mdlinks.scan(text)
         lines = text.split("\n")
         for link in sorted(links, key=lambda k: (k.line, k.start), reverse=True):
@@ -121,6 +133,14 @@ class Stager:
                 lines[link.line - 1] = line[:link.start] + new + line[link.end:]
         with open(dest, "w", encoding="utf-8") as f:
             f.write("\n".join(lines))
+
+    def read(self, src):
+        try:
+            with open(os.path.join(self.root, src), encoding="utf-8") as f:
+                text = f.read()
+        except UnicodeDecodeError as e:
+            raise SystemExit("stage.py: %s is not UTF-8 (%s)" % (src, e))
+        return text
 
     def run(self):
         if os.path.isdir(self.out):
