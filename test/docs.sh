@@ -6,10 +6,10 @@
 #     (test/docs/expected.txt): a missing file, a missing anchor, a third
 #     of three repeated headings, an id spelt the way mkdocs' default
 #     would, an undefined reference, an absolute path, a missing image, a
-#     reference definition to nothing, a file that is not UTF-8, a path
-#     out of the tree; and none of the good ones (headings with code and
-#     punctuation, a repeated heading, a title, a query, a directory,
-#     links in code, comments and fences);
+#     reference definition to nothing, a link whose text spans two lines,
+#     a file that is not UTF-8, a path out of the tree; and none of the
+#     good ones (headings with code and punctuation, a repeated heading, a
+#     title, a query, a directory, links in code, comments and fences);
 #  2. every Markdown file of the repository has no broken relative link
 #     (README.md, CONTRIBUTING.md, CHANGELOG.md, docs/, examples/, bench/);
 #  3. the site's nav (mkdocs.yml) names every page of docs/ and nothing

@@ -177,8 +177,10 @@ def scan(text):
     links = []
     uses = []
     in_comment = False
+    bracket = False  # a "[" earlier in the paragraph
     for no, (line, is_code) in enumerate(zip(lines, code), 1):
         if is_code:
+            bracket = False
             continue
         masked = masks[no - 1]
         # HTML comments, which may span lines.
@@ -211,12 +213,16 @@ def scan(text):
                 start += 1
             links.append(Link(no, dest, start, start + len(dest), "reference"))
             continue
+        # A link's text may start on an earlier line of its paragraph.
+        if not line.strip():
+            bracket = False
         for m in re.finditer(r"\]\(", masked):
-            if "[" not in masked[:m.start()]:
+            if not bracket and "[" not in masked[:m.start()]:
                 continue
             d = _destination(line, masked, m.end())
             if d:
                 links.append(Link(no, d[0], d[1], d[2], "inline"))
+        bracket = bracket or "[" in masked
         for m in REF_USE.finditer(masked):
             uses.append((no, m.group(1)))
         for m in HTML_URL.finditer(masked):
