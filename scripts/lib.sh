@@ -1,14 +1,15 @@
 # Shared helpers of pg_outbox's scripts (sourced, not run).
 
-# Debian packages that building, testing and the demo need (mkdocs and
-# chromium: make docs and the site's test, test/docs_site.sh).
+# Debian packages that building, testing and the demo need (mkdocs,
+# python3-pymdownx and chromium: make docs and the site's test,
+# test/docs_site.py).
 PG_OUTBOX_PACKAGES=(
 	make gcc g++ cmake pkg-config
 	postgresql-15 postgresql-server-dev-15 postgresql-common libpq-dev libipc-run-perl
 	redis-server redis-tools libhiredis-dev
 	libgtest-dev libcli11-dev libspdlog-dev libfmt-dev libcpp-httplib-dev nlohmann-json3-dev
 	iproute2 iptables
-	mkdocs chromium
+	mkdocs python3-pymdownx chromium
 )
 
 # Prints a progress line.
