@@ -7,9 +7,12 @@ and chromium of scripts/lib.sh).
      a page that is not there, fails the build);
   2. every heading of every page has the id GitHub gives it (the ids
      test/docs_links.py checks links against), so one link works in both;
-  3. the browser check itself finds a broken image (its fixture,
+  3. the site's Markdown reads lists as GitHub does: its fixture
+     (test/docs/fixtures/lists.md), rendered with mkdocs.yml's
+     extensions, is test/docs/lists.html;
+  4. the browser check itself finds a broken image (its fixture,
      test/docs/fixtures/broken-image.html);
-  4. in headless Chromium, the home page, the SQL reference's page (the
+  5. in headless Chromium, the home page, the SQL reference's page (the
      first page of docs/ until there is one) and every page with an image:
      each has its title and main content, its nav lists every page of the
      nav (mkdocs.yml), each image loads, and nothing is fetched from
@@ -22,6 +25,7 @@ ended by its id after at most 120 s. Prints an "ok"/"not ok" line per
 check, then "N passed, N failed"; exits 1 when one failed.
 """
 
+import difflib
 import functools
 import html
 import html.parser
@@ -142,6 +146,33 @@ def heading_ids():
     return problems
 
 
+RENDER = """
+import sys
+sys.path.insert(0, "scripts/docs")
+import markdown
+from mkdocs.config import load_config
+config = load_config("mkdocs.yml")
+md = markdown.Markdown(extensions=config["markdown_extensions"], extension_configs=config["mdx_configs"])
+with open(sys.argv[1], encoding="utf-8") as f:
+    sys.stdout.write(md.convert(f.read()) + "\\n")
+"""
+
+
+def lists():
+    """Differences between the fixture of lists rendered as the site
+    renders pages and the HTML expected (by mkdocs' own Python)."""
+    with open(shutil.which("mkdocs"), encoding="utf-8", errors="replace") as f:
+        python = f.readline()[2:].strip().split()[0]
+    r = subprocess.run([python, "-c", RENDER, "test/docs/fixtures/lists.md"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        return ["rendering the fixture failed:"] + r.stderr.strip().split("\n")
+    with open(os.path.join(ROOT, "test", "docs", "lists.html"), encoding="utf-8") as f:
+        want = f.read()
+    return list(difflib.unified_diff(want.split("\n"), r.stdout.split("\n"), "test/docs/lists.html",
+                                     "rendered", lineterm=""))
+
+
 class Quiet(SimpleHTTPRequestHandler):
     def log_message(self, *args):
         pass
@@ -215,6 +246,7 @@ def main():
     if problems:
         return tap.finish()
     tap.check("every heading of the site has GitHub's id", heading_ids())
+    tap.check("the site's Markdown reads lists, fences in them and numbers as GitHub does", lists())
 
     with open(os.path.join(ROOT, "mkdocs.yml"), encoding="utf-8") as f:
         nav_pages = docs_nav.nav_pages(f.read())
