@@ -161,6 +161,8 @@ with open(sys.argv[1], encoding="utf-8") as f:
 def lists():
     """Differences between the fixture of lists rendered as the site
     renders pages and the HTML expected (by mkdocs' own Python)."""
+    if not shutil.which("mkdocs"):
+        return ["no mkdocs: scripts/lib.sh's ensure_packages installs it"]
     with open(shutil.which("mkdocs"), encoding="utf-8", errors="replace") as f:
         python = f.readline()[2:].strip().split()[0]
     r = subprocess.run([python, "-c", RENDER, "test/docs/fixtures/lists.md"], cwd=ROOT,
@@ -193,7 +195,10 @@ def chromium(url, profile):
            "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
            "--user-data-dir=" + profile, "--window-size=1280,1024",
            "--virtual-time-budget=60000", "--dump-dom", url]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    except FileNotFoundError:
+        raise RuntimeError("no chromium: scripts/lib.sh's ensure_packages installs it")
     try:
         out, err = proc.communicate(timeout=CHROMIUM_SECONDS)
     except subprocess.TimeoutExpired:
