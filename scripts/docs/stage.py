@@ -13,8 +13,10 @@ relay.md, a page's ../README.md#x index.md#x. A link to a file or
 directory that is no page (bench/results/..., examples/python/,
 relay/systemd/relay.env) is copied into the site under source/ at its
 repository path (a directory as its README.md, or a page listing its
-files), so the site keeps working offline; Markdown copied so is rendered too, its own links
-rewritten the same way, but is not in the nav. A link in raw HTML to a
+files; a file of docs/ that is no page, such as an image, at its place
+beside the pages), so the site keeps working offline; Markdown copied so
+is rendered too, its own links rewritten the same way, but is not in the
+nav. A link in raw HTML to a
 page gets the page's .html name (mkdocs.yml: use_directory_urls: false).
 A link to nothing is left as written: the link checker
 (test/docs_links.py) names it and mkdocs --strict fails on it.
@@ -68,7 +70,9 @@ class Stager:
     def site_path(self, target):
         """The site path of a repository file, staged (queued) when new."""
         if target not in self.staged:
-            self.staged[target] = SOURCE + target
+            # A file of docs/ (an image) keeps its place beside the pages.
+            inside = target.startswith("docs/") and not target.endswith(".md")
+            self.staged[target] = target[len("docs/"):] if inside else SOURCE + target
             self.queue.append(target)
         return self.staged[target]
 
