@@ -112,8 +112,14 @@ def gfm_lists(lines):
             prev_blank = False
             continue
         src, dst = stack[-1] if stack else (0, 0)
-        new = " " * dst + line[src:]
         f = FENCE.match(line)
+        if stack and not f and out and out[-1].strip() and line.lstrip()[0] not in "|<#>":
+            # The next line of a paragraph of the item: GitHub drops its
+            # indent, and so does Python-Markdown for a lazy line.
+            out.append(line.lstrip(" "))
+            prev_blank = False
+            continue
+        new = " " * dst + line[src:]
         if f:
             fence = (f.group(1), src, dst)
             if dst:
