@@ -13,12 +13,13 @@ Lists: GitHub nests a list item's content at the column its text starts
 at ("1. " three, "- " two); Python-Markdown at multiples of four. Before
 the blocks are read, the content of each list item is moved to
 Python-Markdown's column, fences within it too (pymdownx.superfences then
-reads them inside the item), the next lines of a paragraph lose their
-indent (GitHub drops it; Python-Markdown would keep it in a code span), and an item that follows a block of the
-previous line is set off by a blank line, as a fence in an item is, as
-Python-Markdown needs to see an item and not text of that block (a list
-then may be loose where GitHub's is tight: its items are paragraphs). Nothing but leading spaces
-and blank lines changes (checked: the text without them is the same).
+reads them inside the item); the next lines of a paragraph lose their
+indent (GitHub drops it; Python-Markdown would keep it in a code span);
+and an item or a fence that follows a line of text is set off by a blank
+line, as Python-Markdown needs to see an item or a fence there and not
+more text (a list may so be loose where GitHub's is tight: its items are
+paragraphs). Nothing but leading spaces and blank lines changes (checked:
+the text without them is the same).
 """
 
 import html
