@@ -82,8 +82,7 @@ def gfm_lists(lines):
             if m and m.group(1)[0] == fence[0][0] and len(m.group(1)) >= len(fence[0]) \
                     and not line[m.end():].strip():
                 fence = None
-                if dst:
-                    out.append("")
+                out.append("")
             prev_blank = False
             continue
         if code and indent >= 4:
@@ -124,8 +123,7 @@ def gfm_lists(lines):
         new = " " * dst + line[src:]
         if f:
             fence = (f.group(1), src, dst)
-            if dst:
-                blank()
+            blank()
         out.append(new)
         prev_blank = False
     return out
