@@ -6,7 +6,8 @@ and chromium of scripts/lib.sh).
   1. `make docs` builds it (mkdocs --strict: a warning, such as a link to
      a page that is not there, fails the build);
   2. every heading of every page has the id GitHub gives it (the ids
-     test/docs_links.py checks links against), so one link works in both;
+     test/docs_links.py checks links against), so one link works in both,
+     and every table and fenced code block of a page is one on the site;
   3. the site's Markdown reads lists as GitHub does: its fixture
      (test/docs/fixtures/lists.md), rendered with mkdocs.yml's
      extensions, is test/docs/lists.html;
@@ -86,11 +87,14 @@ def build():
 
 class HeadingIds(html.parser.HTMLParser):
     """The ids of a built page's headings in its main content (<div
-    role="main">: not the theme's dialogs), in order."""
+    role="main">: not the theme's dialogs), in order, and how many tables
+    and code blocks it has."""
 
     def __init__(self):
         super().__init__()
         self.ids = []
+        self.tables = 0
+        self.pres = 0
         self.depth = 0  # of <div> inside the main content; 0: outside
 
     def handle_starttag(self, tag, attrs):
@@ -102,6 +106,10 @@ class HeadingIds(html.parser.HTMLParser):
                 self.depth = 1
         elif self.depth and re.fullmatch(r"h[1-6]", tag) and "id" in a:
             self.ids.append(a["id"])
+        elif self.depth and tag == "table":
+            self.tables += 1
+        elif self.depth and tag == "pre":
+            self.pres += 1
 
     def handle_endtag(self, tag):
         if tag == "div" and self.depth:
@@ -126,11 +134,27 @@ def html_name(page):
     return page[:-3] + ".html"
 
 
+TABLE_DELIMITER = re.compile(r"^ *\|?( *:?-+:? *\|)+( *:?-+:? *)?$")
+
+
+def blocks(text):
+    """How many tables (their delimiter rows) and fenced code blocks a
+    Markdown text has, outside fences."""
+    lines = text.split("\n")
+    openings = []
+    code = mdlinks.fenced(lines, openings)
+    tables = sum(1 for line, c in zip(lines, code) if not c and TABLE_DELIMITER.match(line))
+    fences = len(openings)
+    return tables, fences
+
+
 def heading_ids():
     problems = []
     for page in staged_pages():
         with open(os.path.join(STAGED, page), encoding="utf-8") as f:
-            want = [h[3] for h in mdlinks.headings(f.read()) if h[3]]
+            text = f.read()
+        want = [h[3] for h in mdlinks.headings(text) if h[3]]
+        tables, fences = blocks(text)
         built = os.path.join(SITE, html_name(page))
         if not os.path.exists(built):
             problems.append("%s: no %s" % (page, os.path.relpath(built, ROOT)))
@@ -143,6 +167,10 @@ def heading_ids():
             missing = [i for i in want if i not in p.ids]
             problems.append("%s: the site's ids differ from GitHub's: only on the site %s, only on GitHub %s"
                             % (page, extra[:5], missing[:5]))
+        if p.tables != tables:
+            problems.append("%s: %d tables on the site, %d in the Markdown" % (page, p.tables, tables))
+        if p.pres < fences:
+            problems.append("%s: %d code blocks on the site, %d fences in the Markdown" % (page, p.pres, fences))
     return problems
 
 
@@ -250,7 +278,7 @@ def main():
     tap.check("make docs builds the site, mkdocs --strict", problems)
     if problems:
         return tap.finish()
-    tap.check("every heading of the site has GitHub's id", heading_ids())
+    tap.check("every heading of the site has GitHub's id, every table and fence is one", heading_ids())
     tap.check("the site's Markdown reads lists, fences in them and numbers as GitHub does", lists())
 
     with open(os.path.join(ROOT, "mkdocs.yml"), encoding="utf-8") as f:

@@ -41,17 +41,20 @@ class Link:
         return f"Link({self.line}, {self.url!r}, {self.kind})"
 
 
-def fenced(lines):
+def fenced(lines, openings=None):
     """For each line, whether it belongs to a fenced code block (its fence
-    lines included)."""
+    lines included); the index of each block's first line is appended to
+    openings when given."""
     out = []
     fence = None
-    for line in lines:
+    for i, line in enumerate(lines):
         m = FENCE.match(line)
         if fence is None:
             if m and not (m.group(1)[0] == "`" and "`" in line[m.end():]):
                 fence = m.group(1)
                 out.append(True)
+                if openings is not None:
+                    openings.append(i)
             else:
                 out.append(False)
         else:
