@@ -45,8 +45,11 @@ SELECT outbox_group_create('audit', ordering => :'commit_order', start_at => 'be
 SQL
 
 # Opens a transaction that takes an id and stays open: hold ROLE DB.
+# (The superuser logs in as the test does, with its password if any.)
 hold() {
-	PGUSER=$1 PGPASSWORD=holders-test PGAPPNAME=holders_test \
+	local password=holders-test
+	[ "$1" != "${PGUSER:-postgres}" ] || password=${PGPASSWORD:-}
+	PGUSER=$1 PGPASSWORD=$password PGAPPNAME=holders_test \
 		psql -X -q -At -d "$2" -c "BEGIN" -c "SELECT pg_current_xact_id()" -c "SELECT pg_sleep(300)" >/dev/null 2>&1 &
 	SESSIONS+=($!)
 	wait_until "SELECT count(*) > 0 FROM pg_stat_activity WHERE application_name = 'holders_test'
