@@ -65,7 +65,7 @@ PRELOAD_ISOLATION = commit_inversion commit_open_tx commit_abort_gap commit_wind
 # extension pg_outbox_sql and show no error's CONTEXT (PL/pgSQL adds its
 # line numbers where C has none); the expected output is the same. The tests
 # of what only the C engine has are left out here; each shows an item of
-# README.md's list of the engines' differences ("Where the engines
+# docs/engines.md's list of the engines' differences ("Where the engines
 # differ"), which gives the reason. The SQL engine's own refusals are
 # tested in SQL_ENGINE_REGRESS and SQL_ENGINE_ISOLATION. The commit order's
 # tests (PRELOAD_REGRESS, PRELOAD_ISOLATION) are the C engine's too: the SQL
@@ -192,7 +192,7 @@ sql/pg_outbox_sql.pgtle.sql: sql/pg_outbox_sql--$(EXTVERSION).sql pg_outbox_sql.
 # sql/upgrade/; a table, column or signature changed does (test/ops/upgrade.sh
 # compares an updated database with a fresh install). The hand parts are
 # those of updates to this version: on release, the built script is frozen
-# in sql/released/ and its hand part removed (README: "Releasing version B").
+# in sql/released/ and its hand part removed (CONTRIBUTING.md: "Releasing version B").
 AWK ?= awk
 
 ifneq ($(filter-out %--$(EXTVERSION).sql,$(UPGRADE_PARTS)),)

@@ -15,7 +15,7 @@
 # Stop the relays first; writers and consumers may go on: their
 # transactions wait for the move and then fail (nothing is lost: a
 # consumer's entry is delivered again, an emitting transaction rolls back).
-# doc/engines.md, "Moving between engines", gives the steps and what moves.
+# docs/engines.md, "Moving between engines", gives the steps and what moves.
 set -euo pipefail
 
 usage() {

@@ -416,15 +416,15 @@ no_c_outside_c_engine() {
 check "only sql/engine/c/ binds functions to C" no_c_outside_c_engine
 
 # Every invariant the code, tests and docs cite ("I-10") is defined in
-# doc/design.md.
+# docs/design.md.
 invariants_defined() {
 	local cited defined missing
-	cited=$(grep -rhoE '\bI-[0-9]+\b' extension sql relay/src relay/include relay/tests test scripts bench \
-		README.md 2>/dev/null | sort -u)
-	defined=$(sed -n 's/^## \(I-[0-9]*\) .*/\1/p' doc/design.md | sort -u)
+	cited=$(grep -rhoE '\bI-[0-9]+\b' extension sql relay/src relay/include relay/tests test scripts bench docs \
+		README.md CONTRIBUTING.md 2>/dev/null | sort -u)
+	defined=$(sed -n 's/^## \(I-[0-9]*\) .*/\1/p' docs/design.md | sort -u)
 	missing=$(comm -23 <(echo "$cited") <(echo "$defined"))
-	[ -n "$defined" ] && [ -z "$missing" ] || { echo "# not in doc/design.md: $missing" >&2; return 1; }
+	[ -n "$defined" ] && [ -z "$missing" ] || { echo "# not in docs/design.md: $missing" >&2; return 1; }
 }
-check "every invariant cited (I-NN) is defined in doc/design.md" invariants_defined
+check "every invariant cited (I-NN) is defined in docs/design.md" invariants_defined
 
 finish

@@ -3,7 +3,7 @@
 # (promtool check rules) and fire as their tests say (promtool test rules);
 # the Grafana dashboard is JSON whose queries parse as PromQL; every metric
 # the rules and the dashboard name is one the relay exposes (the names in
-# relay/src/metrics.cpp); and README's table of metrics lists exactly
+# relay/src/metrics.cpp); and docs/monitoring.md's table of metrics lists exactly
 # those. Prints an "ok"/"not ok" line per check, then "N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -76,8 +76,8 @@ for file in "$RULES" "$DASHBOARD"; do
 	done <"$tmp/used"
 done
 
-# README, Metrics: the first column of the table.
-sed -n '/^### Metrics$/,/^### /p' README.md | sed -n 's/^| `\([a-z0-9_]*\)` |.*/\1/p' | sort -u >"$tmp/documented"
-check "README's table of metrics lists every metric the relay exposes" diff "$tmp/exposed" "$tmp/documented"
+# docs/monitoring.md, Metrics: the first column of the table.
+sed -n '/^## Metrics$/,/^## /p' docs/monitoring.md | sed -n 's/^| `\([a-z0-9_]*\)` |.*/\1/p' | sort -u >"$tmp/documented"
+check "docs/monitoring.md's table of metrics lists every metric the relay exposes" diff "$tmp/exposed" "$tmp/documented"
 
 finish

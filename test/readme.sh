@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Runs the README's getting-started sequence as written, so that the README
-# cannot drift from the product: every fenced block that follows a marker
-# line, in order, on a throwaway PostgreSQL (preloading pg_outbox, as the
-# README recommends) and Redis on loopback, stopped by PID.
+# Runs the documentation's sequences as written, so that the pages cannot
+# drift from the product: every fenced block that follows a marker line, in
+# order, page after page (README.md's getting-started sequence first, then
+# docs/*.md in name order, then CONTRIBUTING.md: a page's blocks may build
+# on the README's), on one throwaway PostgreSQL (preloading pg_outbox, as
+# the README recommends) and Redis on loopback, stopped by PID.
 #
 #   <!-- run: sql DB -->          the next block, with psql in DB, as a superuser
 #   <!-- run: sql DB as ROLE -->  the same, logged in as ROLE
@@ -16,9 +18,12 @@
 # the README says CREATE EXTENSION pg_outbox (the groups it creates take
 # the xid8 order, the default without the C engine preloaded).
 #
+# Arguments: the pages, instead of that list.
+#
 # Commands reach the throwaway servers: "127.0.0.1:6379" becomes the test's
 # Redis and "host=127.0.0.1" gains the test's port; pg_outbox_relay is the
-# one just built. Prints an "ok"/"not ok" line per block, then
+# one just built. Prints an "ok"/"not ok" line per block, named by its
+# page and line, then
 # "N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -56,13 +61,19 @@ mkdir -p "$WORK/bin"
 ln -s "$RELAY" "$WORK/bin/pg_outbox_relay"
 export PATH="$WORK/bin:$PATH"
 
-# The marked blocks, one file each, and a list: number, kind, database, role.
-/usr/bin/python3 - README.md "$WORK/blocks" <<'PY'
+if [ $# -gt 0 ]; then
+	PAGES=("$@")
+else
+	PAGES=(README.md docs/*.md CONTRIBUTING.md)
+fi
+
+# The marked blocks, one file each, and a list: number, page:line, kind,
+# database, role (last: it may be empty).
+/usr/bin/python3 - "$WORK/blocks" "${PAGES[@]}" <<'PY'
 import os, re, sys
-readme, out = sys.argv[1], sys.argv[2]
+out, pages = sys.argv[1], sys.argv[2:]
 os.makedirs(out)
-lines = open(readme, encoding="utf-8").read().split("\n")
-manifest, i, n = [], 0, 0
+manifest, n = [], 0
 
 
 def block(at):
@@ -75,19 +86,23 @@ def block(at):
     return "\n".join(lines[at + 1:end]) + "\n", end + 1
 
 
-while i < len(lines):
-    m = re.match(r"<!-- run: (sql|sh|check) ?(\S*)(?: as (\S+))? -->$", lines[i].strip())
-    i += 1
-    if not m:
-        continue
-    n += 1
-    kind, where, role = m.group(1), m.group(2), m.group(3) or ""
-    body, i = block(i)
-    open(f"{out}/{n}.block", "w", encoding="utf-8").write(body)
-    if kind == "check":
-        expected, i = block(i)
-        open(f"{out}/{n}.expected", "w", encoding="utf-8").write(expected)
-    manifest.append(f"{n}\t{kind}\t{where}\t{role}")
+for page in pages:
+    lines = open(page, encoding="utf-8").read().split("\n")
+    i = 0
+    while i < len(lines):
+        m = re.match(r"<!-- run: (sql|sh|check) ?(\S*)(?: as (\S+))? -->$", lines[i].strip())
+        i += 1
+        if not m:
+            continue
+        n += 1
+        at = f"{page}:{i}"
+        kind, where, role = m.group(1), m.group(2), m.group(3) or ""
+        body, i = block(i)
+        open(f"{out}/{n}.block", "w", encoding="utf-8").write(body)
+        if kind == "check":
+            expected, i = block(i)
+            open(f"{out}/{n}.expected", "w", encoding="utf-8").write(expected)
+        manifest.append(f"{n}\t{at}\t{kind}\t{where}\t{role}")
 open(f"{out}/manifest", "w").write("\n".join(manifest) + "\n")
 PY
 
@@ -104,7 +119,7 @@ report() {
 	fi
 }
 psql_as() { psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PG_PORT" -U "${2:-postgres}" -d "$1"; }
-# A command of the README, aimed at the throwaway servers.
+# A command of a page, aimed at the throwaway servers.
 local_command() {
 	sed -e "s/127\.0\.0\.1:6379/127.0.0.1:$REDIS_PORT/g" -e "s/host=127\.0\.0\.1/host=127.0.0.1 port=$PG_PORT/g" "$1"
 }
@@ -122,12 +137,12 @@ check() {
 	return 1
 }
 
-while IFS=$'\t' read -r n kind where role; do
+while IFS=$'\t' read -r n at kind where role; do
 	block="$WORK/blocks/$n.block"
 	case $kind in
 	sql)
 		engine_sql "$block" | psql_as "$where" "$role" >"$WORK/out" 2>&1
-		report $? "README block $n: SQL in $where${role:+ as $role}"
+		report $? "$at: SQL in $where${role:+ as $role}"
 		;;
 	sh)
 		# exec: the command itself is the process started, and stopped.
@@ -138,11 +153,11 @@ while IFS=$'\t' read -r n kind where role; do
 		kill -0 "$!" 2>/dev/null
 		status=$?
 		cp "$WORK/$n.log" "$WORK/out"
-		report "$status" "README block $n: $(head -n 1 "$block" | cut -c1-60)... keeps running"
+		report "$status" "$at: $(head -n 1 "$block" | cut -c1-60)... keeps running"
 		;;
 	check)
 		check "$where" "$block" "$WORK/blocks/$n.expected"
-		report $? "README block $n: the query in $where shows what the README says"
+		report $? "$at: the query in $where shows what the page says"
 		;;
 	esac
 done <"$WORK/blocks/manifest"
@@ -152,7 +167,7 @@ for pid in "${BACKGROUND[@]}"; do
 	kill -0 "$pid" 2>/dev/null
 	report $? "the command started in the background (pid $pid) still runs"
 done
-[ $((passed + failed)) -gt 0 ] || report 1 "the README has marked blocks"
+[ $((passed + failed)) -gt 0 ] || report 1 "the pages have marked blocks"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -164,7 +164,7 @@ void GroupSession::check_template(std::string_view recorded) const {
                       "\"; every relay of a group must write the same streams. Start this relay with --stream \"" +
                       std::string(recorded) +
                       "\", or change the group's template with outbox_group_set_stream_template() once every "
-                      "relay of the group is stopped (README, Changing a group's stream template)");
+                      "relay of the group is stopped (docs/operations.md, Changing a group's stream template)");
 }
 
 // The group's template, recorded by its first leader before it publishes.

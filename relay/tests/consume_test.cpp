@@ -1049,7 +1049,7 @@ TEST_F(ConsumeTest, HostilePrevIsAnsweredAlone) {
     EXPECT_EQ(consumer.log().find("gap ("), std::string::npos) << consumer.log();
 }
 
-// The README's way to get a gap's events again: a second group publishes
+// The way docs/inbox.md gives to get a gap's events again: a second group publishes
 // the range from the outbox to a stream of its own, and the consumer reads
 // it; only the missing event applies, the others are duplicates.
 TEST_F(ConsumeTest, GapEventsComeBackThroughARepairGroup) {

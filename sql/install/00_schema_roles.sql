@@ -38,7 +38,7 @@ BEGIN
 				pg_catalog.current_database()
 			USING ERRCODE = 'duplicate_schema',
 				  DETAIL = 'pg_outbox keeps its events, groups and inbox in schema "outbox"; its C engine (pg_outbox) and its SQL engine (pg_outbox_sql) both do, so a database has one of them.',
-				  HINT = 'SELECT * FROM outbox.engine() names the engine installed; to change engines, follow "Moving between engines" in the README.';
+				  HINT = 'SELECT * FROM outbox.engine() names the engine installed; to change engines, follow "Moving between engines" in docs/engines.md.';
 	END IF;
 END
 $installed$;

@@ -18,7 +18,7 @@
 -- 0.2.0 (every function, table, column, constraint, index, privilege and
 -- comment), so a schema change made in sql/install/ and not here fails it.
 -- On release, the built script is frozen in sql/released/ and this file
--- goes (README: "Releasing version B").
+-- goes (CONTRIBUTING.md: "Releasing version B").
 
 \echo Use "ALTER EXTENSION pg_outbox UPDATE TO '0.2.0'" to load this file. \quit
 

@@ -5,7 +5,7 @@
 # settings, the groups with their cursors and stream templates, the inbox's memory of applied
 # events (dedupe still holds), the dead letters, the parked keys with their
 # parked entries (which then drain) and the user's own data.
-# Events are not carried (see README, "Dump and restore"): their
+# Events are not carried (see docs/operations.md, "Dump and restore"): their
 # transaction ids mean nothing in another cluster.
 #
 # Runs against the server in PG* (pg_virtualenv, preloaded for the C

@@ -605,7 +605,7 @@ int Soak::history_and_check() {
 
     const std::string dir = own_dir();
     if (net) {
-        // The documented bounds on a wait (README, "Bounds on waits"): a
+        // The documented bounds on a wait (docs/concepts.md, "Bounds on waits"): a
         // relay's --pg-timeout and --redis-timeout default to two thirds
         // of the lease, between 2 s and 10 s; consume mode's to 10 s. A
         // relay notices a cut in the first wait that begins after it, at
@@ -654,7 +654,7 @@ int Soak::run() {
             return 77;
         }
         // The lease is 3 s: the relays' waits are two thirds of it, with a
-        // floor of 2 s (README, "Bounds on waits"), so that a shorter
+        // floor of 2 s (docs/concepts.md, "Bounds on waits"), so that a shorter
         // lease would put the floor, not the lease, in the bound on resuming.
         lease_ms = 3000;
     }

@@ -3,7 +3,7 @@
 SET client_min_messages = warning;
 
 -- The API lives in the extension's schema, storage in schema "outbox".
--- Both engines make the same functions, except where README.md's list of
+-- Both engines make the same functions, except where docs/engines.md's list of
 -- the engines' differences says otherwise: the SQL engine runs a few as
 -- the extension's owner (prosecdef and pins_settings are shown as NULL
 -- for those here; test/sql/engine_c.sql and engine_sql.sql show them) and

@@ -20,7 +20,7 @@ COMMENT ON FUNCTION @extschema@.outbox_fetch(text, integer, text, interval) IS
 
 -- The same batch packed in one bytea for the relay: the fields it writes to
 -- its streams, as text, each with its length (the format is described in
--- extension/pack.c and the README). Sending one value costs the server a
+-- extension/pack.c and docs/sql-reference.md). Sending one value costs the server a
 -- fraction of sending the rows.
 CREATE FUNCTION @extschema@.outbox_fetch_packed(group_name text, batch_size integer DEFAULT 1000,
 												after text DEFAULT NULL, wait interval DEFAULT NULL)
