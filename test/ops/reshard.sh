@@ -87,19 +87,11 @@ event_ids() {
 	done
 }
 
-# The documented query: the rewinds of every shard of a new group to the
-# numerically lowest cursor of the old group's shards: rewind_query OLD NEW.
-rewind_query() {
-	sed -e "s/'orders_v2'/'$2'/" -e "s/'orders'/'$1'/" <<'SQL'
-SELECT format('SELECT outbox_rewind(%L, %L);',
-              CASE WHEN n.shards > 1 THEN n.group_name || '/' || n.shard ELSE n.group_name END, o.cursor_position)
-  FROM outbox_groups('orders_v2') n,
-       (SELECT cursor_position FROM outbox_groups('orders')
-         ORDER BY split_part(cursor_position, '-', 1)::numeric, split_part(cursor_position, '-', 2)::numeric
-         LIMIT 1) o
- ORDER BY n.shard
-SQL
-}
+# The documented statements (docs/concepts.md, "Changing N"), for other
+# groups than the page's: create OLD NEW, rewind_query OLD NEW.
+create() { doc_block docs/concepts.md create | sed -e "s/'orders_v2'/'$2'/" -e "s/'orders'/'$1'/"; }
+rewind_query() { doc_block docs/concepts.md rewind | sed -e "s/'orders_v2'/'$2'/" -e "s/'orders'/'$1'/"; }
+check "docs/concepts.md has the statements" eval 'create a b >/dev/null && rewind_query a b >/dev/null'
 
 createdb reshard
 q reshard -v ext="$EXT" -v commit_order="$COMMIT_ORDER" >/dev/null <<'SQL'
@@ -131,9 +123,7 @@ check "the old relay publishes" until_true "SELECT count(*) >= 20 FROM applied"
 
 # The documented steps. a) The new group, with the old one's ordering and
 # topics.
-check "the new group is created with the old one's ordering and topics" q reshard -c "
-SELECT outbox_group_create('orders_v2', topics => topics, ordering => ordering, shards => 4, start_at => 'now')
-  FROM outbox_groups('orders') LIMIT 1" -o /dev/null
+check "the new group is created with the old one's ordering and topics" eval 'create orders orders_v2 | q reshard -o /dev/null'
 check "... which it has" eq "$(q reshard -c "SELECT DISTINCT ordering || ' ' || topics::text || ' ' || shards FROM outbox_groups('orders_v2')")" \
 	"$COMMIT_ORDER {orders} 4"
 sleep 0.5
@@ -142,7 +132,7 @@ check "the old relay stops (SIGTERM, exit 0)" stop_relay old
 sleep 0.3	# events keep coming while no relay publishes
 # c) Every shard of the new group goes to the lowest cursor of the old
 # group's shards.
-{ rewind_query orders orders_v2; echo '\gexec'; } | q reshard >"$WORK/rewind.out" 2>&1
+rewind_query orders orders_v2 | q reshard >"$WORK/rewind.out" 2>&1
 check "the four rewinds ran, to the old cursor" \
 	eq "$(q reshard -c "SELECT count(*) FILTER (WHERE n.cursor_position = o.cursor_position)
 	                      FROM outbox_groups('orders_v2') n, outbox_groups('orders') o")" 4
@@ -226,12 +216,11 @@ published_old=$(q reshard -c "
 	SELECT string_agg(payload->>'i', ',' ORDER BY (payload->>'i')::int) FROM outbox.event
 	 WHERE topic = 'fan' AND ((outbox.shard_of(topic, key, 2) = 0 AND txid <= '${c0%-*}') OR
 	                          (outbox.shard_of(topic, key, 2) = 1 AND txid <= '${c1%-*}'))")
-q reshard -c "SELECT outbox_group_create('fan_v2', topics => topics, ordering => ordering, shards => 4, start_at => 'now')
-                FROM outbox_groups('fan') LIMIT 1" -o /dev/null
-rewind_query fan fan_v2 >"$WORK/rewind.sql"
+create fan fan_v2 | q reshard -o /dev/null
+rewind_query fan fan_v2 | grep -vx '\\gexec' >"$WORK/rewind.sql"
 check "the query prints a rewind of each of the 4 new shards to the numerically lowest cursor" \
 	eq "$(q reshard -f "$WORK/rewind.sql")" "$(printf "SELECT outbox_rewind('fan_v2/%s', '$c0');\n" 0 1 2 3)"
-{ cat "$WORK/rewind.sql"; echo '\gexec'; } | q reshard -o /dev/null
+rewind_query fan fan_v2 | q reshard -o /dev/null
 published_new=$(q reshard -c "
 	SELECT string_agg(payload->>'i', ',' ORDER BY (payload->>'i')::int)
 	  FROM (SELECT * FROM outbox_fetch('fan_v2/0', 100) UNION ALL SELECT * FROM outbox_fetch('fan_v2/1', 100)
