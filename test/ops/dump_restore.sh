@@ -184,8 +184,7 @@ preload=()
 check "a new cluster starts" pg_start "$work/new" "$new_port" "${preload[@]}" || { finish; exit; }
 # psql, pg_restore and createdb against the new cluster.
 new() { PGHOST=127.0.0.1 PGPORT=$new_port PGUSER=postgres PGPASSWORD= "$@"; }
-pg_dumpall --globals-only >"$work/globals.sql"
-new psql -X -q -d postgres -f "$work/globals.sql" >/dev/null 2>"$work/globals.err"
+pg_dumpall --globals-only | new psql -X -q -d postgres >/dev/null 2>"$work/globals.err"
 check "new cluster: the globals restore with one error, the superuser that exists already" \
 	eq "$(sed -n 's/^.*ERROR: *//p' "$work/globals.err")" "role \"${PGUSER:-postgres}\" already exists"
 new pg_restore -d app "$work/src.dump" 2>"$work/err"

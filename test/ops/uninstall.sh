@@ -57,7 +57,9 @@ ALTER ROLE outbox_relay SET pg_outbox.lease = '30s';
 SQL
 roles="outbox_writer, outbox_relay, outbox_consumer, outbox_admin"
 
-# Step 1 done (nothing runs); step 2: the extension goes, database by database.
+# docs/operations.md, "Uninstalling". Step 1 done (nothing runs); step 2:
+# the extension goes, database by database (first alone, to show that
+# DROP ROLE fails after it).
 for db in $dbs; do
 	check "$db: DROP EXTENSION" q "$db" -c "DROP EXTENSION $EXT"
 done
@@ -69,13 +71,16 @@ check "DROP ROLE fails while the roles hold privileges on the applications' tabl
 check "... and the roles are all still there" \
 	eq "$(q postgres -c "SELECT count(*) FROM pg_roles WHERE rolname LIKE 'outbox\_%'")" 4
 
-# Step 3: in every database, what the roles own and were granted.
+# Step 2 as documented (the extension dropped above already, as a
+# statement of its own): what the roles own and were granted.
+check "docs/operations.md has the statements of each database and the reset" \
+	eval 'doc_block docs/operations.md drop >/dev/null && doc_block docs/operations.md reset >/dev/null'
 for db in $dbs; do
 	check "$db: REASSIGN OWNED and DROP OWNED" \
-		q "$db" -c "REASSIGN OWNED BY $roles TO CURRENT_USER" -c "DROP OWNED BY $roles"
+		eval "doc_block docs/operations.md drop | grep -v '^DROP EXTENSION' | q $db"
 done
 
-# Step 4: the settings, one query for the whole cluster (as documented).
+# Step 3: the settings, one query for the whole cluster.
 q postgres >"$work/settings" <<'SQL'
 SELECT coalesce(d.datname, '(every database)') AS database, coalesce(r.rolname, '(every role)') AS role, s AS setting
   FROM pg_db_role_setting x
@@ -98,20 +103,10 @@ uninstall_a|uninstall_app|pg_outbox.notify=off
 uninstall_b|(every role)|pg_outbox.lease=20s
 uninstall_b|(every role)|pg_outbox.notify=off
 uninstall_b|uninstall_app|pg_outbox.notify=off"
-q postgres >"$work/out" 2>&1 <<'SQL'
-SELECT CASE WHEN x.setrole = 0 THEN format('ALTER DATABASE %I RESET %s', d.datname, split_part(s, '=', 1))
-            WHEN x.setdatabase = 0 THEN format('ALTER ROLE %I RESET %s', r.rolname, split_part(s, '=', 1))
-            ELSE format('ALTER ROLE %I IN DATABASE %I RESET %s', r.rolname, d.datname, split_part(s, '=', 1)) END
-  FROM pg_db_role_setting x
-  LEFT JOIN pg_database d ON d.oid = x.setdatabase
-  LEFT JOIN pg_roles r ON r.oid = x.setrole
- CROSS JOIN unnest(x.setconfig) s
- WHERE s LIKE 'pg\_outbox.%'
-\gexec
-SQL
+doc_block docs/operations.md reset | q postgres >"$work/out" 2>&1
 check "the settings are reset" eq "$(cat "$work/out")" ""
 
-# Step 5: the roles.
+# Step 4: the roles.
 check "DROP ROLE" q postgres -c "DROP ROLE $roles"
 check "no pg_outbox role is left" \
 	eq "$(q postgres -c "SELECT count(*) FROM pg_roles WHERE rolname LIKE 'outbox\_%'")" 0

@@ -35,15 +35,10 @@ trap 'stop_pid "$RELAY_PID"; stop_servers; rm -rf "$work"' EXIT
 REDIS_PORT=$(free_port)
 redis_start "$work/redis" "$REDIS_PORT" || exit 1
 
-# The documented loop: every database of the cluster that has pg_outbox
-# (either engine), with its version.
-versions() {
-	psql -X -At -d postgres -c "SELECT datname FROM pg_database WHERE datallowconn ORDER BY 1" |
-		while IFS= read -r db; do
-			psql -X -At -d "$db" -c "SELECT current_database(), extname, extversion FROM pg_extension
-			                          WHERE extname IN ('pg_outbox', 'pg_outbox_sql')"
-		done
-}
+# The documented loop (docs/operations.md, "Upgrading"): every database
+# of the cluster that has pg_outbox (either engine), with its version.
+versions() { bash -c "$(doc_block docs/operations.md versions)"; }
+check "docs/operations.md has the loop" eval 'doc_block docs/operations.md versions >/dev/null'
 
 current=$(sed -n "s/^default_version[[:space:]]*=[[:space:]]*'\([^']*\)'.*/\1/p" "$(dirname "$0")/../../pg_outbox.control")
 
