@@ -427,4 +427,16 @@ invariants_defined() {
 }
 check "every invariant cited (I-NN) is defined in docs/design.md" invariants_defined
 
+# The reference tables each live in one page, which the rest links to:
+# the stream entry's fields, the relay's metrics, the settings.
+tables_once() {
+	local header files
+	for header in '| field | format | example | when absent |' '| metric | type | labels | meaning |' \
+		'| GUC | default | who may set | meaning |'; do
+		files=$(git ls-files -- '*.md' | xargs grep -lxF -- "$header" | tr '\n' ' ')
+		[ "$(wc -w <<<"$files")" -eq 1 ] || { echo "# \"$header\" in: ${files:-no page}" >&2; return 1; }
+	done
+}
+check "the entry fields, metrics and settings tables each live in one page" tables_once
+
 finish
