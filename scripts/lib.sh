@@ -1,6 +1,8 @@
 # Shared helpers of pg_outbox's scripts (sourced, not run).
 
-# Debian packages that building, testing and the demo need.
+# Debian packages that building, testing and the demo need (mkdocs,
+# python3-pymdownx and chromium: make docs and the site's test,
+# test/docs_site.py).
 PG_OUTBOX_PACKAGES=(
 	make gcc g++ cmake pkg-config
 	postgresql-15 postgresql-server-dev-15 postgresql-common libpq-dev libipc-run-perl
@@ -8,6 +10,7 @@ PG_OUTBOX_PACKAGES=(
 	libgtest-dev libcli11-dev libspdlog-dev libfmt-dev libcpp-httplib-dev nlohmann-json3-dev
 	help2man man-db
 	iproute2 iptables
+	mkdocs python3-pymdownx chromium
 )
 
 # Prints a progress line.
