@@ -1,8 +1,8 @@
 # Shared helpers of pg_outbox's scripts (sourced, not run).
 
-# Debian packages that building, testing and the demo need (mkdocs,
-# python3-pymdownx and chromium: make docs and the site's test,
-# test/docs_site.py).
+# Debian packages that building, testing and the demo need (help2man and
+# man-db: the relay's man page and test/man.sh; mkdocs, python3-pymdownx
+# and chromium: make docs and the site's test, test/docs_site.py).
 PG_OUTBOX_PACKAGES=(
 	make gcc g++ cmake pkg-config
 	postgresql-15 postgresql-server-dev-15 postgresql-common libpq-dev libipc-run-perl
