@@ -225,7 +225,7 @@ sql/pg_outbox--%--$(EXTVERSION).sql: sql/upgrade/%--$(EXTVERSION).sql sql/releas
 	rm $@.body
 	mv $@.tmp $@
 
-.PHONY: test check-fast demo bench soak checkver installcheck-preload installcheck-sql-engine deb
+.PHONY: test check-fast demo bench soak checkver installcheck-preload installcheck-sql-engine deb docs
 
 # Everything on a fresh Debian 12 machine: packages, build, throwaway servers, tests.
 test:
@@ -281,6 +281,14 @@ ifneq ($(strip $(SHARED_ISOLATION) $(SQL_ENGINE_ISOLATION)),)
 	$(pg_isolation_regress_installcheck) --inputdir=$(ENGINE_SQL_DIR) --outputdir=$(ENGINE_SQL_DIR)/isolation \
 		--load-extension=pg_outbox_sql $(SHARED_ISOLATION) $(SQL_ENGINE_ISOLATION)
 endif
+
+# The documentation site, offline, into build/docs/ (open
+# build/docs/index.html): README.md and docs/ staged into build/docs-src
+# (scripts/docs/stage.py), then Debian's mkdocs (mkdocs.yml), warnings as
+# errors. test/docs_site.sh also opens it in Chromium.
+docs:
+	python3 scripts/docs/stage.py >/dev/null
+	PYTHONPATH=scripts/docs mkdocs build --strict
 
 # Benchmarks on throwaway servers; they print tables (see bench/README.md).
 bench:

@@ -5,7 +5,8 @@
 #
 # The build runs in a copy of the tree (build/deb/pg-outbox-VERSION), so
 # that it neither uses nor leaves build products in the tree. Build
-# dependencies (debian/control) are installed with apt-get when missing.
+# dependencies (debian/control) are installed with apt-get when missing,
+# holding the install lock (with_install_lock in scripts/lib.sh).
 # DEB_BUILD_OPTIONS=nocheck skips the extension's tests (and their build
 # dependencies) during the build.
 set -euo pipefail
@@ -28,9 +29,11 @@ tar -cf - --exclude=./build --exclude=./.git --exclude='./obj-*' . | tar -xf - -
 
 ensure_packages dpkg-dev
 if ! (cd "$src" && dpkg-checkbuilddeps) >/dev/null 2>&1; then
-	say "installing the build dependencies"
-	as_root apt-get update -qq
-	as_root env DEBIAN_FRONTEND=noninteractive apt-get build-dep -y -qq --no-install-recommends \
+	say "installing the build dependencies (holding the install lock)"
+	sudo=
+	[ "$(id -u)" -eq 0 ] || sudo=sudo
+	with_install_lock $sudo apt-get update -qq
+	with_install_lock $sudo env DEBIAN_FRONTEND=noninteractive apt-get build-dep -y -qq --no-install-recommends \
 		${DEB_BUILD_PROFILES:+-P "${DEB_BUILD_PROFILES// /,}"} "$PWD/$src" >/dev/null
 fi
 

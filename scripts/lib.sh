@@ -1,12 +1,16 @@
 # Shared helpers of pg_outbox's scripts (sourced, not run).
 
-# Debian packages that building, testing and the demo need.
+# Debian packages that building, testing and the demo need (help2man and
+# man-db: the relay's man page and test/man.sh; mkdocs, python3-pymdownx
+# and chromium: make docs and the site's test, test/docs_site.py).
 PG_OUTBOX_PACKAGES=(
 	make gcc g++ cmake pkg-config
 	postgresql-15 postgresql-server-dev-15 postgresql-common libpq-dev libipc-run-perl
 	redis-server redis-tools libhiredis-dev
 	libgtest-dev libcli11-dev libspdlog-dev libfmt-dev libcpp-httplib-dev nlohmann-json3-dev
+	help2man man-db
 	iproute2 iptables
+	mkdocs python3-pymdownx chromium
 )
 
 # Prints a progress line.
@@ -23,7 +27,8 @@ as_root() {
 	fi
 }
 
-# Installs the packages above that are missing (apt-get; sudo when not root).
+# Installs the packages above that are missing (apt-get; sudo when not root),
+# holding the install lock (with_install_lock below).
 ensure_packages() {
 	local missing=() p
 	for p in "${PG_OUTBOX_PACKAGES[@]}" "$@"; do
@@ -33,8 +38,11 @@ ensure_packages() {
 	done
 	if [ "${#missing[@]}" -gt 0 ]; then
 		say "installing ${missing[*]}"
-		as_root apt-get update -qq
-		as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+		local sudo=
+		[ "$(id -u)" -eq 0 ] || sudo=sudo
+		with_install_lock $sudo apt-get update -qq
+		with_install_lock $sudo env DEBIAN_FRONTEND=noninteractive \
+			apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 	fi
 	PG_BINDIR=$(pg_config --bindir)
 	export PG_BINDIR

@@ -3,8 +3,9 @@
 # (promtool check rules) and fire as their tests say (promtool test rules);
 # the Grafana dashboard is JSON whose queries parse as PromQL; every metric
 # the rules and the dashboard name is one the relay exposes (the names in
-# relay/src/metrics.cpp); and docs/monitoring.md's table of metrics lists exactly
-# those. Prints an "ok"/"not ok" line per check, then "N passed, N failed".
+# relay/src/metrics.cpp); docs/monitoring.md's table of metrics lists
+# exactly those, and its table of alerts every alert of the rules. Prints
+# an "ok"/"not ok" line per check, then "N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -79,5 +80,10 @@ done
 # docs/monitoring.md, Metrics: the first column of the table.
 sed -n '/^## Metrics$/,/^## /p' docs/monitoring.md | sed -n 's/^| `\([a-z0-9_]*\)` |.*/\1/p' | sort -u >"$tmp/documented"
 check "docs/monitoring.md's table of metrics lists every metric the relay exposes" diff "$tmp/exposed" "$tmp/documented"
+
+# docs/monitoring.md, Alerts worth setting: a row for every alert of the rules.
+grep -oE '^ *- alert: [A-Za-z]+' "$RULES" | sed 's/.*: //' | sort >"$tmp/alerts"
+sed -n '/^## Alerts worth setting$/,/^## /p' docs/monitoring.md | sed -n 's/^| `\(PgOutbox[A-Za-z]*\)` |.*/\1/p' | sort >"$tmp/alerts_documented"
+check "docs/monitoring.md's table of alerts lists every alert of $RULES" diff "$tmp/alerts" "$tmp/alerts_documented"
 
 finish

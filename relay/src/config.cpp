@@ -10,6 +10,7 @@
 #include <charconv>
 #include <cstdlib>
 #include <iostream>
+#include <memory>
 
 #include "pg_outbox/errors.hpp"
 #include "pg_outbox/event.hpp"
@@ -459,6 +460,32 @@ std::vector<std::string> check_group_list(const std::vector<std::string>& values
     return groups;
 }
 
+// The help's option lines: CLI11 starts a description one space after an
+// option whose name and type fill the column but one, where it reads as
+// part of the name, and help2man, which makes the man page from the help,
+// takes the line for an option without description. At least two spaces
+// then, else the next line, as for a longer name.
+class HelpFormatter : public CLI::Formatter {
+public:
+    std::string make_option(const CLI::Option* opt, bool is_positional) const override {
+        const std::string name = "  " + make_option_name(opt, is_positional) + make_option_opts(opt);
+        const std::string description = make_option_desc(opt);
+        const std::size_t width = get_column_width();
+        std::string line = name;
+        if (!description.empty()) {
+            if (name.size() + 2 > width)
+                line += "\n" + std::string(width, ' ');
+            else
+                line.append(width - name.size(), ' ');
+            for (const char c : description) {
+                line += c;
+                if (c == '\n') line.append(width, ' ');
+            }
+        }
+        return line + "\n";
+    }
+};
+
 }  // namespace
 
 void derive_bounds(Config& c, const GivenBounds& given) {
@@ -484,6 +511,7 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
 
     CLI::App app{"pg_outbox_relay: publishes pg_outbox feeds to Redis Streams", "pg_outbox_relay"};
     app.set_version_flag("--version", PG_OUTBOX_VERSION);
+    app.formatter(std::make_shared<HelpFormatter>());
     app.require_subcommand(1);
     app.fallthrough();
     // A flag given twice (a wrapper's default, then the caller's) takes the last.

@@ -37,3 +37,21 @@ finish() {
 	echo "$((n - failed)) passed, $failed failed"
 	[ "$failed" -eq 0 ]
 }
+
+# The block of a documentation page that a procedure's test runs as
+# written: doc_block PAGE NAME prints the fenced block that follows the
+# line "<!-- test/ops/SCRIPT: NAME -->" (SCRIPT the running script), its
+# indentation (a list item's) taken off; fails when there is none.
+TAP_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+TAP_SCRIPT=$(basename "$0")
+doc_block() {
+	local out
+	out=$(awk -v mark="<!-- test/ops/$TAP_SCRIPT: $2 -->" '
+		{ line = $0; sub(/^[ \t]+/, "", line) }
+		!found && line == mark { found = 1; next }
+		found && !inside && line ~ /^```/ { inside = 1; match($0, /^[ \t]*/); indent = RLENGTH; next }
+		inside && line ~ /^```/ { exit }
+		inside { print substr($0, indent + 1) }' "$TAP_ROOT/$1")
+	[ -n "$out" ] || { echo "# $1 has no block marked <!-- test/ops/$TAP_SCRIPT: $2 -->" >&2; return 1; }
+	printf '%s\n' "$out"
+}

@@ -8,14 +8,37 @@
 # and the data must still flow: the waiting events are fetched, cursors
 # advance, the inbox still deduplicates.
 #
-# Runs against the server in PG* (preloaded); prints one "ok" / "not ok"
-# line per check and exits non-zero if any failed.
+# The steps of docs/operations.md ("Upgrading") that a test can take are
+# taken as written: the shell loop that lists every database of the
+# cluster with pg_outbox and its version finds the old ones, and none
+# after the update; a relay of the current version exits 2 (which
+# systemd does not restart) against a database still on the old version,
+# naming both, and publishes once the database is updated.
+#
+# Runs against the server in PG* (preloaded), with the relay
+# PG_OUTBOX_RELAY (default build/relay/pg_outbox_relay) and a throwaway
+# Redis started by the test kit (PG_OUTBOX_TESTKIT, see scripts/lib.sh);
+# prints one "ok" / "not ok" line per check and exits non-zero if any
+# failed.
 set -uo pipefail
 
 . "$(dirname "$0")/tap.bash"
+. "$(dirname "$0")/../../scripts/lib.sh"
 q() { psql -X -q -At -v ON_ERROR_STOP=1 -d "$@"; }
+RELAY=${PG_OUTBOX_RELAY:-$PWD/build/relay/pg_outbox_relay}
+[ -x "$RELAY" ] || { echo "not ok 1 - the relay is built ($RELAY)"; echo "0 passed, 1 failed"; exit 1; }
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+chmod 755 "$work"
+WORK=$work
+RELAY_PID=
+trap 'stop_pid "$RELAY_PID"; stop_servers; rm -rf "$work"' EXIT
+REDIS_PORT=$(free_port)
+redis_start "$work/redis" "$REDIS_PORT" || exit 1
+
+# The documented loop (docs/operations.md, "Upgrading"): every database
+# of the cluster that has pg_outbox (either engine), with its version.
+versions() { bash -c "$(doc_block docs/operations.md versions)"; }
+check "docs/operations.md has the loop" eval 'doc_block docs/operations.md versions >/dev/null'
 
 current=$(sed -n "s/^default_version[[:space:]]*=[[:space:]]*'\([^']*\)'.*/\1/p" "$(dirname "$0")/../../pg_outbox.control")
 
@@ -95,7 +118,15 @@ SQL
 			END LOOP;
 			PERFORM outbox_advance('$g', last); PERFORM outbox_resign('$g'); END \$\$" >/dev/null
 	done
+	check "$from -> $current: the loop over the cluster's databases lists $db at $from" \
+		grep -qx "$db|pg_outbox|$from" <(versions)
+	"$RELAY" publish --pg "dbname=$db" --redis "127.0.0.1:$REDIS_PORT" --group x >"$work/relay.log" 2>&1
+	check "$from -> $current: a relay of $current against $from exits 2" eq "$?" 2
+	check "$from -> $current: ... naming both versions and the update" \
+		grep -q "database \"$db\" has pg_outbox $from; this relay is $current .*ALTER EXTENSION pg_outbox UPDATE" "$work/relay.log"
+	started=$(date +%s%N)
 	check "$from -> $current: ALTER EXTENSION UPDATE" q "$db" -c "ALTER EXTENSION pg_outbox UPDATE"
+	echo "# ALTER EXTENSION pg_outbox UPDATE took $((($(date +%s%N) - started) / 1000000)) ms"
 	check "$from -> $current: the version is $current" \
 		eq "$(q "$db" -c "SELECT extversion FROM pg_extension WHERE extname = 'pg_outbox'")" "$current"
 	createdb "fresh_$db"
@@ -122,6 +153,18 @@ SQL
 		eq "$(q "$db" -c "SELECT count(*) FROM outbox.dead_letters")" 1
 	check "$from -> $current: new events flow" \
 		eq "$(q "$db" -c "SELECT count(*) FROM outbox_emit('t', 'after', '{}')" -c "SELECT 1" | tail -1)" 1
+	"$RELAY" publish --pg "dbname=$db" --redis "127.0.0.1:$REDIS_PORT" --group x --stream "$db:{topic}" \
+		>"$work/relay.log" 2>&1 &
+	RELAY_PID=$!
+	check "$from -> $current: the relay of $current starts and publishes what waited" \
+		wait_for 30 'redis-cli -p "$REDIS_PORT" XRANGE "$db:t" - + | grep -qx after'
+	grep -q 'critical' "$work/relay.log" && sed 's/^/# /' "$work/relay.log"
+	kill -TERM "$RELAY_PID"
+	wait "$RELAY_PID"
+	check "$from -> $current: ... and stops with 0" eq "$?" 0
+	RELAY_PID=
 done
+check "after the updates, the loop lists no database at another version than $current" \
+	eq "$(versions | awk -F'|' -v v="$current" '$3 != v' | wc -l)" 0
 
 finish

@@ -5,11 +5,16 @@
 #    unit template, its example env file and its sysusers.d entry where
 #    they belong; the unit has the keys the exit-code contract needs and
 #    passes `systemd-analyze verify`; the example names every setting.
-# 2. `make deb` builds postgresql-15-pg-outbox and pg-outbox-relay.
+#    So is the man page pg_outbox_relay(1).
+# 2. debian/control(.in), debian/changelog and META.json name one
+#    maintainer. `make deb` builds postgresql-15-pg-outbox and
+#    pg-outbox-relay; lintian finds no error in them (its warnings are
+#    shown); the relay's package holds the man page.
 # 3. Holding the install lock (see with_install_lock in scripts/lib.sh):
-#    installs both, checks what `dpkg -L` lists and the installed unit,
-#    runs the demo on the installed extension and relay, purges both and
-#    puts back the files they replaced (a `make install` of the extension).
+#    installs both, checks what `dpkg -L` lists, the installed unit and
+#    `man pg_outbox_relay`, runs the demo on the installed extension and
+#    relay, purges both and puts back the files they replaced (a `make
+#    install` of the extension).
 #
 # Prints an "ok" or "not ok" line per check and ends with
 # "N passed, N failed". PACKAGES_TEST_DEMO=0 skips the demo.
@@ -54,6 +59,7 @@ unit_keys() {
 	local unit=$1 relay=$2 settings want missing=0
 	settings=$(unit_settings "$unit")
 	for want in \
+		"Unit.Documentation=man:pg_outbox_relay(1)" \
 		"Service.Type=simple" \
 		"Service.User=$RELAY_USER" \
 		"Service.Environment=PG_OUTBOX_MODE=publish" \
@@ -115,11 +121,12 @@ env_example_complete() {
 # cmake --install into a scratch prefix.
 cmake_install_layout() {
 	local root=$WORK/cmake-install prefix=/opt/pg_outbox
-	build_relay pg_outbox_relay pg_outbox_check >/dev/null
+	build_relay pg_outbox_relay pg_outbox_check pg_outbox_relay_man >/dev/null
 	DESTDIR=$root cmake --install build --prefix "$prefix" >/dev/null
 	local f
 	for f in bin/pg_outbox_relay bin/pg_outbox_check lib/systemd/system/pg_outbox_relay@.service \
-		lib/sysusers.d/pg_outbox_relay.conf share/doc/pg_outbox/examples/relay.env; do
+		lib/sysusers.d/pg_outbox_relay.conf share/doc/pg_outbox/examples/relay.env \
+		share/man/man1/pg_outbox_relay.1 share/man/man1/pg_outbox_check.1; do
 		[ -f "$root$prefix/$f" ] || { echo "cmake --install did not install $prefix/$f"; return 1; }
 	done
 	# The unit names the binary where the install put it.
@@ -133,7 +140,9 @@ cmake_unit_verify() {
 	sed "s#^ExecStart=$prefix/bin/pg_outbox_relay #ExecStart=$root$prefix/bin/pg_outbox_relay #" \
 		"$root$prefix/lib/systemd/system/pg_outbox_relay@.service" >"$unit"
 	grep -q "^ExecStart=$root" "$unit" || { echo "ExecStart not found in the installed unit"; return 1; }
-	unit_verify "$unit"
+	# Documentation=man:pg_outbox_relay(1): verify runs man, which finds
+	# the page cmake --install put there.
+	MANPATH="$root$prefix/share/man" unit_verify "$unit"
 }
 
 # What dpkg -L must list for each package.
@@ -158,6 +167,7 @@ packaged_files() {
 			{ echo "$EXT_PKG lacks the script $f"; missing=1; }
 	done
 	for f in /usr/bin/pg_outbox_relay /usr/bin/pg_outbox_check \
+		/usr/share/man/man1/pg_outbox_relay.1.gz /usr/share/man/man1/pg_outbox_check.1.gz \
 		/lib/systemd/system/pg_outbox_relay@.service \
 		/usr/lib/sysusers.d/pg_outbox_relay.conf \
 		/usr/share/doc/$RELAY_PKG/examples/relay.env \
@@ -183,6 +193,22 @@ installed_versions() {
 	dpkg -S /usr/share/postgresql/15/extension/pg_outbox.control | grep -q "^$EXT_PKG:"
 	dpkg-query -W -f='${Version}\n' "$EXT_PKG" "$RELAY_PKG" | grep -vqx "$VERSION" && return 1
 	return 0
+}
+
+# `man pg_outbox_relay` finds the package's page and renders it without a
+# warning, with a section per mode.
+installed_man_page() {
+	local page err
+	page=$(man -w pg_outbox_relay) || return 1
+	eq_path "$page" /usr/share/man/man1/pg_outbox_relay.1.gz || return 1
+	err=$(LC_ALL=C.UTF-8 MANWIDTH=80 man --warnings pg_outbox_relay 2>&1 >"$WORK/man.txt")
+	[ -z "$err" ] || { echo "$err"; return 1; }
+	grep -q '^PUBLISH OPTIONS$' "$WORK/man.txt" && grep -q '^CONSUME OPTIONS$' "$WORK/man.txt" ||
+		{ echo "no PUBLISH OPTIONS or CONSUME OPTIONS in man pg_outbox_relay"; return 1; }
+}
+
+eq_path() {
+	[ "$1" = "$2" ] || { echo "man -w pg_outbox_relay: $1, not $2"; return 1; }
 }
 
 relay_user() {
@@ -251,6 +277,7 @@ installed_phase() {
 		check "dpkg -L lists the extension, the relay, the unit and the example env file" packaged_files
 		check "the installed relay and extension are version $VERSION" installed_versions
 		check "the package created the user $RELAY_USER (systemd-sysusers)" relay_user
+		check "man pg_outbox_relay renders the installed page without a warning" installed_man_page
 		check "the installed unit has the keys of the exit-code contract" \
 			unit_keys /lib/systemd/system/pg_outbox_relay@.service /usr/bin/pg_outbox_relay
 		if command -v systemd-analyze >/dev/null; then
@@ -283,6 +310,45 @@ restored() {
 	return "$missing"
 }
 
+# The maintainer of debian/control and control.in, of every entry of
+# debian/changelog and of META.json: one identity.
+one_maintainer() {
+	local want f got status=0
+	want=$(sed -n 's/^Maintainer: //p' debian/control.in)
+	[ -n "$want" ] || { echo "debian/control.in has no Maintainer"; return 1; }
+	got=$(sed -n 's/^Maintainer: //p' debian/control)
+	[ "$got" = "$want" ] || { echo "debian/control: $got, debian/control.in: $want"; status=1; }
+	while read -r got; do
+		[ "$got" = "$want" ] || { echo "debian/changelog: $got, debian/control.in: $want"; status=1; }
+	done < <(sed -n 's/^ -- \(.*>\)  .*/\1/p' debian/changelog)
+	got=$(python3 -c 'import json, sys; print("\n".join(json.load(open("META.json"))["maintainer"]))')
+	[ "$got" = "$want" ] || { echo "META.json: $got, debian/control.in: $want"; status=1; }
+	return "$status"
+}
+
+# lintian on what make deb built (the .changes names the .debs and the
+# .buildinfo): a failure on an error; its other findings are shown.
+lintian_packages() {
+	local changes status=0
+	changes=$(ls "$DEB_DIR"/pg-outbox_"${VERSION}"_*.changes) || return 1
+	lintian --fail-on error --display-info --tag-display-limit 0 "$changes" >"$WORK/lintian.log" 2>&1 || status=$?
+	result "lintian finds no error in the packages" "$status" "$WORK/lintian.log"
+	if [ "$status" -eq 0 ] && grep -q '^[WIP]: ' "$WORK/lintian.log"; then
+		grep '^[WIP]: ' "$WORK/lintian.log" | sed 's/^/# lintian: /'
+	fi
+}
+
+# The relay's package holds the man pages.
+man_pages_packaged() {
+	local page missing=0
+	dpkg -c "$DEB_DIR/${RELAY_PKG}_${VERSION}_"*.deb >"$WORK/relay.contents" || return 1
+	for page in pg_outbox_relay pg_outbox_check; do
+		grep -q " \./usr/share/man/man1/$page\.1\.gz\$" "$WORK/relay.contents" ||
+			{ echo "${RELAY_PKG} has no usr/share/man/man1/$page.1.gz"; missing=1; }
+	done
+	return "$missing"
+}
+
 if [ "${1:-}" = --installed ]; then
 	installed_phase
 	exit 0
@@ -294,9 +360,9 @@ export WORK
 trap 'rm -rf "$WORK"' EXIT
 : >"$WORK/results"
 
-ensure_packages
+ensure_packages lintian
 say "the relay's cmake --install and its systemd unit"
-check "cmake --install puts the relay, the unit, its env example and user where they belong" cmake_install_layout
+check "cmake --install puts the relay, the man pages, the unit, its env example and user where they belong" cmake_install_layout
 check "the example env file names every setting the relay reads" env_example_complete relay/systemd/relay.env
 if ! command -v systemd-analyze >/dev/null; then
 	ensure_packages systemd
@@ -307,10 +373,13 @@ else
 	echo "# systemd-analyze cannot run here: the unit was checked by its keys only"
 fi
 
+check "debian/control(.in), debian/changelog and META.json name one maintainer" one_maintainer
 say "make deb (DEB_BUILD_OPTIONS=nocheck: the extension's tests run in make test)"
 check "make deb builds ${EXT_PKG} and ${RELAY_PKG} $VERSION" \
 	env DEB_BUILD_OPTIONS="nocheck ${DEB_BUILD_OPTIONS:-}" ./scripts/deb.sh
 if ls "$DEB_DIR/${EXT_PKG}_${VERSION}_"*.deb "$DEB_DIR/${RELAY_PKG}_${VERSION}_"*.deb >/dev/null 2>&1; then
+	lintian_packages
+	check "${RELAY_PKG} holds the man pages pg_outbox_relay(1) and pg_outbox_check(1) (dpkg -c)" man_pages_packaged
 	say "installing the packages, the demo on them, removing them (holding the install lock)"
 	with_install_lock "$0" --installed
 fi
