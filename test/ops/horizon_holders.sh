@@ -56,15 +56,7 @@ hold() {
 	             AND usename = '$1' AND backend_xid IS NOT NULL"
 }
 # Waits (5 s at most) until a query in database holders says t.
-wait_until() {
-	local i
-	for i in $(seq 1 50); do
-		[ "$(q holders -c "$1")" = t ] && return 0
-		sleep 0.1
-	done
-	echo "# not true: $1" >&2
-	return 1
-}
+wait_until() { until_sql 5 holders "$1"; }
 # The pid of the session of a role that hold opened.
 session_of() {
 	q holders -c "SELECT pid FROM pg_stat_activity WHERE application_name = 'holders_test' AND usename = '$1'"

@@ -62,15 +62,7 @@ stop_relay() {
 	wait "$pid"
 }
 # Waits (60 s at most) until an SQL condition holds in database reshard.
-until_true() {
-	local i
-	for i in $(seq 1 300); do
-		[ "$(q reshard -c "$1" 2>/dev/null)" = t ] && return 0
-		sleep 0.2
-	done
-	echo "# not true after 60 s: $1" >&2
-	return 1
-}
+until_true() { until_sql 60 reshard "$1"; }
 # The value of a field of XINFO GROUPS for a consumer group of a stream:
 # group_info STREAM GROUP FIELD.
 group_info() {

@@ -55,3 +55,15 @@ doc_block() {
 	[ -n "$out" ] || { echo "# $1 has no block marked <!-- test/ops/$TAP_SCRIPT: $2 -->" >&2; return 1; }
 	printf '%s\n' "$out"
 }
+
+# Waits at most SECONDS until QUERY prints "t" in database DB, run by the
+# script's own psql function q (q DB ARGS...): until_sql SECONDS DB QUERY.
+until_sql() {
+	local seconds=$1 db=$2 query=$3 i
+	for i in $(seq 1 $((seconds * 10))); do
+		[ "$(q "$db" -c "$query" 2>/dev/null)" = t ] && return 0
+		sleep 0.1
+	done
+	echo "# not true after $seconds s: $query" >&2
+	return 1
+}
