@@ -25,9 +25,4 @@ trap 'rm -f "$log"' EXIT
 nice cmake --build build -j"$(nproc)" --target pg_outbox_testkit relay_unit_tests >"$log" 2>&1 || { cat "$log"; exit 1; }
 
 say "the tests of label fast"
-cd build
-rc=0
-ctest -L fast -j2 --output-on-failure "$@" | tee "$log" || rc=$?
-# ctest's summary again, last (after the label times).
-grep -E '^[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -n 1 || true
-exit "$rc"
+ctest_summarized -L fast -j2 --output-on-failure "$@"

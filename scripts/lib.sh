@@ -229,3 +229,16 @@ redis_cluster_stop() {
 	[ -z "${REDIS_CLUSTER_DIR:-}" ] || testkit stop --dir "$REDIS_CLUSTER_DIR"
 	REDIS_CLUSTER_PIDS=()
 }
+
+# Runs ctest in build/ with the arguments, then prints its summary line
+# ("N% tests passed, N tests failed out of N") again, last, after the
+# label times and the failed tests ctest prints after it; returns
+# ctest's status.
+ctest_summarized() {
+	local log rc=0
+	log=$(mktemp)
+	(cd build && ctest "$@") | tee "$log" || rc=$?
+	grep -E '^[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -n 1 || true
+	rm -f "$log"
+	return "$rc"
+}

@@ -32,8 +32,4 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPG_OUTBOX_WERROR=ON -DPG
 cmake --build build -j"$(nproc)" >"$log" 2>&1 || { cat "$log"; exit 1; }
 
 say "every test, two at a time, those that need the machine alone one at a time"
-cd build
-rc=0
-ctest --output-on-failure --timeout 300 -j2 "$@" | tee "$log" || rc=$?
-grep -E '^[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -n 1 || true
-exit "$rc"
+ctest_summarized --output-on-failure --timeout 300 -j2 "$@"
