@@ -65,6 +65,28 @@ def fenced(lines, openings=None):
     return out
 
 
+def code_span(text, i):
+    """At a backtick run starting at text[i]: (j, close), j the end of that
+    run and close the end of the run of as many backticks that closes the
+    code span, or -1 when none does (the run is then literal text)."""
+    n = len(text)
+    j = i
+    while j < n and text[j] == "`":
+        j += 1
+    k = j
+    while k < n:
+        if text[k] == "`":
+            m = k
+            while m < n and text[m] == "`":
+                m += 1
+            if m - k == j - i:
+                return j, m
+            k = m
+        else:
+            k += 1
+    return j, -1
+
+
 def mask_code(line):
     """The text (a line or a paragraph's lines) with its inline code spans
     and backslash escapes blanked (same length, line breaks kept): what is
@@ -79,23 +101,7 @@ def mask_code(line):
             i += 2
             continue
         if c == "`":
-            j = i
-            while j < n and line[j] == "`":
-                j += 1
-            run = j - i
-            k = j
-            close = -1
-            while k < n:
-                if line[k] == "`":
-                    m = k
-                    while m < n and line[m] == "`":
-                        m += 1
-                    if m - k == run:
-                        close = m
-                        break
-                    k = m
-                else:
-                    k += 1
+            j, close = code_span(line, i)
             if close < 0:
                 i = j
                 continue
@@ -279,24 +285,18 @@ def heading_text(raw):
             i += 2
             continue
         if c == "`":
-            j = i
-            while j < n and raw[j] == "`":
-                j += 1
-            run = raw[i:j]
-            k = raw.find(run, j)
-            while k >= 0 and (k + len(run) < n and raw[k + len(run)] == "`"
-                              or raw[k - 1] == "`"):
-                k = raw.find(run, k + 1)
-            if k < 0:
-                plain.append(run)
+            j, close = code_span(raw, i)
+            if close < 0:
+                plain.append(raw[i:j])
                 i = j
                 continue
             flush()
+            k = close - (j - i)
             content = raw[j:k].replace("\n", " ")
             if len(content) > 1 and content[0] == " " and content[-1] == " " and content.strip():
                 content = content[1:-1]
             out.append(content)
-            i = k + len(run)
+            i = close
             continue
         plain.append(c)
         i += 1
